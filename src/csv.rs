@@ -1,0 +1,150 @@
+//! Schedule files in the format of PyTorch's `_dump_csv(format="compute_only")`.
+//!
+//! One row per device (row r = rank r), comma-separated action strings, an empty field is an
+//! idle slot and is ignored, no header, LF or CRLF line ends. PyTorch writes CRLF (Python's
+//! `csv.writer` default); we write LF and read both.
+//!
+//! Lowered files (`format="compute_comms"`) are read too: their SEND/RECV/UNSHARD/RESHARD/
+//! REDUCE_GRAD actions are dropped, because the simulator derives communication from the stage
+//! graph. DualPipeV's compound `(0F3;3B1)OVERLAP_F_B` becomes its sub-actions, back to back.
+
+use crate::ir::{ActionParseError, Placement, Schedule, Token, WeightUpdate};
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CsvError {
+    #[error("row {row} (device {}), field {field}: {source}", row - 1)]
+    Action {
+        /// 1-based row (device = row - 1).
+        row: usize,
+        /// 1-based field within the row.
+        field: usize,
+        source: ActionParseError,
+    },
+    #[error("the file has no rows: a schedule needs one row per pipeline device")]
+    Empty,
+    #[error("the file is not UTF-8 text (byte {offset})")]
+    NotText { offset: usize },
+    #[error("the file has no compute actions (F, B, I, W)")]
+    NoActions,
+}
+
+/// Parse schedule text. `placement` decides which device holds which stage; the number of
+/// stages and micro-batches is read off the largest indices. The result is *not* validated:
+/// call [`crate::validate::validate`] (the simulator does).
+pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
+    let body = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(text);
+    if body.trim().is_empty() {
+        return Err(CsvError::Empty);
+    }
+    let mut devices = Vec::new();
+    let mut max_stage = None::<u32>;
+    let mut max_mb = None::<u32>;
+    for (r, line) in body.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let mut actions = Vec::new();
+        for (f, field) in line.split(',').enumerate() {
+            if field.trim().is_empty() {
+                continue;
+            }
+            let token = field.parse::<Token>().map_err(|source| CsvError::Action {
+                row: r + 1,
+                field: f + 1,
+                source,
+            })?;
+            match token {
+                Token::Compute(a) => actions.push(a),
+                Token::Overlap(subs) => actions.extend(subs),
+                Token::Comm { .. } => {}
+            }
+        }
+        for a in &actions {
+            max_stage = max_stage.max(Some(a.stage));
+            max_mb = max_mb.max(Some(a.microbatch));
+        }
+        devices.push(actions);
+    }
+    let (Some(max_stage), Some(max_mb)) = (max_stage, max_mb) else {
+        return Err(CsvError::NoActions);
+    };
+    let p = devices.len() as u64;
+    // Round the stage count up to a whole number of chunks per device; the validator reports
+    // the missing stages if the file does not hold them.
+    let stages = (max_stage as u64 + 1).div_ceil(p) * p;
+    let m = max_mb as u64 + 1;
+    Ok(Schedule {
+        devices,
+        num_stages: stages.min(u32::MAX as u64) as u32,
+        num_microbatches: m as u32,
+        placement,
+        weight_update: WeightUpdate::Flush,
+        microbatches_per_step: m as u32,
+    })
+}
+
+/// Parse raw bytes (from a file), rejecting non-UTF-8 input with its offset.
+pub fn parse_bytes(bytes: &[u8], placement: Placement) -> Result<Schedule, CsvError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| CsvError::NotText {
+        offset: e.valid_up_to(),
+    })?;
+    parse(text, placement)
+}
+
+/// Write a schedule: one row per device, actions joined by commas, LF line ends.
+pub fn write(schedule: &Schedule) -> String {
+    let mut out = String::with_capacity(schedule.num_actions() * 5);
+    for list in &schedule.devices {
+        for (i, a) in list.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{a}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generators::one_f_one_b;
+
+    #[test]
+    fn round_trip_1f1b() {
+        let s = one_f_one_b(4, 8);
+        let text = write(&s);
+        assert!(text.starts_with("0F0,0F1,0F2,0F3,0B0,"), "{text}");
+        assert_eq!(parse(&text, Placement::Loop).unwrap(), s);
+    }
+
+    #[test]
+    fn crlf_empty_fields_and_comm_actions() {
+        let text = "0F0,,0SEND_F0,0RECV_B0,0B0\r\n,1RECV_F0,1F0,1B0,1SEND_B0\r\n";
+        let s = parse(text, Placement::Loop).unwrap();
+        assert_eq!(s.devices.len(), 2);
+        assert_eq!(write(&s), "0F0,0B0\n1F0,1B0\n");
+    }
+
+    #[test]
+    fn errors_name_row_and_field() {
+        let err = parse("0F0,0B0\n1F0,1X0\n", Placement::Loop).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("row 2 (device 1), field 2:"), "{msg}");
+        assert!(msg.contains("unknown action kind 'X'"), "{msg}");
+        let err = parse("0F99999999999,0B0\n", Placement::Loop).unwrap_err();
+        assert!(
+            err.to_string().contains("not a valid non-negative integer"),
+            "{err}"
+        );
+        let err = parse("0F\n", Placement::Loop).unwrap_err();
+        assert!(
+            err.to_string().contains("needs a micro-batch number"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,622 @@
+//! The discrete-event simulator.
+//!
+//! Invariants (see docs/ARCHITECTURE.md): no IO, never reads the clock, single-threaded,
+//! integer-nanosecond time, events ordered by `(time, sequence number)` so that equal times
+//! pop in FIFO order, a hard bound on the number of events. Same inputs, same outputs.
+//!
+//! Resources per device: one compute stream that runs the device's action list in order, one
+//! send stream and one receive stream. A point-to-point transfer occupies the sender's send
+//! stream and the receiver's receive stream for its whole duration (latency + bytes/bandwidth,
+//! computed by the caller) and overlaps compute. Transfers between stages on the same device
+//! are free. Transfers start in the order they are requested (FIFO per stream).
+
+use crate::ir::{Action, Kind, Schedule, WeightUpdate};
+use crate::validate::{self, Position, Stuck, ValidationError};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// Cost of one stage for one micro-batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageCost {
+    pub forward_ns: u64,
+    /// Full backward (`B`).
+    pub backward_ns: u64,
+    /// Input-gradient part (`I`).
+    pub backward_input_ns: u64,
+    /// Weight-gradient part (`W`).
+    pub backward_weight_ns: u64,
+    /// Activations stashed from the start of `F` until the backward ends (`B`, or `W`).
+    pub activation_bytes: u64,
+    /// The part of `activation_bytes` that `W` still needs after `I` (the rest is freed at `I`'s end).
+    pub weight_grad_bytes: u64,
+}
+
+impl StageCost {
+    pub fn duration_ns(&self, kind: Kind) -> u64 {
+        match kind {
+            Kind::F => self.forward_ns,
+            Kind::B => self.backward_ns,
+            Kind::I => self.backward_input_ns,
+            Kind::W => self.backward_weight_ns,
+        }
+    }
+}
+
+/// Everything the simulator needs to time a schedule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Costs {
+    /// One entry per stage (`num_stages` entries).
+    pub stages: Vec<StageCost>,
+    /// `send_forward_ns[s]`: moving stage `s`'s output activation to stage `s+1` (`num_stages-1` entries).
+    pub send_forward_ns: Vec<u64>,
+    /// `send_backward_ns[s]`: moving the gradient from stage `s+1` back to stage `s`.
+    pub send_backward_ns: Vec<u64>,
+    /// Memory that does not depend on the schedule (weights, gradients, optimizer state), per device.
+    pub static_bytes: Vec<u64>,
+}
+
+/// Unit costs as the CLI takes them: per *device* (a device's whole share of the model); with
+/// `v` chunks a chunk's forward takes `forward/v`. Splits are exact: the `v` chunk durations
+/// sum to the device total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnitCosts {
+    pub forward_ns: u64,
+    pub backward_ns: u64,
+    pub backward_input_ns: Option<u64>,
+    pub backward_weight_ns: Option<u64>,
+    pub p2p_ns: u64,
+}
+
+fn share(total: u64, parts: u32, index: u32) -> u64 {
+    let (parts, index) = (parts as u128, index as u128);
+    let t = total as u128;
+    ((index + 1) * t / parts - index * t / parts) as u64
+}
+
+impl Costs {
+    /// Uniform costs for a schedule of `num_stages` stages over `devices` devices. When the
+    /// backward is split and only `backward_ns` is given, `I` and `W` each take half of it.
+    pub fn uniform(num_stages: u32, devices: u32, unit: UnitCosts) -> Costs {
+        let v = (num_stages / devices.max(1)).max(1);
+        let bi = unit.backward_input_ns.unwrap_or(unit.backward_ns / 2);
+        let bw = unit
+            .backward_weight_ns
+            .unwrap_or(unit.backward_ns - unit.backward_ns / 2);
+        let stages = (0..num_stages)
+            .map(|s| {
+                let c = s / devices.max(1);
+                StageCost {
+                    forward_ns: share(unit.forward_ns, v, c),
+                    backward_ns: share(unit.backward_ns, v, c),
+                    backward_input_ns: share(bi, v, c),
+                    backward_weight_ns: share(bw, v, c),
+                    activation_bytes: 0,
+                    weight_grad_bytes: 0,
+                }
+            })
+            .collect();
+        let links = num_stages.saturating_sub(1) as usize;
+        Costs {
+            stages,
+            send_forward_ns: vec![unit.p2p_ns; links],
+            send_backward_ns: vec![unit.p2p_ns; links],
+            static_bytes: vec![0; devices as usize],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stream {
+    Compute,
+    Send,
+    Recv,
+}
+
+impl Stream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Compute => "compute",
+            Stream::Send => "send",
+            Stream::Recv => "recv",
+        }
+    }
+}
+
+/// One interval of activity on one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub device: u32,
+    pub stream: Stream,
+    /// For compute, the action run. For a transfer, the action that produced the data
+    /// (`sFk` for an activation sent to stage s+1, `sBk`/`sIk` for a gradient sent to s-1).
+    pub action: Action,
+    /// The other end of a transfer.
+    pub peer: Option<u32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl Span {
+    /// The name used in traces: the action's text form, or PyTorch's lowered names for
+    /// transfers (`0SEND_F3` on the sender, `1RECV_F3` on the receiver).
+    pub fn name(&self) -> String {
+        let a = self.action;
+        let forward = a.kind == Kind::F;
+        match self.stream {
+            Stream::Compute => a.to_string(),
+            Stream::Send => {
+                format!(
+                    "{}SEND_{}{}",
+                    a.stage,
+                    if forward { 'F' } else { 'B' },
+                    a.microbatch
+                )
+            }
+            Stream::Recv => {
+                let stage = if forward { a.stage + 1 } else { a.stage - 1 };
+                format!(
+                    "{}RECV_{}{}",
+                    stage,
+                    if forward { 'F' } else { 'B' },
+                    a.microbatch
+                )
+            }
+        }
+    }
+}
+
+/// All spans of one simulation, in the order they were scheduled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timeline {
+    pub num_devices: u32,
+    pub makespan_ns: u64,
+    pub spans: Vec<Span>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceMetrics {
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    /// Peak number of (stage, micro-batch) activations stashed at once (counted from the start of
+    /// `F` to the end of the backward, `W` for split backwards). With `v` chunks a unit is one chunk.
+    pub peak_inflight_microbatches: u32,
+    /// Peak bytes: static plus stashed activations (zero when the costs carry no sizes).
+    pub peak_memory_bytes: u64,
+    /// Peak weight versions any one stage of this device keeps alive.
+    pub peak_weight_versions: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SimResult {
+    pub makespan_ns: u64,
+    /// idle / (devices × makespan) over compute streams.
+    pub bubble_fraction: f64,
+    pub devices: Vec<DeviceMetrics>,
+    pub actions: u64,
+    pub events: u64,
+    pub timeline: Option<Timeline>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Keep every span (needed for Gantt charts and traces; costs memory and time).
+    pub record_timeline: bool,
+    /// Upper bound on processed events; `None` means 4 × actions + 64.
+    pub max_events: Option<u64>,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            record_timeline: true,
+            max_events: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    #[error("invalid schedule: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error("costs do not match the schedule: {0}")]
+    CostsMismatch(String),
+    #[error("simulation stopped after {limit} events without finishing (raise the event bound)")]
+    EventLimit { limit: u64 },
+    #[error("the simulation deadlocked; {} device(s) can never proceed:\n  {}", stuck.len(), stuck.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("\n  "))]
+    Deadlock { stuck: Vec<Stuck> },
+}
+
+const F_DONE: u8 = 1;
+const B_DONE: u8 = 2;
+const I_DONE: u8 = 4;
+const W_DONE: u8 = 8;
+const ACT_READY: u8 = 16;
+const GRAD_READY: u8 = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// The compute stream of this device finished its current action.
+    ComputeDone(u32),
+    /// Data for `slot` arrived on `device`; `flag` is ACT_READY or GRAD_READY.
+    Arrival { device: u32, slot: u32, flag: u8 },
+}
+
+struct Device {
+    pc: usize,
+    busy: bool,
+    start_ns: u64,
+    busy_ns: u64,
+    send_free_ns: u64,
+    recv_free_ns: u64,
+    inflight: u32,
+    peak_inflight: u32,
+    mem_bytes: u64,
+    peak_mem_bytes: u64,
+    peak_versions: u32,
+}
+
+/// Per-stage weight-version bookkeeping, used only for non-flush schedules.
+struct Versions {
+    current: Vec<u32>,
+    backwards: Vec<u32>,
+    used: Vec<u32>,
+    /// Live versions per stage: version -> number of in-flight micro-batches using it.
+    live: Vec<BTreeMap<u32, u32>>,
+}
+
+struct Sim<'a> {
+    sched: &'a Schedule,
+    costs: &'a Costs,
+    m: usize,
+    stages: u32,
+    flags: Vec<u8>,
+    dev: Vec<Device>,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    spans: Option<Vec<Span>>,
+    versions: Option<Versions>,
+    device_of: Vec<u32>,
+}
+
+/// Validate `schedule`, then simulate it with `costs`.
+pub fn simulate(
+    schedule: &Schedule,
+    costs: &Costs,
+    options: SimOptions,
+) -> Result<SimResult, SimError> {
+    validate::validate(schedule)?;
+    check_costs(schedule, costs)?;
+    let p = schedule.devices.len();
+    let m = schedule.num_microbatches as usize;
+    let stages = schedule.num_stages;
+    let n_actions = schedule.num_actions() as u64;
+    let versions = (schedule.weight_update != WeightUpdate::Flush).then(|| Versions {
+        current: vec![0; stages as usize],
+        backwards: vec![0; stages as usize],
+        used: vec![0; stages as usize * m],
+        live: vec![BTreeMap::new(); stages as usize],
+    });
+    let mut sim = Sim {
+        sched: schedule,
+        costs,
+        m,
+        stages,
+        flags: vec![0; stages as usize * m],
+        dev: (0..p)
+            .map(|d| Device {
+                pc: 0,
+                busy: false,
+                start_ns: 0,
+                busy_ns: 0,
+                send_free_ns: 0,
+                recv_free_ns: 0,
+                inflight: 0,
+                peak_inflight: 0,
+                mem_bytes: costs.static_bytes[d],
+                peak_mem_bytes: costs.static_bytes[d],
+                peak_versions: 1,
+            })
+            .collect(),
+        heap: BinaryHeap::with_capacity(2 * p + 16),
+        seq: 0,
+        spans: options
+            .record_timeline
+            .then(|| Vec::with_capacity(3 * n_actions as usize)),
+        versions,
+        device_of: (0..stages).map(|s| schedule.device_of(s)).collect(),
+    };
+    let limit = options.max_events.unwrap_or(4 * n_actions + 64);
+    for d in 0..p {
+        sim.try_start(d, 0);
+    }
+    let mut now = 0;
+    let mut events = 0u64;
+    while let Some(Reverse((t, _, ev))) = sim.heap.pop() {
+        events += 1;
+        if events > limit {
+            return Err(SimError::EventLimit { limit });
+        }
+        now = t;
+        match ev {
+            Event::ComputeDone(d) => sim.finish(d as usize, t),
+            Event::Arrival { device, slot, flag } => {
+                sim.flags[slot as usize] |= flag;
+                sim.try_start(device as usize, t);
+            }
+        }
+    }
+    let stuck = sim.stuck();
+    if !stuck.is_empty() {
+        return Err(SimError::Deadlock { stuck });
+    }
+    let makespan_ns = now;
+    let devices: Vec<DeviceMetrics> = sim
+        .dev
+        .iter()
+        .map(|d| DeviceMetrics {
+            busy_ns: d.busy_ns,
+            idle_ns: makespan_ns - d.busy_ns,
+            peak_inflight_microbatches: d.peak_inflight,
+            peak_memory_bytes: d.peak_mem_bytes,
+            peak_weight_versions: d.peak_versions,
+        })
+        .collect();
+    let idle: u64 = devices.iter().map(|d| d.idle_ns).sum();
+    let bubble_fraction = if makespan_ns == 0 {
+        0.0
+    } else {
+        idle as f64 / (p as f64 * makespan_ns as f64)
+    };
+    Ok(SimResult {
+        makespan_ns,
+        bubble_fraction,
+        devices,
+        actions: n_actions,
+        events,
+        timeline: sim.spans.map(|spans| Timeline {
+            num_devices: p as u32,
+            makespan_ns,
+            spans,
+        }),
+    })
+}
+
+fn check_costs(schedule: &Schedule, costs: &Costs) -> Result<(), SimError> {
+    let s = schedule.num_stages as usize;
+    let checks = [
+        ("stages", costs.stages.len(), s),
+        ("send_forward_ns", costs.send_forward_ns.len(), s - 1),
+        ("send_backward_ns", costs.send_backward_ns.len(), s - 1),
+        (
+            "static_bytes",
+            costs.static_bytes.len(),
+            schedule.devices.len(),
+        ),
+    ];
+    for (field, got, want) in checks {
+        if got != want {
+            return Err(SimError::CostsMismatch(format!(
+                "{field} has {got} entries, the schedule needs {want}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Sim<'_> {
+    fn slot(&self, a: Action) -> usize {
+        a.stage as usize * self.m + a.microbatch as usize
+    }
+
+    fn push(&mut self, t: u64, ev: Event) {
+        self.heap.push(Reverse((t, self.seq, ev)));
+        self.seq += 1;
+    }
+
+    fn ready(&self, a: Action) -> bool {
+        let f = self.flags[self.slot(a)];
+        match a.kind {
+            Kind::F => a.stage == 0 || f & ACT_READY != 0,
+            Kind::B | Kind::I => {
+                f & F_DONE != 0 && (a.stage + 1 == self.stages || f & GRAD_READY != 0)
+            }
+            Kind::W => f & I_DONE != 0,
+        }
+    }
+
+    /// Start the device's next action at `now` if its compute stream is free and the action's
+    /// inputs are present.
+    fn try_start(&mut self, d: usize, now: u64) {
+        let dev = &self.dev[d];
+        if dev.busy {
+            return;
+        }
+        let Some(&a) = self.sched.devices[d].get(dev.pc) else {
+            return;
+        };
+        if !self.ready(a) {
+            return;
+        }
+        let cost = self.costs.stages[a.stage as usize];
+        let dur = cost.duration_ns(a.kind);
+        if a.kind == Kind::F {
+            let slot = self.slot(a);
+            let versions = self.versions.as_mut().map(|v| {
+                let s = a.stage as usize;
+                let ver = match self.sched.weight_update {
+                    WeightUpdate::Stash {
+                        vertical_sync: true,
+                    } if s > 0 => v.used[a.microbatch as usize],
+                    _ => v.current[s],
+                };
+                v.used[slot] = ver;
+                *v.live[s].entry(ver).or_insert(0) += 1;
+                let mut n = v.live[s].len() as u32;
+                if !v.live[s].contains_key(&v.current[s]) {
+                    n += 1;
+                }
+                n
+            });
+            let dev = &mut self.dev[d];
+            dev.inflight += 1;
+            dev.peak_inflight = dev.peak_inflight.max(dev.inflight);
+            dev.mem_bytes += cost.activation_bytes;
+            dev.peak_mem_bytes = dev.peak_mem_bytes.max(dev.mem_bytes);
+            if let Some(n) = versions {
+                dev.peak_versions = dev.peak_versions.max(n);
+            }
+        }
+        let dev = &mut self.dev[d];
+        dev.busy = true;
+        dev.start_ns = now;
+        self.push(now + dur, Event::ComputeDone(d as u32));
+    }
+
+    fn finish(&mut self, d: usize, now: u64) {
+        let a = self.sched.devices[d][self.dev[d].pc];
+        let slot = self.slot(a);
+        let cost = self.costs.stages[a.stage as usize];
+        {
+            let dev = &mut self.dev[d];
+            dev.pc += 1;
+            dev.busy = false;
+            dev.busy_ns += now - dev.start_ns;
+            match a.kind {
+                Kind::F => {}
+                Kind::B => {
+                    dev.inflight -= 1;
+                    dev.mem_bytes -= cost.activation_bytes;
+                }
+                Kind::I => {
+                    dev.mem_bytes -=
+                        cost.activation_bytes - cost.weight_grad_bytes.min(cost.activation_bytes);
+                }
+                Kind::W => {
+                    dev.inflight -= 1;
+                    dev.mem_bytes -= cost.weight_grad_bytes.min(cost.activation_bytes);
+                }
+            }
+            if let Some(spans) = self.spans.as_mut() {
+                spans.push(Span {
+                    device: d as u32,
+                    stream: Stream::Compute,
+                    action: a,
+                    peer: None,
+                    start_ns: dev.start_ns,
+                    end_ns: now,
+                });
+            }
+        }
+        self.flags[slot] |= match a.kind {
+            Kind::F => F_DONE,
+            Kind::B => B_DONE,
+            Kind::I => I_DONE,
+            Kind::W => W_DONE,
+        };
+        if matches!(a.kind, Kind::B | Kind::W) {
+            self.weight_update(a, slot);
+        }
+        match a.kind {
+            Kind::F if a.stage + 1 < self.stages => {
+                let dur = self.costs.send_forward_ns[a.stage as usize];
+                self.transfer(d, a, a.stage + 1, ACT_READY, dur, now);
+            }
+            Kind::B | Kind::I if a.stage > 0 => {
+                let dur = self.costs.send_backward_ns[a.stage as usize - 1];
+                self.transfer(d, a, a.stage - 1, GRAD_READY, dur, now);
+            }
+            _ => {}
+        }
+        self.try_start(d, now);
+    }
+
+    fn weight_update(&mut self, a: Action, slot: usize) {
+        let per_step = self.sched.microbatches_per_step.max(1);
+        let Some(v) = self.versions.as_mut() else {
+            return;
+        };
+        let s = a.stage as usize;
+        let used = v.used[slot];
+        if let Some(c) = v.live[s].get_mut(&used) {
+            *c -= 1;
+            if *c == 0 {
+                v.live[s].remove(&used);
+            }
+        }
+        v.backwards[s] += 1;
+        if v.backwards[s] % per_step == 0 {
+            v.current[s] += 1;
+        }
+    }
+
+    /// Move the output of `a` to `to_stage`, setting `flag` on arrival.
+    fn transfer(&mut self, d: usize, a: Action, to_stage: u32, flag: u8, dur: u64, now: u64) {
+        let dst = self.device_of[to_stage as usize] as usize;
+        let slot = to_stage as usize * self.m + a.microbatch as usize;
+        if dst == d || dur == 0 {
+            self.flags[slot] |= flag;
+            if dst != d {
+                self.try_start(dst, now);
+            }
+            return;
+        }
+        let start = now
+            .max(self.dev[d].send_free_ns)
+            .max(self.dev[dst].recv_free_ns);
+        let end = start + dur;
+        self.dev[d].send_free_ns = end;
+        self.dev[dst].recv_free_ns = end;
+        if let Some(spans) = self.spans.as_mut() {
+            for (device, stream, peer) in [(d, Stream::Send, dst), (dst, Stream::Recv, d)] {
+                spans.push(Span {
+                    device: device as u32,
+                    stream,
+                    action: a,
+                    peer: Some(peer as u32),
+                    start_ns: start,
+                    end_ns: end,
+                });
+            }
+        }
+        self.push(
+            end,
+            Event::Arrival {
+                device: dst as u32,
+                slot: slot as u32,
+                flag,
+            },
+        );
+    }
+
+    fn stuck(&self) -> Vec<Stuck> {
+        let mut done = vec![0u8; self.flags.len()];
+        for (o, f) in done.iter_mut().zip(&self.flags) {
+            *o = f & (F_DONE | B_DONE | I_DONE | W_DONE);
+        }
+        let mut out = Vec::new();
+        for (d, dev) in self.dev.iter().enumerate() {
+            let Some(&action) = self.sched.devices[d].get(dev.pc) else {
+                continue;
+            };
+            let waits_for = validate::unmet_dependency(action, self.stages, self.m as u32, &done)
+                .unwrap_or(action);
+            out.push(Stuck {
+                at: Position {
+                    device: d as u32,
+                    index: dev.pc,
+                },
+                action,
+                waits_for,
+                waits_for_at: Position {
+                    device: self.device_of[waits_for.stage as usize],
+                    index: self.sched.devices[self.device_of[waits_for.stage as usize] as usize]
+                        .iter()
+                        .position(|&x| x == waits_for)
+                        .unwrap_or(0),
+                },
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,197 @@
+//! Every generator over the whole grid p in 1..=8, m in 1..=32 (and v in 1..=4 where it
+//! applies), with the validator, the papers' closed forms and the memory bounds as oracles.
+
+use pplan::generators::{self, GenParams, ScheduleName};
+use pplan::ir::WeightUpdate;
+use pplan::sim::{simulate, Costs, SimOptions, SimResult, UnitCosts};
+use pplan::{validate, Schedule};
+
+/// Divisible by every v in 1..=4 (and by 840 = lcm(1..=8)), so chunk times are exact.
+const TF: u64 = 840_000;
+const TB: u64 = 2 * 840_000;
+
+fn run(schedule: &Schedule) -> SimResult {
+    let costs = Costs::uniform(
+        schedule.num_stages,
+        schedule.num_devices(),
+        UnitCosts {
+            forward_ns: TF,
+            backward_ns: TB,
+            ..UnitCosts::default()
+        },
+    );
+    simulate(
+        schedule,
+        &costs,
+        SimOptions {
+            record_timeline: false,
+            max_events: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("simulate failed: {e}"))
+}
+
+#[test]
+fn gpipe_and_1f1b_match_the_closed_form() {
+    for p in 1..=8u32 {
+        for m in 1..=32u32 {
+            for name in [ScheduleName::GPipe, ScheduleName::OneFOneB] {
+                let s = generators::generate(name, GenParams::new(p, m)).unwrap();
+                validate(&s).unwrap_or_else(|e| panic!("{name} p={p} m={m}: {e}"));
+                let r = run(&s);
+                let ideal = m as u64 * (TF + TB);
+                // GPipe paper / Narayanan et al. 2021 eq. (1): (m + p - 1)(tf + tb).
+                assert_eq!(
+                    r.makespan_ns,
+                    (m + p - 1) as u64 * (TF + TB),
+                    "{name} p={p} m={m}"
+                );
+                // Bubble over ideal compute time: (p - 1) / m.
+                let bubble = (r.makespan_ns - ideal) as f64 / ideal as f64;
+                assert!((bubble - (p - 1) as f64 / m as f64).abs() < 1e-12);
+                // The simulator's bubble_fraction is idle / (p × makespan) = (p-1)/(m+p-1).
+                let expected = (p - 1) as f64 / (m + p - 1) as f64;
+                assert!(
+                    (r.bubble_fraction - expected).abs() < 1e-12,
+                    "{name} p={p} m={m}"
+                );
+                for (i, d) in r.devices.iter().enumerate() {
+                    let want = match name {
+                        ScheduleName::GPipe => m,
+                        _ => (p - i as u32).min(m),
+                    };
+                    assert_eq!(
+                        d.peak_inflight_microbatches, want,
+                        "{name} p={p} m={m} device {i}"
+                    );
+                    assert_eq!(d.peak_weight_versions, 1);
+                    assert_eq!(d.busy_ns, ideal);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn interleaved_matches_megatron_when_p_divides_m_and_validates_otherwise() {
+    for p in 1..=8u32 {
+        for m in 1..=32u32 {
+            for v in 1..=4u32 {
+                let s = generators::generate(
+                    ScheduleName::Interleaved1F1B,
+                    GenParams::new(p, m).chunks(v),
+                )
+                .unwrap();
+                validate(&s).unwrap_or_else(|e| panic!("interleaved p={p} m={m} v={v}: {e}"));
+                let r = run(&s);
+                let ideal = m as u64 * (TF + TB);
+                assert!(r.makespan_ns >= ideal);
+                if m % p == 0 {
+                    // Narayanan et al. 2021, Sec. 2.2.2: bubble time (p-1)(tf+tb)/v.
+                    let want = ideal + (p - 1) as u64 * (TF + TB) / v as u64;
+                    assert_eq!(r.makespan_ns, want, "interleaved p={p} m={m} v={v}");
+                    let bubble = (r.makespan_ns - ideal) as f64 / ideal as f64;
+                    assert!((bubble - (p - 1) as f64 / (v * m) as f64).abs() < 1e-12);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pipedream_keeps_one_weight_version_per_inflight_microbatch() {
+    for p in 1..=8u32 {
+        for m in 1..=32u32 {
+            let steps = 3;
+            let s =
+                generators::generate(ScheduleName::PipeDream, GenParams::new(p, m).steps(steps))
+                    .unwrap();
+            assert!(matches!(s.weight_update, WeightUpdate::Stash { .. }));
+            let r = run(&s);
+            let total = m * steps;
+            // Asynchronous 1F1B: no flush between mini-batches.
+            assert_eq!(r.makespan_ns, (total + p - 1) as u64 * (TF + TB));
+            for (i, d) in r.devices.iter().enumerate() {
+                let inflight = (p - i as u32).min(total);
+                assert_eq!(d.peak_inflight_microbatches, inflight);
+                // PipeDream (Narayanan et al. 2019, Sec. 3.3): in steady state one stashed version
+                // per in-flight micro-batch. Stage i's forward k follows max(0, k - w) updates
+                // (w = p-1-i warm-up forwards), so the window of p-i in-flight micro-batches
+                // holds distinct versions once total >= 2(p-i) - 1; before that, the warm-up
+                // forwards share version 0.
+                let i = i as u32;
+                if total + 1 >= 2 * (p - i) {
+                    assert_eq!(d.peak_weight_versions, inflight, "p={p} m={m} stage {i}");
+                } else {
+                    let w = p - 1 - i;
+                    assert_eq!(
+                        d.peak_weight_versions,
+                        total.saturating_sub(w).max(1),
+                        "p={p} m={m} stage {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pipedream_2bw_needs_at_most_two_weight_versions() {
+    for p in 1..=8u32 {
+        for m in p..=32u32 {
+            let s = generators::generate(ScheduleName::PipeDream2BW, GenParams::new(p, m).steps(4))
+                .unwrap();
+            let r = run(&s);
+            for d in &r.devices {
+                assert!(d.peak_weight_versions <= 2, "p={p} m={m}: {d:?}");
+            }
+            if p > 1 {
+                assert_eq!(r.devices[0].peak_weight_versions, 2, "p={p} m={m}");
+            }
+        }
+    }
+    let err = generators::generate(ScheduleName::PipeDream2BW, GenParams::new(4, 2)).unwrap_err();
+    assert!(err.to_string().contains("m >= p"), "{err}");
+}
+
+#[test]
+fn vertical_sync_holds_at_least_as_many_versions() {
+    for p in 2..=6u32 {
+        let mut params = GenParams::new(p, 8).steps(2);
+        let plain = run(&generators::generate(ScheduleName::PipeDream, params).unwrap());
+        params.vertical_sync = true;
+        let vs = run(&generators::generate(ScheduleName::PipeDream, params).unwrap());
+        assert_eq!(plain.makespan_ns, vs.makespan_ns);
+        for (a, b) in plain.devices.iter().zip(&vs.devices) {
+            assert!(b.peak_weight_versions >= a.peak_weight_versions);
+        }
+    }
+}
+
+#[test]
+fn p2p_cost_adds_to_the_critical_path() {
+    let s = generators::one_f_one_b(4, 8);
+    let costs = Costs::uniform(
+        4,
+        4,
+        UnitCosts {
+            forward_ns: TF,
+            backward_ns: TB,
+            p2p_ns: 1000,
+            ..UnitCosts::default()
+        },
+    );
+    let r = simulate(&s, &costs, SimOptions::default()).unwrap();
+    // The first forward and last backward each cross 3 links: at least 2 * 3 transfers on the
+    // critical path beyond the zero-cost makespan.
+    assert!(
+        r.makespan_ns >= 11 * (TF + TB) + 6 * 1000,
+        "{}",
+        r.makespan_ns
+    );
+    let tl = r.timeline.unwrap();
+    assert!(tl.spans.iter().any(|s| s.name() == "0SEND_F0"));
+    assert!(tl.spans.iter().any(|s| s.name() == "1RECV_F0"));
+    assert!(tl.spans.iter().any(|s| s.name() == "1SEND_B0"));
+    assert!(tl.spans.iter().any(|s| s.name() == "0RECV_B0"));
+}
