@@ -17,15 +17,25 @@ pub enum ScheduleName {
     Interleaved1F1B,
     PipeDream,
     PipeDream2BW,
+    ZbH1,
+    ZbH2,
+    ZbV,
+    DualPipeV,
+    LoopedBfs,
 }
 
 impl ScheduleName {
-    pub const ALL: [ScheduleName; 5] = [
+    pub const ALL: [ScheduleName; 10] = [
         ScheduleName::GPipe,
         ScheduleName::OneFOneB,
         ScheduleName::Interleaved1F1B,
         ScheduleName::PipeDream,
         ScheduleName::PipeDream2BW,
+        ScheduleName::ZbH1,
+        ScheduleName::ZbH2,
+        ScheduleName::ZbV,
+        ScheduleName::DualPipeV,
+        ScheduleName::LoopedBfs,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,12 +45,43 @@ impl ScheduleName {
             ScheduleName::Interleaved1F1B => "interleaved-1f1b",
             ScheduleName::PipeDream => "pipedream",
             ScheduleName::PipeDream2BW => "pipedream-2bw",
+            ScheduleName::ZbH1 => "zb-h1",
+            ScheduleName::ZbH2 => "zb-h2",
+            ScheduleName::ZbV => "zbv",
+            ScheduleName::DualPipeV => "dualpipev",
+            ScheduleName::LoopedBfs => "looped-bfs",
         }
     }
 
     /// Whether the schedule places more than one chunk per device when asked to.
     pub fn supports_chunks(self) -> bool {
-        matches!(self, ScheduleName::Interleaved1F1B)
+        matches!(
+            self,
+            ScheduleName::Interleaved1F1B | ScheduleName::LoopedBfs
+        )
+    }
+
+    /// The chunk count a schedule is defined for, if it fixes one: ZB-V and DualPipeV hold
+    /// exactly two stages per device in a V (device r holds stages r and 2p-1-r).
+    pub fn fixed_chunks(self) -> Option<u32> {
+        matches!(self, ScheduleName::ZbV | ScheduleName::DualPipeV).then_some(2)
+    }
+
+    /// Whether the schedule splits backward into `I` and `W` (for some or all micro-batches).
+    pub fn splits_backward(self) -> bool {
+        matches!(
+            self,
+            ScheduleName::ZbH1 | ScheduleName::ZbH2 | ScheduleName::ZbV | ScheduleName::DualPipeV
+        )
+    }
+
+    /// How stages are placed on devices.
+    pub fn placement(self) -> Placement {
+        if self.fixed_chunks().is_some() {
+            Placement::V
+        } else {
+            Placement::Loop
+        }
     }
 
     /// Whether the schedule runs several mini-batches without a flush.
@@ -56,7 +97,7 @@ impl fmt::Display for ScheduleName {
 }
 
 /// Names `pplan` knows but that this build cannot generate yet.
-pub const PLANNED_NAMES: [&str; 5] = ["zb-h1", "zb-h2", "zbv", "dualpipev", "looped-bfs"];
+pub const PLANNED_NAMES: [&str; 0] = [];
 
 impl FromStr for ScheduleName {
     type Err = String;
@@ -120,6 +161,14 @@ pub enum GenError {
     ChunksUnsupported { schedule: &'static str, chunks: u32 },
     #[error("pipedream-2bw needs at least as many micro-batches per mini-batch as pipeline devices (m >= p) so that two weight versions suffice; got m = {m}, p = {p}")]
     TooFewMicrobatches { m: u32, p: u32 },
+    #[error("{schedule} holds exactly {required} chunks per device in a V: --chunks must be {required} or left out (got {chunks})")]
+    ChunksFixed {
+        schedule: &'static str,
+        required: u32,
+        chunks: u32,
+    },
+    #[error("dualpipev needs at least as many micro-batches as stages (m >= 2p, as PyTorch's ScheduleDualPipeV requires); got m = {m}, p = {p}")]
+    DualPipeTooFewMicrobatches { m: u32, p: u32 },
     #[error("schedule too large: {actions} actions exceeds the limit of {limit}")]
     TooLarge { actions: u64, limit: u64 },
 }
@@ -146,18 +195,32 @@ pub fn generate(name: ScheduleName, params: GenParams) -> Result<Schedule, GenEr
             return Err(GenError::Zero { param, value });
         }
     }
-    if v != 1 && !name.supports_chunks() {
-        return Err(GenError::ChunksUnsupported {
-            schedule: name.as_str(),
-            chunks: v,
-        });
-    }
+    let v = match name.fixed_chunks() {
+        // `--chunks` left out reaches us as 1.
+        Some(required) if v == 1 || v == required => required,
+        Some(required) => {
+            return Err(GenError::ChunksFixed {
+                schedule: name.as_str(),
+                required,
+                chunks: v,
+            })
+        }
+        None if v != 1 && !name.supports_chunks() => {
+            return Err(GenError::ChunksUnsupported {
+                schedule: name.as_str(),
+                chunks: v,
+            })
+        }
+        None => v,
+    };
     let total_mb = if name.is_asynchronous() {
         m as u64 * steps as u64
     } else {
         m as u64
     };
-    let actions = 2 * total_mb * p as u64 * v as u64;
+    // Split-backward schedules hold three actions per (stage, micro-batch).
+    let per_pair = if name.splits_backward() { 3 } else { 2 };
+    let actions = per_pair * total_mb * p as u64 * v as u64;
     if actions > MAX_ACTIONS || total_mb > u32::MAX as u64 {
         return Err(GenError::TooLarge {
             actions,
@@ -175,6 +238,16 @@ pub fn generate(name: ScheduleName, params: GenParams) -> Result<Schedule, GenEr
             }
             pipedream_2bw(p, m, steps)
         }
+        ScheduleName::ZbH1 => zb_h1(p, m),
+        ScheduleName::ZbH2 => zb_h2(p, m),
+        ScheduleName::ZbV => zbv(p, m),
+        ScheduleName::DualPipeV => {
+            if m < 2 * p {
+                return Err(GenError::DualPipeTooFewMicrobatches { m, p });
+            }
+            dualpipev(p, m)
+        }
+        ScheduleName::LoopedBfs => looped_bfs(p, m, v),
     })
 }
 
@@ -313,6 +386,250 @@ pub fn pipedream_2bw(p: u32, m: u32, steps: u32) -> Schedule {
         weight_update: WeightUpdate::DoubleBuffered,
         microbatches_per_step: m,
     }
+}
+
+/// A schedule with a flush and split backward on `p * v` stages.
+fn flush_schedule_placed(
+    devices: Vec<Vec<Action>>,
+    num_stages: u32,
+    m: u32,
+    placement: Placement,
+) -> Schedule {
+    Schedule {
+        placement,
+        ..flush_schedule(devices, num_stages, m)
+    }
+}
+
+/// ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2.1, Fig. 3 top): the 1F1B
+/// order with the backward split into `I` (input gradient) and `W` (weight gradient). Device r
+/// warms up with min(p-1-r, m) forwards as 1F1B does, then runs F, I and — delayed by r
+/// micro-batches — W; the delayed W passes fill the cool-down. Every device then holds at most
+/// p micro-batches in flight (counted until W ends), which is 1F1B's peak on device 0, and with
+/// F = I = W the bubble is (p-1)(F+I-W) instead of 1F1B's (p-1)(F+I+W): one third.
+pub fn zb_h1(p: u32, m: u32) -> Schedule {
+    let devices = (0..p)
+        .map(|r| {
+            let warmup = (p - 1 - r).min(m);
+            let mut out = Vec::with_capacity(3 * m as usize);
+            out.extend((0..warmup).map(|k| Action::f(r, k)));
+            let mut next_w = 0;
+            for k in 0..m - warmup {
+                out.push(Action::f(r, warmup + k));
+                out.push(Action::i(r, k));
+                if k >= r {
+                    out.push(Action::w(r, next_w));
+                    next_w += 1;
+                }
+            }
+            for k in m - warmup..m {
+                out.push(Action::i(r, k));
+                out.push(Action::w(r, next_w));
+                next_w += 1;
+            }
+            out.extend((next_w..m).map(|k| Action::w(r, k)));
+            out
+        })
+        .collect();
+    flush_schedule(devices, p, m)
+}
+
+/// ZB-H2 (Qi et al. 2024, Sec. 2.2, Fig. 3 bottom): up to 2p-1 micro-batches in flight so that
+/// extra warm-up forwards fill the start of the pipeline and W passes fill its end. The order
+/// is what the zero-bubble greedy of [`crate::schedule_search`] builds under the paper's
+/// assumption F = I = W with free communication and a limit of 2p-1 micro-batches in flight:
+/// each device runs an `I` as soon as its gradient is there, else a forward while under the
+/// limit, else the oldest pending `W`. With that limit device r warms up with 2(p-1-r)+1
+/// forwards (device 0 with 2p-1), as in the paper's figure.
+pub fn zb_h2(p: u32, m: u32) -> Schedule {
+    crate::schedule_search::zb_h2_order(p, m)
+}
+
+/// ZB-V (Qi et al. 2024, Sec. 6; PyTorch `ScheduleZBVZeroBubble`): two chunks per device in a
+/// V (device r holds stages r and 2p-1-r), so the first and last stage share device 0. Device r:
+/// 2(p-r)-1 forwards of its first chunk; r pairs (second-chunk F, first-chunk F); p-r rounds of
+/// second-chunk F, I, W; then a steady state of (F, I, W) on each chunk in turn; a cool-down
+/// of r pairs of I passes and p-r rounds of first-chunk (I, W); then the delayed W passes.
+/// The order is built for max(m, 2p-1) micro-batches and the ones beyond m are dropped, as
+/// PyTorch does, so every m >= 1 is accepted. With F = I = W each device holds at most about
+/// 2p chunk activations (p micro-batches' worth, 1F1B's peak) and the bubble vanishes for
+/// m >= 2p-1 in the paper's analysis.
+pub fn zbv(p: u32, m: u32) -> Schedule {
+    let n = m.max(2 * p - 1);
+    let devices = (0..p)
+        .map(|r| {
+            let (c0, c1) = (r, 2 * p - 1 - r);
+            let mut out = Vec::with_capacity(6 * n as usize);
+            let (mut f0, mut f1, mut b0, mut b1) = (0u32, 0u32, 0u32, 0u32);
+            let fwd = |out: &mut Vec<Action>, stage: u32, k: &mut u32| {
+                out.push(Action::f(stage, *k));
+                *k += 1;
+            };
+            let split = |out: &mut Vec<Action>, stage: u32, k: &mut u32| {
+                out.push(Action::i(stage, *k));
+                out.push(Action::w(stage, *k));
+                *k += 1;
+            };
+            for _ in 0..2 * (p - r) - 1 {
+                fwd(&mut out, c0, &mut f0);
+            }
+            for _ in 0..r {
+                fwd(&mut out, c1, &mut f1);
+                fwd(&mut out, c0, &mut f0);
+            }
+            for _ in 0..p - r {
+                fwd(&mut out, c1, &mut f1);
+                split(&mut out, c1, &mut b1);
+            }
+            while f1 < f0 || f0 < n {
+                if f0 < n {
+                    fwd(&mut out, c0, &mut f0);
+                }
+                split(&mut out, c0, &mut b0);
+                fwd(&mut out, c1, &mut f1);
+                split(&mut out, c1, &mut b1);
+            }
+            let (mut w0, mut w1) = (b0, b1);
+            for _ in 0..r {
+                out.push(Action::i(c0, b0));
+                out.push(Action::i(c1, b1));
+                b0 += 1;
+                b1 += 1;
+            }
+            for _ in 0..p - r {
+                out.push(Action::i(c0, b0));
+                out.push(Action::w(c0, w0));
+                b0 += 1;
+                w0 += 1;
+            }
+            out.extend((w1..b1).map(|k| Action::w(c1, k)));
+            w1 = b1;
+            out.extend((w0..b0).map(|k| Action::w(c0, k)));
+            w0 = b0;
+            debug_assert!(f0 == n && f1 == n && b0 == n && b1 == n && w0 == n && w1 == n);
+            out.retain(|a| a.microbatch < m);
+            out
+        })
+        .collect();
+    flush_schedule_placed(devices, 2 * p, m, Placement::V)
+}
+
+/// DualPipeV (DeepSeek-AI, DualPipe repository; PyTorch `ScheduleDualPipeV`): the V placement
+/// of ZB-V with the two chunks fed so that one chunk's forward overlaps the other chunk's
+/// backward. PyTorch writes each such pair as one compound `(F;B)OVERLAP_F_B` action; pplan's
+/// IR has no compound actions, so a pair is its forward followed by its backward on the same
+/// compute stream (which is also how pplan reads the compound token). Device r runs, in phases:
+/// 2(p-r-1) first-chunk forwards; r+1 pairs of forwards (first chunk, second chunk); p-r-1
+/// rounds of second-chunk I, the oldest pending W, second-chunk F; m-2p+r+1 rounds of two
+/// overlapped pairs (F first chunk + B second chunk, F second chunk + B first chunk; device p-1
+/// does not overlap its very first pair); p-r-1 rounds of second-chunk B plus an overlapped
+/// pair; r+1 rounds of backward on both chunks, switching from full B to I half-way (the zero-
+/// bubble tail); p-r-1 rounds of a pending W then a first-chunk backward; finally r+1 pending W.
+/// Micro-batch indices are counted per stage, a B and an I sharing one counter.
+/// Defined for m >= 2p (PyTorch's requirement: at least as many micro-batches as stages).
+pub fn dualpipev(p: u32, m: u32) -> Schedule {
+    use std::collections::VecDeque;
+    let stages = 2 * p;
+    let devices = (0..p)
+        .map(|r| {
+            let (s0, s1) = (r, stages - 1 - r);
+            let mut out = Vec::with_capacity(6 * m as usize);
+            let mut fwd_next = [0u32; 2];
+            let mut bwd_next = [0u32; 2];
+            let mut pending_w: VecDeque<Action> = VecDeque::new();
+            let local = |s: u32| usize::from(s == s1);
+            let mut push = |out: &mut Vec<Action>, pending_w: &mut VecDeque<Action>, s, kind| {
+                let counter = if kind == Kind::F {
+                    &mut fwd_next[local(s)]
+                } else {
+                    &mut bwd_next[local(s)]
+                };
+                let a = Action::new(s, kind, *counter);
+                *counter += 1;
+                out.push(a);
+                if kind == Kind::I {
+                    pending_w.push_back(Action::w(s, a.microbatch));
+                }
+            };
+            let flush_one = |out: &mut Vec<Action>, pending_w: &mut VecDeque<Action>| {
+                if let Some(w) = pending_w.pop_front() {
+                    out.push(w);
+                }
+            };
+            let q = &mut pending_w;
+            for _ in 0..2 * (p - r - 1) {
+                push(&mut out, q, s0, Kind::F);
+            }
+            for _ in 0..r + 1 {
+                push(&mut out, q, s0, Kind::F);
+                push(&mut out, q, s1, Kind::F);
+            }
+            for _ in 0..p - r - 1 {
+                push(&mut out, q, s1, Kind::I);
+                flush_one(&mut out, q);
+                push(&mut out, q, s1, Kind::F);
+            }
+            for _ in 0..m + r + 1 - 2 * p {
+                // (F s0; B s1) then (F s1; B s0); the compound pairs, flattened.
+                push(&mut out, q, s0, Kind::F);
+                push(&mut out, q, s1, Kind::B);
+                push(&mut out, q, s1, Kind::F);
+                push(&mut out, q, s0, Kind::B);
+            }
+            for _ in 0..p - r - 1 {
+                push(&mut out, q, s1, Kind::B);
+                push(&mut out, q, s1, Kind::F);
+                push(&mut out, q, s0, Kind::B);
+            }
+            let mut zero_bubble = false;
+            let half = (r + 1) / 2;
+            for i in 0..r + 1 {
+                if i == half && r % 2 == 1 {
+                    zero_bubble = true;
+                }
+                let kind = if zero_bubble { Kind::I } else { Kind::B };
+                push(&mut out, q, s1, kind);
+                if i == half && r % 2 == 0 {
+                    zero_bubble = true;
+                }
+                let kind = if zero_bubble { Kind::I } else { Kind::B };
+                push(&mut out, q, s0, kind);
+            }
+            for _ in 0..p - r - 1 {
+                flush_one(&mut out, q);
+                let kind = if zero_bubble { Kind::I } else { Kind::B };
+                push(&mut out, q, s0, kind);
+            }
+            for _ in 0..r + 1 {
+                flush_one(&mut out, q);
+            }
+            out
+        })
+        .collect();
+    flush_schedule_placed(devices, stages, m, Placement::V)
+}
+
+/// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"; PyTorch
+/// `ScheduleLoopedBFS`): v chunks per device, stage s on device s mod p. Each device runs all
+/// forwards of its first chunk, then of its next chunk, and so on; then the backwards chunk by
+/// chunk in reverse stage order, each chunk's micro-batches from last to first (as PyTorch
+/// orders them). Every device stashes all m·v chunk activations (GPipe-like memory); with v = 1
+/// it is GPipe with the backwards reversed.
+pub fn looped_bfs(p: u32, m: u32, v: u32) -> Schedule {
+    let devices = (0..p)
+        .map(|r| {
+            let stages: Vec<u32> = (0..v).map(|c| c * p + r).collect();
+            let mut out = Vec::with_capacity(2 * (m * v) as usize);
+            for &s in &stages {
+                out.extend((0..m).map(|k| Action::f(s, k)));
+            }
+            for &s in stages.iter().rev() {
+                out.extend((0..m).rev().map(|k| Action::b(s, k)));
+            }
+            out
+        })
+        .collect();
+    flush_schedule(devices, p * v, m)
 }
 
 /// Convenience used by tests and the CLI: the kinds a schedule uses for backward.

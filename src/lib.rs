@@ -6,6 +6,7 @@
 pub mod csv;
 pub mod generators;
 pub mod ir;
+pub mod schedule_search;
 pub mod sim;
 pub mod trace;
 pub mod validate;
