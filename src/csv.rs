@@ -2,7 +2,12 @@
 //!
 //! One row per device (row r = rank r), comma-separated action strings, an empty field is an
 //! idle slot and is ignored, no header, LF or CRLF line ends. PyTorch writes CRLF (Python's
-//! `csv.writer` default); we write LF and read both.
+//! `csv.writer` default, `_dump_csv` opens the file with `newline=""`) and writes each idle
+//! slot (`None`) as an empty field. [`write`] writes LF; [`write_torch`] writes CRLF, byte for
+//! byte what `_dump_csv(format="compute_only")` writes for the same order without idle slots.
+//! Both read back to the same schedule given the placement (stage→device mapping), which the
+//! file does not record: `Placement::Loop` (PyTorch's default "loop" style) or `Placement::V`
+//! (its "v" style, used by ScheduleZBVZeroBubble and ScheduleDualPipeV).
 //!
 //! Lowered files (`format="compute_comms"`) are read too: their SEND/RECV/UNSHARD/RESHARD/
 //! REDUCE_GRAD actions are dropped, because the simulator derives communication from the stage
@@ -107,6 +112,11 @@ pub fn write(schedule: &Schedule) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Write a schedule as PyTorch's `_dump_csv` does: one row per rank, CRLF line ends.
+pub fn write_torch(schedule: &Schedule) -> String {
+    write(schedule).replace('\n', "\r\n")
 }
 
 #[cfg(test)]
