@@ -368,3 +368,37 @@ fn search_is_deterministic_and_reports_bad_input() {
     let err = schedule_search::search(&params).unwrap_err();
     assert!(err.to_string().contains("--memory-limit"), "{err}");
 }
+
+/// The bundled files under `schedules/` are what the generators write (LF, pplan's `write`).
+/// `PPLAN_BLESS=1 cargo test --test zero_bubble bundled` rewrites them.
+#[test]
+fn bundled_schedule_files_match_the_generators() {
+    let files = [
+        ("zb-h1-p4-m8.csv", ScheduleName::ZbH1, 1, Placement::Loop),
+        ("zb-h2-p4-m8.csv", ScheduleName::ZbH2, 1, Placement::Loop),
+        ("zbv-p4-m8.csv", ScheduleName::ZbV, 2, Placement::V),
+        (
+            "dualpipev-p4-m8.csv",
+            ScheduleName::DualPipeV,
+            2,
+            Placement::V,
+        ),
+        (
+            "looped-bfs-p4-m8-v2.csv",
+            ScheduleName::LoopedBfs,
+            2,
+            Placement::Loop,
+        ),
+    ];
+    for (file, name, v, placement) in files {
+        let path = format!("{}/schedules/{file}", env!("CARGO_MANIFEST_DIR"));
+        let s = gen(name, 4, 8, v).unwrap();
+        let text = csv::write(&s);
+        if std::env::var_os("PPLAN_BLESS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(on_disk, text, "{file} is stale; rerun with PPLAN_BLESS=1");
+        assert_eq!(csv::parse(&on_disk, placement).unwrap(), s, "{file}");
+    }
+}
