@@ -22,7 +22,11 @@ fn ns_per_unit(chunks: u32) -> u64 {
 }
 
 #[derive(Parser)]
-#[command(name = "pplan", version, about = "Simulate and plan pipeline-parallel training")]
+#[command(
+    name = "pplan",
+    version,
+    about = "Simulate and plan pipeline-parallel training"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -59,7 +63,8 @@ struct ScheduleArgs {
     /// Model chunks per device V (the model is cut into P·V stages); interleaved-1f1b only.
     #[arg(long)]
     chunks: Option<u32>,
-    /// Mini-batches run back to back without a flush by pipedream and pipedream-2bw.
+    /// Mini-batches run back to back without a flush by pipedream and pipedream-2bw (for a
+    /// file with --weight-update 2bw: how many mini-batches the file holds).
     #[arg(long, default_value_t = 1)]
     steps: u32,
     /// PipeDream vertical sync: every stage uses the weight version stage 0 used.
@@ -79,19 +84,19 @@ struct SimulateArgs {
     schedule: ScheduleArgs,
     /// Time of one micro-batch's forward through one device's whole share of the model
     /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     forward: f64,
     /// Time of one micro-batch's full backward through one device's share.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     backward: f64,
     /// Input-gradient part of the backward (zero-bubble I); default half of --backward.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     backward_input: Option<f64>,
     /// Weight-gradient part of the backward (zero-bubble W); default the other half.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     backward_weight: Option<f64>,
     /// Time of one point-to-point activation or gradient transfer between devices.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     p2p: f64,
     /// Write a Chrome trace (open in Perfetto).
     #[arg(long)]
@@ -159,12 +164,19 @@ fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
     if looks_like_file {
         return load_file(args);
     }
-    let name: ScheduleName = args.schedule.parse().map_err(|e: String| CliError::Input(format!("--schedule: {e}")))?;
+    let name: ScheduleName = args
+        .schedule
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--schedule: {e}")))?;
     let Some(p) = args.stages else {
-        return input(format!("--stages is required with the built-in schedule '{name}'"));
+        return input(format!(
+            "--stages is required with the built-in schedule '{name}'"
+        ));
     };
     let Some(m) = args.microbatches else {
-        return input(format!("--microbatches is required with the built-in schedule '{name}'"));
+        return input(format!(
+            "--microbatches is required with the built-in schedule '{name}'"
+        ));
     };
     if args.weight_update.is_some() {
         return input(format!(
@@ -178,7 +190,8 @@ fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         steps: args.steps,
         vertical_sync: args.vertical_sync,
     };
-    let schedule = generators::generate(name, params).map_err(|e| CliError::Input(e.to_string()))?;
+    let schedule =
+        generators::generate(name, params).map_err(|e| CliError::Input(e.to_string()))?;
     Ok(Loaded {
         schedule,
         label: name.to_string(),
@@ -198,8 +211,18 @@ fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
     let p = schedule.num_devices();
     let checks = [
         ("--stages", args.stages, p, "rows (devices)"),
-        ("--microbatches", args.microbatches, schedule.num_microbatches, "micro-batches"),
-        ("--chunks", args.chunks, schedule.chunks(), "chunks per device"),
+        (
+            "--microbatches",
+            args.microbatches,
+            schedule.num_microbatches,
+            "micro-batches",
+        ),
+        (
+            "--chunks",
+            args.chunks,
+            schedule.chunks(),
+            "chunks per device",
+        ),
     ];
     for (flag, given, found, what) in checks {
         if let Some(given) = given {
@@ -214,12 +237,20 @@ fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         schedule.weight_update = policy
             .parse::<WeightUpdate>()
             .map_err(|e| CliError::Input(format!("--weight-update: {e}")))?;
-        if schedule.weight_update == WeightUpdate::DoubleBuffered {
-            return input("--weight-update 2bw needs the mini-batch size, which a schedule file does not carry; use --schedule pipedream-2bw");
-        }
-        if schedule.weight_update != WeightUpdate::Flush {
-            schedule.microbatches_per_step = 1;
-        }
+        schedule.microbatches_per_step = match schedule.weight_update {
+            WeightUpdate::Flush => schedule.num_microbatches,
+            WeightUpdate::Stash { .. } => 1,
+            WeightUpdate::DoubleBuffered => {
+                let m = schedule.num_microbatches;
+                if args.steps == 0 || m % args.steps != 0 {
+                    return input(format!(
+                        "--steps {} must divide the {m} micro-batches of --schedule file '{path}' (2bw updates once per mini-batch of m/steps micro-batches)",
+                        args.steps
+                    ));
+                }
+                m / args.steps
+            }
+        };
     }
     pplan::validate(&schedule)
         .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
@@ -263,7 +294,13 @@ struct SimulateReport {
     devices: Vec<DeviceReport>,
 }
 
-fn report(label: &str, s: &Schedule, r: &SimResult, scale: u64, memory_known: bool) -> SimulateReport {
+fn report(
+    label: &str,
+    s: &Schedule,
+    r: &SimResult,
+    scale: u64,
+    memory_known: bool,
+) -> SimulateReport {
     let units = |ns: u64| ns as f64 / scale as f64;
     SimulateReport {
         schedule: label.to_string(),

@@ -80,7 +80,12 @@ pub fn from_timeline(tl: &Timeline) -> Trace {
         events.push(meta("process_name", d, 0, format!("device {d}")));
         events.push(meta("process_sort_index", d, 0, d.to_string()));
         for s in [Stream::Compute, Stream::Send, Stream::Recv] {
-            events.push(meta("thread_name", d, stream_tid(s), s.as_str().to_string()));
+            events.push(meta(
+                "thread_name",
+                d,
+                stream_tid(s),
+                s.as_str().to_string(),
+            ));
         }
     }
     let mut spans: Vec<_> = tl.spans.iter().collect();
