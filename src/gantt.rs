@@ -114,6 +114,13 @@ pub enum GanttError {
     },
 }
 
+/// The size in pixels, `(width, height)`, that [`render_svg`] and [`render_png`] give for
+/// these inputs.
+pub fn chart_size_px(tl: &Timeline, opts: &GanttOptions) -> Result<(u32, u32), GanttError> {
+    let layout = Layout::new(tl, opts)?;
+    Ok((layout.width_px, layout.height_px))
+}
+
 /// Renders the timeline as a standalone SVG document.
 pub fn render_svg(tl: &Timeline, opts: &GanttOptions) -> Result<String, GanttError> {
     let layout = Layout::new(tl, opts)?;
@@ -261,11 +268,11 @@ const SUMMARY_FONT_PX: f64 = 13.0;
 const SUMMARY_LINE_PX: i32 = 22;
 const HEADER_GAP_PX: i32 = 8;
 const COMPUTE_LANE_PX: i32 = 26;
-const COMM_LANE_PX: i32 = 7;
+const COMM_LANE_PX: i32 = 9;
 const LANE_GAP_PX: i32 = 2;
 const ROW_GAP_PX: i32 = 12;
 const LABEL_FONT_PX: f64 = 13.0;
-const LANE_FONT_PX: f64 = 10.0;
+const LANE_FONT_PX: f64 = 9.0;
 const BOX_FONT_PX: f64 = 12.0;
 const AXIS_FONT_PX: f64 = 12.0;
 const AXIS_HEIGHT_PX: i32 = 46;
@@ -471,9 +478,14 @@ impl Layout {
             if kinds_present[kind_index(kind)] {
                 let shown = chunks.min(8);
                 let swatches = (0..shown).map(|c| compute_rgb(kind, c, chunks)).collect();
+                let label = if chunks > 1 {
+                    format!("{}, chunk 0 to {}", kind_label(kind), chunks - 1)
+                } else {
+                    kind_label(kind).to_string()
+                };
                 items.push(LegendItem {
                     swatches,
-                    label: kind_label(kind).to_string(),
+                    label,
                     outlined: false,
                 });
             }
@@ -481,10 +493,7 @@ impl Layout {
         if chunks > 1 {
             items.push(LegendItem {
                 swatches: Vec::new(),
-                label: format!(
-                    "shade = chunk (stage / {p}): darkest chunk 0 … lightest chunk {}",
-                    chunks - 1
-                ),
+                label: format!("chunk = stage / {p}; lighter shade = later chunk"),
                 outlined: false,
             });
         }
@@ -658,14 +667,9 @@ fn draw_chart<DB: DrawingBackend>(
         if opts.show_transfers {
             let (st, sb) = layout.lane_y(d, Stream::Send);
             let (rt, rb) = layout.lane_y(d, Stream::Recv);
-            // One label for both thin lanes: they are too thin for a line of text each.
-            root.draw_text(
-                "send/recv",
-                &lane_label,
-                (layout.plot_x0 - 8, (st + sb + rt + rb) / 4),
-            )
-            .map_err(e)?;
-            for (t, b) in [(st, sb), (rt, rb)] {
+            for (name, t, b) in [("send", st, sb), ("recv", rt, rb)] {
+                root.draw_text(name, &lane_label, (layout.plot_x0 - 8, (t + b + 1) / 2))
+                    .map_err(e)?;
                 root.draw(&PathElement::new(
                     vec![(layout.plot_x0, (t + b) / 2), (layout.plot_x1, (t + b) / 2)],
                     color(GRID_RGB),
@@ -780,4 +784,93 @@ fn span_x(layout: &Layout, s: &Span) -> (i32, i32) {
     let x0 = layout.x_of(s.start_ns);
     let x1 = layout.x_of(s.end_ns).max(x0 + 1);
     (x0, x1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generators;
+    use crate::sim::{simulate, Costs, SimOptions, UnitCosts};
+
+    fn hex(c: Rgb) -> String {
+        format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+    }
+
+    /// `(height, fill)` of every `<rect>` in an SVG written by plotters.
+    fn rects(svg: &str) -> Vec<(String, String)> {
+        let attr = |tag: &str, name: &str| -> String {
+            let key = format!(" {name}=\"");
+            tag.find(&key)
+                .map(|i| {
+                    let rest = &tag[i + key.len()..];
+                    rest[..rest.find('"').unwrap_or(rest.len())].to_string()
+                })
+                .unwrap_or_default()
+        };
+        svg.split("<rect")
+            .skip(1)
+            .map(|t| {
+                let tag = &t[..t.find('>').unwrap_or(t.len())];
+                (attr(tag, "height"), attr(tag, "fill"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_box_per_compute_action_1f1b_p4_m8() {
+        let s = generators::one_f_one_b(4, 8);
+        let costs = Costs::uniform(
+            4,
+            4,
+            UnitCosts {
+                forward_ns: 1_000_000,
+                backward_ns: 2_000_000,
+                p2p_ns: 100_000,
+                ..Default::default()
+            },
+        );
+        let tl = simulate(&s, &costs, SimOptions::default())
+            .unwrap()
+            .timeline
+            .unwrap();
+        let svg = render_svg(&tl, &GanttOptions::default()).unwrap();
+        let box_height = (COMPUTE_LANE_PX - 1).to_string();
+        let count = |kind: Kind| {
+            let fill = hex(kind_rgb(kind));
+            rects(&svg)
+                .iter()
+                .filter(|(h, f)| *h == box_height && *f == fill)
+                .count()
+        };
+        assert_eq!(count(Kind::F), 4 * 8);
+        assert_eq!(count(Kind::B), 4 * 8);
+        assert_eq!(count(Kind::I) + count(Kind::W), 0);
+        let compute = tl
+            .spans
+            .iter()
+            .filter(|s| s.stream == Stream::Compute)
+            .count();
+        assert_eq!(count(Kind::F) + count(Kind::B), compute);
+    }
+
+    #[test]
+    fn later_chunks_are_lighter_and_chunk_zero_is_the_base_colour() {
+        for kind in Kind::ALL {
+            assert_eq!(compute_rgb(kind, 0, 2), kind_rgb(kind));
+            let sum = |c: Rgb| c.0 as u32 + c.1 as u32 + c.2 as u32;
+            assert!(sum(compute_rgb(kind, 1, 2)) > sum(compute_rgb(kind, 0, 2)));
+            assert!(sum(compute_rgb(kind, 2, 3)) > sum(compute_rgb(kind, 1, 3)));
+            assert_ne!(compute_rgb(kind, 1, 2), (255, 255, 255));
+        }
+    }
+
+    #[test]
+    fn nice_steps_are_1_2_5_multiples() {
+        assert_eq!(nice_step(34.6, 10.0), (5.0, 0));
+        assert_eq!(nice_step(1.0, 10.0), (0.1, 1));
+        assert_eq!(nice_step(100.0, 5.0), (20.0, 0));
+        let (step, decimals) = nice_step(0.003, 3.0);
+        assert!((step - 0.001).abs() < 1e-12);
+        assert_eq!(decimals, 3);
+    }
 }
