@@ -273,7 +273,10 @@ const LANE_GAP_PX: i32 = 2;
 const ROW_GAP_PX: i32 = 12;
 const LABEL_FONT_PX: f64 = 13.0;
 const LANE_FONT_PX: f64 = 9.0;
-const BOX_FONT_PX: f64 = 12.0;
+/// Font sizes tried, largest first, for the micro-batch number inside a compute box.
+const BOX_FONT_PX: [f64; 2] = [12.0, 10.0];
+/// Horizontal room a micro-batch label needs besides its own width (both sides together).
+const BOX_TEXT_PAD_PX: f64 = 5.0;
 const AXIS_FONT_PX: f64 = 12.0;
 const AXIS_HEIGHT_PX: i32 = 46;
 const LEGEND_FONT_PX: f64 = 12.0;
@@ -561,6 +564,11 @@ impl Layout {
         self.plot_x0 + (t_ns as f64 / self.t_end_ns as f64 * w).round() as i32
     }
 
+    /// The unrounded width in pixels of a duration.
+    fn width_of(&self, duration_ns: u64) -> f64 {
+        duration_ns as f64 / self.t_end_ns as f64 * (self.plot_x1 - self.plot_x0) as f64
+    }
+
     /// Top and bottom (inclusive) of a span's lane.
     fn lane_y(&self, device: u32, stream: Stream) -> (i32, i32) {
         let top = self.rows_y0 + device as i32 * self.row_pitch_px;
@@ -692,11 +700,6 @@ fn draw_chart<DB: DrawingBackend>(
         ))
         .map_err(e)?;
     }
-    let box_font = FontDesc::new(
-        FontFamily::Name(FONT_FAMILY),
-        BOX_FONT_PX,
-        FontStyle::Normal,
-    );
     for s in &tl.spans {
         if s.stream != Stream::Compute {
             continue;
@@ -716,13 +719,17 @@ fn draw_chart<DB: DrawingBackend>(
             color(mix(fill, (0, 0, 0), 0.45)),
         ))
         .map_err(e)?;
+        // The largest font in which the micro-batch number fits. Decided on the unrounded
+        // width, so that equally long boxes are all labelled alike whatever pixel rounding
+        // does to each one.
         let text = s.action.microbatch.to_string();
-        let text_w = box_font
-            .box_size(&text)
-            .map(|(w, _)| w as i32)
-            .unwrap_or(i32::MAX);
-        if text_w.saturating_add(4) <= x1 - x0 {
-            let st = style(BOX_FONT_PX, text_on(fill), HPos::Center, VPos::Center);
+        let room = layout.width_of(s.end_ns - s.start_ns) - BOX_TEXT_PAD_PX;
+        let size = BOX_FONT_PX
+            .iter()
+            .copied()
+            .find(|&size| text_width(size, &text) as f64 <= room);
+        if let Some(size) = size {
+            let st = style(size, text_on(fill), HPos::Center, VPos::Center);
             root.draw_text(&text, &st, ((x0 + x1 + 1) / 2, (top + bottom + 1) / 2))
                 .map_err(e)?;
         }
