@@ -464,6 +464,15 @@ impl Layout {
         // Ticks: about one per 90 px, labelled in the caller's unit.
         let plot_w = (plot_x1 - plot_x0).max(1);
         let t_end_units = t_end_ns as f64 / opts.ns_per_unit;
+        if !t_end_units.is_finite() {
+            return Err(GanttError::InvalidOption {
+                name: "ns_per_unit",
+                reason: format!(
+                    "{} is too small: the time axis ({t_end_ns} ns) overflows",
+                    opts.ns_per_unit
+                ),
+            });
+        }
         let (step, decimals) = nice_step(t_end_units, plot_w as f64 / 90.0);
         let mut ticks = Vec::new();
         for i in 0..=MAX_TICKS {

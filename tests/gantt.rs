@@ -226,12 +226,13 @@ fn malformed_inputs_are_errors_not_panics() {
         "{err}"
     );
 
-    for ns_per_unit in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+    let tl_ok = timeline(&generators::gpipe(2, 2));
+    for ns_per_unit in [0.0, -1.0, f64::NAN, f64::INFINITY, 5e-324] {
         let opts = GanttOptions {
             ns_per_unit,
             ..GanttOptions::default()
         };
-        let err = render_svg(&Timeline::default(), &opts).unwrap_err();
+        let err = render_svg(&tl_ok, &opts).unwrap_err();
         assert!(matches!(err, GanttError::InvalidOption { .. }), "{err}");
     }
 
