@@ -2,6 +2,7 @@
 //! (0 success, 2 bad input or infeasible request, 1 internal error).
 
 use clap::{Parser, Subcommand, ValueEnum};
+use pplan::gantt::{GanttError, GanttOptions};
 use pplan::generators::{self, GenParams, ScheduleName};
 use pplan::ir::{Placement, Schedule, WeightUpdate};
 use pplan::sim::{self, Costs, SimOptions, SimResult, UnitCosts};
@@ -98,6 +99,9 @@ struct SimulateArgs {
     /// Time of one point-to-point activation or gradient transfer between devices.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     p2p: f64,
+    /// Draw a Gantt chart: FILE.svg or FILE.png.
+    #[arg(long)]
+    gantt: Option<PathBuf>,
     /// Write a Chrome trace (open in Perfetto).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -366,7 +370,7 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
     };
     let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
-    let record = args.trace.is_some();
+    let record = args.trace.is_some() || args.gantt.is_some();
     let r = sim::simulate(
         s,
         &costs,
@@ -381,6 +385,31 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
     })?;
     if let (Some(path), Some(tl)) = (&args.trace, &r.timeline) {
         write_output(path, "--trace", pplan::trace::to_json(tl).as_bytes())?;
+    }
+    if let (Some(path), Some(tl)) = (&args.gantt, &r.timeline) {
+        let unit_label = if scale == 1_000_000 {
+            "ms (1 unit)".to_string()
+        } else {
+            format!("units ({} ms each)", scale / 1_000_000)
+        };
+        let opts = GanttOptions {
+            title: format!(
+                "{}: p={}, m={}, v={}",
+                loaded.label,
+                s.num_devices(),
+                s.num_microbatches,
+                s.chunks()
+            ),
+            unit_label,
+            ns_per_unit: 1e6,
+            ..GanttOptions::default()
+        };
+        pplan::gantt::write_file(tl, &opts, path).map_err(|e| match e {
+            GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
+                CliError::Internal(format!("--gantt: {e}"))
+            }
+            e => CliError::Input(format!("--gantt: {e}")),
+        })?;
     }
     let rep = report(&loaded.label, s, &r, scale, false);
     match args.format {

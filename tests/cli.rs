@@ -440,3 +440,47 @@ fn bad_flags_exit_2_naming_the_flag() {
         &["too large"],
     );
 }
+
+#[test]
+fn gantt_svg_and_png_from_the_cli() {
+    let dir = std::env::temp_dir().join(format!("pplan-gantt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for ext in ["svg", "png"] {
+        let path = dir.join(format!("g.{ext}"));
+        let (code, _, err) = pplan(&[
+            "simulate",
+            "--schedule",
+            "1f1b",
+            "--stages",
+            "4",
+            "--microbatches",
+            "8",
+            "--forward",
+            "1",
+            "--backward",
+            "2",
+            "--gantt",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let bytes = std::fs::read(&path).unwrap();
+        match ext {
+            "svg" => assert!(String::from_utf8(bytes).unwrap().contains("<svg")),
+            _ => assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n"),
+        }
+    }
+    expect_input_error(
+        &[
+            "simulate",
+            "--schedule",
+            "1f1b",
+            "--stages",
+            "2",
+            "--microbatches",
+            "2",
+            "--gantt",
+            "chart.jpg",
+        ],
+        &["--gantt", "chart.jpg", ".svg, .png"],
+    );
+}
