@@ -4,6 +4,7 @@
 //! the invariants each keeps are in `docs/ARCHITECTURE.md`.
 
 pub mod csv;
+pub mod gantt;
 pub mod generators;
 pub mod ir;
 pub mod schedule_search;

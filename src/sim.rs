@@ -11,7 +11,7 @@
 //! are free. Transfers start in the order they are requested (FIFO per stream).
 
 use crate::ir::{Action, Kind, Schedule, WeightUpdate};
-use crate::validate::{self, Position, Stuck, ValidationError};
+use crate::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
@@ -223,28 +223,28 @@ pub enum SimError {
     CostsMismatch(String),
     #[error("simulation stopped after {limit} events without finishing (raise the event bound)")]
     EventLimit { limit: u64 },
-    #[error("the simulation deadlocked; {} device(s) can never proceed:\n  {}", stuck.len(), stuck.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("\n  "))]
-    Deadlock { stuck: Vec<Stuck> },
 }
 
 const F_DONE: u8 = 1;
 const B_DONE: u8 = 2;
 const I_DONE: u8 = 4;
 const W_DONE: u8 = 8;
-const ACT_READY: u8 = 16;
-const GRAD_READY: u8 = 32;
+/// `act_at`/`grad_at` value of data not yet produced.
+const NOT_YET: u64 = u64::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     /// The compute stream of this device finished its current action.
     ComputeDone(u32),
-    /// Data for `slot` arrived on `device`; `flag` is ACT_READY or GRAD_READY.
-    Arrival { device: u32, slot: u32, flag: u8 },
+    /// The device's next action was waiting for data in transit that has now arrived.
+    Wake(u32),
 }
 
 struct Device {
     pc: usize,
     busy: bool,
+    /// A `Wake` event is pending for this device.
+    waking: bool,
     start_ns: u64,
     busy_ns: u64,
     send_free_ns: u64,
@@ -271,6 +271,11 @@ struct Sim<'a> {
     m: usize,
     stages: u32,
     flags: Vec<u8>,
+    /// When the input activation of (stage, micro-batch) is on its device (`NOT_YET` before it
+    /// is sent). Stage 0 needs none.
+    act_at: Vec<u64>,
+    /// When the output gradient of (stage, micro-batch) is on its device. The last stage needs none.
+    grad_at: Vec<u64>,
     dev: Vec<Device>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
@@ -279,13 +284,15 @@ struct Sim<'a> {
     device_of: Vec<u32>,
 }
 
-/// Validate `schedule`, then simulate it with `costs`.
+/// Simulate `schedule` with `costs`. The schedule is validated first (shape and completeness);
+/// an order that deadlocks is reported as [`ValidationError::Deadlock`], naming the same stuck
+/// devices as [`validate::validate`].
 pub fn simulate(
     schedule: &Schedule,
     costs: &Costs,
     options: SimOptions,
 ) -> Result<SimResult, SimError> {
-    validate::validate(schedule)?;
+    validate::validate_structure(schedule)?;
     check_costs(schedule, costs)?;
     let p = schedule.devices.len();
     let m = schedule.num_microbatches as usize;
@@ -303,10 +310,13 @@ pub fn simulate(
         m,
         stages,
         flags: vec![0; stages as usize * m],
+        act_at: vec![NOT_YET; stages as usize * m],
+        grad_at: vec![NOT_YET; stages as usize * m],
         dev: (0..p)
             .map(|d| Device {
                 pc: 0,
                 busy: false,
+                waking: false,
                 start_ns: 0,
                 busy_ns: 0,
                 send_free_ns: 0,
@@ -340,15 +350,15 @@ pub fn simulate(
         now = t;
         match ev {
             Event::ComputeDone(d) => sim.finish(d as usize, t),
-            Event::Arrival { device, slot, flag } => {
-                sim.flags[slot as usize] |= flag;
-                sim.try_start(device as usize, t);
+            Event::Wake(d) => {
+                sim.dev[d as usize].waking = false;
+                sim.try_start(d as usize, t);
             }
         }
     }
     let stuck = sim.stuck();
     if !stuck.is_empty() {
-        return Err(SimError::Deadlock { stuck });
+        return Err(SimError::Invalid(ValidationError::Deadlock { stuck }));
     }
     let makespan_ns = now;
     let devices: Vec<DeviceMetrics> = sim
@@ -414,28 +424,39 @@ impl Sim<'_> {
         self.seq += 1;
     }
 
-    fn ready(&self, a: Action) -> bool {
-        let f = self.flags[self.slot(a)];
-        match a.kind {
-            Kind::F => a.stage == 0 || f & ACT_READY != 0,
-            Kind::B | Kind::I => {
-                f & F_DONE != 0 && (a.stage + 1 == self.stages || f & GRAD_READY != 0)
-            }
-            Kind::W => f & I_DONE != 0,
-        }
+    /// When all inputs of `a` are on its device, or `None` if one has not been produced yet.
+    fn ready_at(&self, a: Action) -> Option<u64> {
+        let slot = self.slot(a);
+        let f = self.flags[slot];
+        let t = match a.kind {
+            Kind::F if a.stage == 0 => 0,
+            Kind::F => self.act_at[slot],
+            Kind::B | Kind::I if f & F_DONE == 0 => NOT_YET,
+            Kind::B | Kind::I if a.stage + 1 == self.stages => 0,
+            Kind::B | Kind::I => self.grad_at[slot],
+            Kind::W if f & I_DONE == 0 => NOT_YET,
+            Kind::W => 0,
+        };
+        (t != NOT_YET).then_some(t)
     }
 
     /// Start the device's next action at `now` if its compute stream is free and the action's
     /// inputs are present.
     fn try_start(&mut self, d: usize, now: u64) {
         let dev = &self.dev[d];
-        if dev.busy {
+        if dev.busy || dev.waking {
             return;
         }
         let Some(&a) = self.sched.devices[d].get(dev.pc) else {
             return;
         };
-        if !self.ready(a) {
+        let Some(ready) = self.ready_at(a) else {
+            return;
+        };
+        if ready > now {
+            // Its input is in transit: wake up when it lands.
+            self.dev[d].waking = true;
+            self.push(ready, Event::Wake(d as u32));
             return;
         }
         let cost = self.costs.stages[a.stage as usize];
@@ -520,11 +541,11 @@ impl Sim<'_> {
         match a.kind {
             Kind::F if a.stage + 1 < self.stages => {
                 let dur = self.costs.send_forward_ns[a.stage as usize];
-                self.transfer(d, a, a.stage + 1, ACT_READY, dur, now);
+                self.transfer(d, a, a.stage + 1, true, dur, now);
             }
             Kind::B | Kind::I if a.stage > 0 => {
                 let dur = self.costs.send_backward_ns[a.stage as usize - 1];
-                self.transfer(d, a, a.stage - 1, GRAD_READY, dur, now);
+                self.transfer(d, a, a.stage - 1, false, dur, now);
             }
             _ => {}
         }
@@ -550,73 +571,50 @@ impl Sim<'_> {
         }
     }
 
-    /// Move the output of `a` to `to_stage`, setting `flag` on arrival.
-    fn transfer(&mut self, d: usize, a: Action, to_stage: u32, flag: u8, dur: u64, now: u64) {
+    /// Move the output of `a` to `to_stage` (an activation if `forward`, else a gradient).
+    fn transfer(&mut self, d: usize, a: Action, to_stage: u32, forward: bool, dur: u64, now: u64) {
         let dst = self.device_of[to_stage as usize] as usize;
         let slot = to_stage as usize * self.m + a.microbatch as usize;
-        if dst == d || dur == 0 {
-            self.flags[slot] |= flag;
-            if dst != d {
-                self.try_start(dst, now);
+        let arrive = if dst == d || dur == 0 {
+            now
+        } else {
+            let start = now
+                .max(self.dev[d].send_free_ns)
+                .max(self.dev[dst].recv_free_ns);
+            let end = start + dur;
+            self.dev[d].send_free_ns = end;
+            self.dev[dst].recv_free_ns = end;
+            if let Some(spans) = self.spans.as_mut() {
+                for (device, stream, peer) in [(d, Stream::Send, dst), (dst, Stream::Recv, d)] {
+                    spans.push(Span {
+                        device: device as u32,
+                        stream,
+                        action: a,
+                        peer: Some(peer as u32),
+                        start_ns: start,
+                        end_ns: end,
+                    });
+                }
             }
-            return;
+            end
+        };
+        if forward {
+            self.act_at[slot] = arrive;
+        } else {
+            self.grad_at[slot] = arrive;
         }
-        let start = now
-            .max(self.dev[d].send_free_ns)
-            .max(self.dev[dst].recv_free_ns);
-        let end = start + dur;
-        self.dev[d].send_free_ns = end;
-        self.dev[dst].recv_free_ns = end;
-        if let Some(spans) = self.spans.as_mut() {
-            for (device, stream, peer) in [(d, Stream::Send, dst), (dst, Stream::Recv, d)] {
-                spans.push(Span {
-                    device: device as u32,
-                    stream,
-                    action: a,
-                    peer: Some(peer as u32),
-                    start_ns: start,
-                    end_ns: end,
-                });
-            }
+        if dst != d {
+            self.try_start(dst, now);
         }
-        self.push(
-            end,
-            Event::Arrival {
-                device: dst as u32,
-                slot: slot as u32,
-                flag,
-            },
-        );
     }
 
     fn stuck(&self) -> Vec<Stuck> {
-        let mut done = vec![0u8; self.flags.len()];
-        for (o, f) in done.iter_mut().zip(&self.flags) {
-            *o = f & (F_DONE | B_DONE | I_DONE | W_DONE);
-        }
-        let mut out = Vec::new();
-        for (d, dev) in self.dev.iter().enumerate() {
-            let Some(&action) = self.sched.devices[d].get(dev.pc) else {
-                continue;
-            };
-            let waits_for = validate::unmet_dependency(action, self.stages, self.m as u32, &done)
-                .unwrap_or(action);
-            out.push(Stuck {
-                at: Position {
-                    device: d as u32,
-                    index: dev.pc,
-                },
-                action,
-                waits_for,
-                waits_for_at: Position {
-                    device: self.device_of[waits_for.stage as usize],
-                    index: self.sched.devices[self.device_of[waits_for.stage as usize] as usize]
-                        .iter()
-                        .position(|&x| x == waits_for)
-                        .unwrap_or(0),
-                },
-            });
-        }
-        out
+        let done: Vec<u8> = self
+            .flags
+            .iter()
+            .map(|f| f & (F_DONE | B_DONE | I_DONE | W_DONE))
+            .collect();
+        let pc: Vec<usize> = self.dev.iter().map(|d| d.pc).collect();
+        validate::stuck_devices(self.sched, &pc, &done)
     }
 }
