@@ -40,6 +40,10 @@ enum Command {
     Simulate(SimulateArgs),
     /// Write a built-in schedule as a CSV file in PyTorch's compute_only format.
     Generate(GenerateArgs),
+    /// Search for the fastest zero-bubble schedule (F, I, W passes, one stage per device) within
+    /// a per-device limit on micro-batches in flight; the simulator judges every candidate.
+    /// The report goes to standard output; the schedule to --output.
+    ScheduleSearch(SearchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum, Default)]
@@ -51,7 +55,8 @@ enum Format {
 
 #[derive(clap::Args)]
 struct ScheduleArgs {
-    /// A schedule name (gpipe, 1f1b, interleaved-1f1b, pipedream, pipedream-2bw) or a .csv file.
+    /// A schedule name (gpipe, 1f1b, interleaved-1f1b, pipedream, pipedream-2bw, zb-h1, zb-h2,
+    /// zbv, dualpipev, looped-bfs) or a .csv file.
     #[arg(long)]
     schedule: String,
     /// Pipeline devices (ranks) P. Required for a built-in schedule; checked against a file.
@@ -61,7 +66,8 @@ struct ScheduleArgs {
     /// schedule; checked against a file.
     #[arg(long)]
     microbatches: Option<u32>,
-    /// Model chunks per device V (the model is cut into P·V stages); interleaved-1f1b only.
+    /// Model chunks per device V (the model is cut into P·V stages): interleaved-1f1b and
+    /// looped-bfs take any V; zbv and dualpipev always use 2 (V placement).
     #[arg(long)]
     chunks: Option<u32>,
     /// Mini-batches run back to back without a flush by pipedream and pipedream-2bw (for a
@@ -71,7 +77,8 @@ struct ScheduleArgs {
     /// PipeDream vertical sync: every stage uses the weight version stage 0 used.
     #[arg(long)]
     vertical_sync: bool,
-    /// Stage-to-device mapping of a schedule file: loop (stage s on device s mod P) or v.
+    /// Stage-to-device mapping of a schedule file: loop (stage s on device s mod P) or v
+    /// (device r holds stages r and 2P-1-r, as zbv and dualpipev files need).
     #[arg(long, default_value = "loop")]
     placement: String,
     /// Weight-update policy of a schedule file: flush, stash, stash-vsync or 2bw.
@@ -117,6 +124,47 @@ struct GenerateArgs {
     /// Output file (default: standard output).
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Write CRLF line ends, byte for byte what PyTorch's _dump_csv writes.
+    #[arg(long)]
+    crlf: bool,
+}
+
+#[derive(clap::Args)]
+struct SearchArgs {
+    /// Pipeline devices (ranks) P, one stage each.
+    #[arg(long)]
+    stages: u32,
+    /// Micro-batches M.
+    #[arg(long)]
+    microbatches: u32,
+    /// Forward time of one micro-batch through one stage (1 unit is 1 ms).
+    #[arg(long, allow_negative_numbers = true)]
+    forward: f64,
+    /// Input-gradient backward (I) time.
+    #[arg(long, allow_negative_numbers = true)]
+    backward_input: f64,
+    /// Weight-gradient backward (W) time.
+    #[arg(long, allow_negative_numbers = true)]
+    backward_weight: f64,
+    /// Point-to-point transfer time between neighbouring devices.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    p2p: f64,
+    /// Most micro-batches in flight (activations stashed from F until W ends) on any device;
+    /// default P, the peak of 1F1B and ZB-H1.
+    #[arg(long)]
+    memory_limit: Option<u32>,
+    /// Seed of the local-improvement moves (same seed, same result).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Local-improvement moves to try.
+    #[arg(long, default_value_t = 4000)]
+    iterations: u32,
+    /// Write the schedule found here (PyTorch compute_only CSV).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    /// Output format of the report.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 /// An error with its exit code.
@@ -143,6 +191,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => cmd_simulate(args),
         Command::Generate(args) => cmd_generate(args),
+        Command::ScheduleSearch(args) => cmd_schedule_search(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -424,7 +473,17 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
 
 fn cmd_generate(args: GenerateArgs) -> Result<(), CliError> {
     let loaded = load_schedule(&args.schedule)?;
-    let text = pplan::csv::write(&loaded.schedule);
+    let text = if args.crlf {
+        pplan::csv::write_torch(&loaded.schedule)
+    } else {
+        pplan::csv::write(&loaded.schedule)
+    };
+    if loaded.schedule.placement == Placement::V {
+        eprintln!(
+            "note: {} uses V placement (device r holds stages r and 2P-1-r); read the file back with --placement v",
+            loaded.label
+        );
+    }
     match &args.output {
         Some(path) => write_output(path, "--output", text.as_bytes()),
         None => {
@@ -432,4 +491,90 @@ fn cmd_generate(args: GenerateArgs) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+#[derive(Serialize)]
+struct SearchReport {
+    stages: u32,
+    microbatches: u32,
+    memory_limit: u32,
+    seed: u64,
+    makespan: f64,
+    constructed_makespan: f64,
+    zb_h1_makespan: f64,
+    bubble_fraction: f64,
+    peak_inflight_microbatches: u32,
+    constructions: u32,
+    moves_tried: u32,
+    moves_kept: u32,
+    moves_improving: u32,
+}
+
+fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
+    use pplan::schedule_search::{search, SearchError, SearchParams};
+    let scale = ns_per_unit(1);
+    let limit = args.memory_limit.unwrap_or(args.stages);
+    let params = SearchParams {
+        devices: args.stages,
+        microbatches: args.microbatches,
+        forward_ns: units_to_ns("--forward", args.forward, scale)?,
+        backward_input_ns: units_to_ns("--backward-input", args.backward_input, scale)?,
+        backward_weight_ns: units_to_ns("--backward-weight", args.backward_weight, scale)?,
+        p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
+        memory_limit: limit,
+        seed: args.seed,
+        iterations: args.iterations,
+    };
+    let found = search(&params).map_err(|e| match e {
+        SearchError::Zero { .. } | SearchError::TooLarge { .. } => CliError::Input(e.to_string()),
+        e => CliError::Internal(e.to_string()),
+    })?;
+    let zb = generators::zb_h1(args.stages, args.microbatches);
+    let zb_r = sim::simulate(&zb, &params.costs(), SimOptions::default())
+        .map_err(|e| CliError::Internal(format!("zb-h1: {e}")))?;
+    if let Some(path) = &args.output {
+        write_output(
+            path,
+            "--output",
+            pplan::csv::write(&found.schedule).as_bytes(),
+        )?;
+    }
+    let units = |ns: u64| ns as f64 / scale as f64;
+    let rep = SearchReport {
+        stages: args.stages,
+        microbatches: args.microbatches,
+        memory_limit: limit,
+        seed: args.seed,
+        makespan: units(found.makespan_ns),
+        constructed_makespan: units(found.constructed_makespan_ns),
+        zb_h1_makespan: units(zb_r.makespan_ns),
+        bubble_fraction: found.bubble_fraction,
+        peak_inflight_microbatches: found.peak_inflight_microbatches,
+        constructions: found.constructions,
+        moves_tried: found.moves_tried,
+        moves_kept: found.moves_kept,
+        moves_improving: found.moves_improving,
+    };
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string(&rep).map_err(|e| CliError::Internal(e.to_string()))?
+        ),
+        Format::Table => {
+            println!(
+                "schedule-search: {} devices, {} micro-batches, memory limit {} micro-batches in flight, seed {}",
+                rep.stages, rep.microbatches, rep.memory_limit, rep.seed
+            );
+            println!("makespan              {}", rep.makespan);
+            println!("constructed makespan  {}", rep.constructed_makespan);
+            println!("zb-h1 makespan        {} (same costs)", rep.zb_h1_makespan);
+            println!("bubble_fraction       {:.6}", rep.bubble_fraction);
+            println!("peak_inflight         {}", rep.peak_inflight_microbatches);
+            println!(
+                "moves                 {} tried, {} kept, {} improving",
+                rep.moves_tried, rep.moves_kept, rep.moves_improving
+            );
+        }
+    }
+    Ok(())
 }
