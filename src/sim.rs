@@ -221,6 +221,8 @@ pub enum SimError {
     Invalid(#[from] ValidationError),
     #[error("costs do not match the schedule: {0}")]
     CostsMismatch(String),
+    #[error("{devices} devices exceed the simulator's limit of {MAX_DEVICES}")]
+    TooManyDevices { devices: usize },
     #[error("simulation stopped after {limit} events without finishing (raise the event bound)")]
     EventLimit { limit: u64 },
 }
@@ -232,12 +234,38 @@ const W_DONE: u8 = 8;
 /// `act_at`/`grad_at` value of data not yet produced.
 const NOT_YET: u64 = u64::MAX;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     /// The compute stream of this device finished its current action.
     ComputeDone(u32),
     /// The device's next action was waiting for data in transit that has now arrived.
     Wake(u32),
+}
+
+/// Events live in the heap as one `u128`: time (64 bits) | sequence number (40 bits) |
+/// device (23 bits) | kind (1 bit). Ordering by the integer is ordering by (time, sequence),
+/// i.e. FIFO among equal times, and comparisons are a single integer compare.
+const SEQ_BITS: u32 = 40;
+const DEVICE_BITS: u32 = 23;
+/// Largest number of devices the event encoding can address.
+pub const MAX_DEVICES: usize = 1 << DEVICE_BITS;
+
+fn encode(t: u64, seq: u64, ev: Event) -> u128 {
+    let (device, kind) = match ev {
+        Event::ComputeDone(d) => (d, 0u128),
+        Event::Wake(d) => (d, 1u128),
+    };
+    ((t as u128) << 64) | ((seq as u128) << (DEVICE_BITS + 1)) | ((device as u128) << 1) | kind
+}
+
+fn decode(key: u128) -> (u64, Event) {
+    let device = ((key >> 1) & ((1 << DEVICE_BITS) - 1)) as u32;
+    let ev = if key & 1 == 0 {
+        Event::ComputeDone(device)
+    } else {
+        Event::Wake(device)
+    };
+    ((key >> 64) as u64, ev)
 }
 
 struct Device {
@@ -277,7 +305,7 @@ struct Sim<'a> {
     /// When the output gradient of (stage, micro-batch) is on its device. The last stage needs none.
     grad_at: Vec<u64>,
     dev: Vec<Device>,
-    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    heap: BinaryHeap<Reverse<u128>>,
     seq: u64,
     spans: Option<Vec<Span>>,
     versions: Option<Versions>,
@@ -294,6 +322,11 @@ pub fn simulate(
 ) -> Result<SimResult, SimError> {
     validate::validate_structure(schedule)?;
     check_costs(schedule, costs)?;
+    if schedule.devices.len() > MAX_DEVICES {
+        return Err(SimError::TooManyDevices {
+            devices: schedule.devices.len(),
+        });
+    }
     let p = schedule.devices.len();
     let m = schedule.num_microbatches as usize;
     let stages = schedule.num_stages;
@@ -336,13 +369,19 @@ pub fn simulate(
         versions,
         device_of: (0..stages).map(|s| schedule.device_of(s)).collect(),
     };
-    let limit = options.max_events.unwrap_or(4 * n_actions + 64);
+    // Every event gets a sequence number below 2^SEQ_BITS: pushes never exceed the events
+    // popped plus the at most one pending event per device.
+    let limit = options
+        .max_events
+        .unwrap_or(4 * n_actions + 64)
+        .min((1 << SEQ_BITS) - 1 - MAX_DEVICES as u64);
     for d in 0..p {
         sim.try_start(d, 0);
     }
     let mut now = 0;
     let mut events = 0u64;
-    while let Some(Reverse((t, _, ev))) = sim.heap.pop() {
+    while let Some(Reverse(key)) = sim.heap.pop() {
+        let (t, ev) = decode(key);
         events += 1;
         if events > limit {
             return Err(SimError::EventLimit { limit });
@@ -420,7 +459,8 @@ impl Sim<'_> {
     }
 
     fn push(&mut self, t: u64, ev: Event) {
-        self.heap.push(Reverse((t, self.seq, ev)));
+        debug_assert!(self.seq < 1 << SEQ_BITS);
+        self.heap.push(Reverse(encode(t, self.seq, ev)));
         self.seq += 1;
     }
 
