@@ -582,7 +582,8 @@ pub fn dualpipev(p: u32, m: u32) -> Schedule {
                 push(&mut out, q, s0, Kind::B);
             }
             let mut zero_bubble = false;
-            let half = (r + 1) / 2;
+            // The round (of r+1) at which the tail switches from B to I: floor((r+1)/2).
+            let half = r.div_ceil(2);
             for i in 0..r + 1 {
                 if i == half && r % 2 == 1 {
                     zero_bubble = true;

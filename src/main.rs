@@ -526,7 +526,9 @@ fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
         iterations: args.iterations,
     };
     let found = search(&params).map_err(|e| match e {
-        SearchError::Zero { .. } | SearchError::TooLarge { .. } => CliError::Input(e.to_string()),
+        SearchError::Zero { .. }
+        | SearchError::TooLarge { .. }
+        | SearchError::TooManyIterations { .. } => CliError::Input(e.to_string()),
         e => CliError::Internal(e.to_string()),
     })?;
     let zb = generators::zb_h1(args.stages, args.microbatches);

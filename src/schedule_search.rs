@@ -83,6 +83,8 @@ impl SearchParams {
 pub enum SearchError {
     #[error("{param} must be at least 1 (got {value})")]
     Zero { param: &'static str, value: u32 },
+    #[error("--iterations {iterations} exceeds the limit of {limit} local moves")]
+    TooManyIterations { iterations: u32, limit: u32 },
     #[error("search too large: {devices} devices x {microbatches} micro-batches exceeds the limit of {limit} actions")]
     TooLarge {
         devices: u32,
@@ -110,6 +112,8 @@ pub struct SearchResult {
 
 /// Largest search (actions) accepted, so one call stays in the seconds.
 pub const MAX_SEARCH_ACTIONS: u64 = 200_000;
+/// Most local moves one search may try.
+pub const MAX_SEARCH_ITERATIONS: u32 = 1_000_000;
 
 /// How the list scheduler breaks ties between a forward and a pending W.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,17 +125,9 @@ struct Policy {
     slope: u32,
 }
 
-/// Build one schedule with the list scheduler. `durations` are (F, I, W) per stage.
-fn construct(
-    p: u32,
-    m: u32,
-    f: u64,
-    i: u64,
-    w: u64,
-    comm: u64,
-    limit: u32,
-    policy: Policy,
-) -> Schedule {
+/// Build one schedule with the list scheduler. `durations_ns` are (F, I, W, p2p) per stage.
+fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Policy) -> Schedule {
+    let [f, i, w, comm] = durations_ns;
     let (pu, mu) = (p as usize, m as usize);
     let mut f_end = vec![vec![None::<u64>; mu]; pu];
     let mut i_end = vec![vec![None::<u64>; mu]; pu];
@@ -281,7 +277,7 @@ pub(crate) fn zb_h2_order(p: u32, m: u32) -> Schedule {
         w_before_f: false,
         slope: 0,
     };
-    construct(p, m, 1, 1, 1, 0, 2 * p - 1, policy)
+    construct(p, m, [1, 1, 1, 0], 2 * p - 1, policy)
 }
 
 fn evaluate(s: &Schedule, costs: &Costs, limit: u32) -> Option<SimResult> {
@@ -336,6 +332,12 @@ pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
             return Err(SearchError::Zero { param, value });
         }
     }
+    if params.iterations > MAX_SEARCH_ITERATIONS {
+        return Err(SearchError::TooManyIterations {
+            iterations: params.iterations,
+            limit: MAX_SEARCH_ITERATIONS,
+        });
+    }
     if 3 * p as u64 * m as u64 > MAX_SEARCH_ACTIONS {
         return Err(SearchError::TooLarge {
             devices: p,
@@ -347,13 +349,16 @@ pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
     let mut candidates = Vec::new();
     for w_before_f in [false, true] {
         for slope in [0, 1, 2] {
-            candidates.push(construct(
-                p,
-                m,
+            let durations_ns = [
                 params.forward_ns,
                 params.backward_input_ns,
                 params.backward_weight_ns,
                 params.p2p_ns,
+            ];
+            candidates.push(construct(
+                p,
+                m,
+                durations_ns,
                 limit,
                 Policy { w_before_f, slope },
             ));

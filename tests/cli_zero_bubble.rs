@@ -203,6 +203,7 @@ fn schedule_search_reports_json_and_writes_a_schedule() {
         ("--forward", "-1"),
         ("--stages", "0"),
         ("--p2p", "nan"),
+        ("--iterations", "4000000000"),
     ] {
         let mut full = vec!["schedule-search"];
         for (f, v) in [
