@@ -14,4 +14,8 @@ $pplan simulate --schedule interleaved-1f1b --stages 4 --microbatches 8 --chunks
 $pplan simulate --schedule pipedream --stages 4 --microbatches 8 --steps 2 "${common[@]}" --gantt $out/pipedream-p4-m8-steps2.svg >/dev/null
 $pplan simulate --schedule 1f1b --stages 8 --microbatches 32 "${common[@]}" --gantt $out/1f1b-p8-m32.png >/dev/null
 $pplan simulate --schedule interleaved-1f1b --stages 8 --microbatches 32 --chunks 4 "${common[@]}" --gantt $out/interleaved-1f1b-p8-m32-v4.png >/dev/null
+# Zero-bubble family, the paper's setting F = I = W (B = I + W = 2).
+for name in zb-h1 zb-h2 zbv dualpipev looped-bfs; do
+  $pplan simulate --schedule $name --stages 4 --microbatches 8 "${common[@]}" --gantt $out/$name-p4-m8.svg >/dev/null
+done
 echo "wrote $(ls $out | wc -l) figures to $out"
