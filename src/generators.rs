@@ -356,25 +356,18 @@ pub fn interleaved_1f1b(p: u32, m: u32, v: u32) -> Schedule {
 /// in-flight micro-batch keeps the weight version its forward used (weight stashing): stage s
 /// holds up to p-s versions. With vertical sync every stage uses the version stage 0 used.
 pub fn pipedream(p: u32, m: u32, steps: u32, vertical_sync: bool) -> Schedule {
-    let total = m * steps;
-    let devices = (0..p)
-        .map(|r| one_f_one_b_device(r, p - 1 - r, total))
-        .collect();
-    Schedule {
-        devices,
-        num_stages: p,
-        num_microbatches: total,
-        placement: Placement::Loop,
-        weight_update: WeightUpdate::Stash { vertical_sync },
-        microbatches_per_step: 1,
-    }
+    asynchronous_1f1b(p, m * steps, WeightUpdate::Stash { vertical_sync }, 1)
 }
 
 /// PipeDream-2BW (Narayanan et al. 2021, "Memory-efficient pipeline-parallel DNN training"):
 /// the same 1F1B order with no flush, gradients accumulated over `m` micro-batches, and a new
 /// weight version every `m` micro-batches; double buffering keeps at most two versions.
 pub fn pipedream_2bw(p: u32, m: u32, steps: u32) -> Schedule {
-    let total = m * steps;
+    asynchronous_1f1b(p, m * steps, WeightUpdate::DoubleBuffered, m)
+}
+
+/// 1F1B over `total` micro-batches with no flush, updating weights every `per_step` backwards.
+fn asynchronous_1f1b(p: u32, total: u32, weight_update: WeightUpdate, per_step: u32) -> Schedule {
     let devices = (0..p)
         .map(|r| one_f_one_b_device(r, p - 1 - r, total))
         .collect();
@@ -383,8 +376,8 @@ pub fn pipedream_2bw(p: u32, m: u32, steps: u32) -> Schedule {
         num_stages: p,
         num_microbatches: total,
         placement: Placement::Loop,
-        weight_update: WeightUpdate::DoubleBuffered,
-        microbatches_per_step: m,
+        weight_update,
+        microbatches_per_step: per_step,
     }
 }
 
@@ -408,30 +401,49 @@ fn flush_schedule_placed(
 /// p micro-batches in flight (counted until W ends), which is 1F1B's peak on device 0, and with
 /// F = I = W the bubble is (p-1)(F+I-W) instead of 1F1B's (p-1)(F+I+W): one third.
 pub fn zb_h1(p: u32, m: u32) -> Schedule {
+    let warmup: Vec<u32> = (0..p).map(|r| p - 1 - r).collect();
+    let delay: Vec<u32> = (0..p).collect();
+    delayed_w_order(p, m, &warmup, &delay)
+}
+
+/// A split-backward 1F1B order: device r runs `warmup[r]` forwards, then (F, I) pairs with
+/// each W delayed by `delay[r]` micro-batches, then (I, W) pairs, then the remaining W passes.
+/// Peak in-flight on device r is at most `warmup[r] + 1 + delay[r]`.
+pub fn delayed_w_order(p: u32, m: u32, warmup: &[u32], delay: &[u32]) -> Schedule {
     let devices = (0..p)
         .map(|r| {
-            let warmup = (p - 1 - r).min(m);
+            let warmup = warmup[r as usize].min(m);
+            let delay = delay[r as usize];
             let mut out = Vec::with_capacity(3 * m as usize);
             out.extend((0..warmup).map(|k| Action::f(r, k)));
             let mut next_w = 0;
             for k in 0..m - warmup {
                 out.push(Action::f(r, warmup + k));
                 out.push(Action::i(r, k));
-                if k >= r {
+                if k >= delay {
                     out.push(Action::w(r, next_w));
                     next_w += 1;
                 }
             }
             for k in m - warmup..m {
                 out.push(Action::i(r, k));
-                out.push(Action::w(r, next_w));
-                next_w += 1;
+                if k >= delay {
+                    out.push(Action::w(r, next_w));
+                    next_w += 1;
+                }
             }
             out.extend((next_w..m).map(|k| Action::w(r, k)));
             out
         })
         .collect();
-    flush_schedule(devices, p, m)
+    Schedule {
+        devices,
+        num_stages: p,
+        num_microbatches: m,
+        placement: Placement::Loop,
+        weight_update: WeightUpdate::Flush,
+        microbatches_per_step: m,
+    }
 }
 
 /// ZB-H2 (Qi et al. 2024, Sec. 2.2, Fig. 3 bottom): up to 2p-1 micro-batches in flight so that

@@ -230,46 +230,6 @@ fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Policy)
     }
 }
 
-/// A split-backward 1F1B order: device r runs `warmup[r]` forwards, then (F, I) pairs with
-/// each W delayed by `delay[r]` micro-batches, then (I, W) pairs, then the remaining W passes.
-/// Peak in-flight on device r is at most `warmup[r] + 1 + delay[r]`.
-pub fn delayed_w_order(p: u32, m: u32, warmup: &[u32], delay: &[u32]) -> Schedule {
-    let devices = (0..p)
-        .map(|r| {
-            let warmup = warmup[r as usize].min(m);
-            let delay = delay[r as usize];
-            let mut out = Vec::with_capacity(3 * m as usize);
-            out.extend((0..warmup).map(|k| Action::f(r, k)));
-            let mut next_w = 0;
-            for k in 0..m - warmup {
-                out.push(Action::f(r, warmup + k));
-                out.push(Action::i(r, k));
-                if k >= delay {
-                    out.push(Action::w(r, next_w));
-                    next_w += 1;
-                }
-            }
-            for k in m - warmup..m {
-                out.push(Action::i(r, k));
-                if k >= delay {
-                    out.push(Action::w(r, next_w));
-                    next_w += 1;
-                }
-            }
-            out.extend((next_w..m).map(|k| Action::w(r, k)));
-            out
-        })
-        .collect();
-    Schedule {
-        devices,
-        num_stages: p,
-        num_microbatches: m,
-        placement: Placement::Loop,
-        weight_update: WeightUpdate::Flush,
-        microbatches_per_step: m,
-    }
-}
-
 /// The ZB-H2 order: the list scheduler with F = I = W, free communication and a flat limit of
 /// 2p-1 micro-batches in flight (the paper's assumptions for its handcrafted schedules).
 pub(crate) fn zb_h2_order(p: u32, m: u32) -> Schedule {
@@ -370,7 +330,7 @@ pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
                 .map(|r| (slope * (p - 1 - r) + offset).min(limit - 1).min(m))
                 .collect();
             let delay: Vec<u32> = warmup.iter().map(|w| limit - 1 - w).collect();
-            candidates.push(delayed_w_order(p, m, &warmup, &delay));
+            candidates.push(crate::generators::delayed_w_order(p, m, &warmup, &delay));
         }
     }
     let mut best: Option<(Schedule, SimResult)> = None;
