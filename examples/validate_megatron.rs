@@ -89,12 +89,12 @@ fn plot(rows: &[Comparison], path: &str) -> Result<(), Box<dyn std::error::Error
         .map(|c| (c.row.params_b, c.prediction.tflops_per_gpu))
         .collect();
     chart
-        .draw_series(LineSeries::new(published.clone(), BLUE))?
+        .draw_series(std::iter::once(PathElement::new(published.clone(), BLUE)))?
         .label("published")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
     chart.draw_series(published.iter().map(|&p| Circle::new(p, 4, BLUE.filled())))?;
     chart
-        .draw_series(LineSeries::new(predicted.clone(), RED))?
+        .draw_series(std::iter::once(PathElement::new(predicted.clone(), RED)))?
         .label("pplan predict (best b, v)")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     chart.draw_series(

@@ -1,1 +1,435 @@
-fn main() {}
+//! The `pplan` command line: parses flags, calls the library, prints, maps errors to exit codes
+//! (0 success, 2 bad input or infeasible request, 1 internal error).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use pplan::gantt::{GanttError, GanttOptions};
+use pplan::generators::{self, GenParams, ScheduleName};
+use pplan::ir::{Placement, Schedule, WeightUpdate};
+use pplan::sim::{self, Costs, SimOptions, SimResult, UnitCosts};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Nanoseconds per unit of the unit-cost flags: `--forward 1` is 1 ms in traces and charts,
+/// unless the chunk count V does not divide 10^6; then a unit is V/gcd(V, 10^6) ms so that
+/// every chunk's share is a whole number of nanoseconds and closed forms come out exact.
+fn ns_per_unit(chunks: u32) -> u64 {
+    const MS: u64 = 1_000_000;
+    let (mut a, mut b) = (MS, chunks.max(1) as u64);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    MS * (chunks.max(1) as u64 / a)
+}
+
+#[derive(Parser)]
+#[command(
+    name = "pplan",
+    version,
+    about = "Simulate and plan pipeline-parallel training"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a schedule (built-in or a CSV file) with unit costs and report makespan, bubble,
+    /// per-device busy/idle time and memory; optionally draw a Gantt chart and write a trace.
+    Simulate(SimulateArgs),
+    /// Write a built-in schedule as a CSV file in PyTorch's compute_only format.
+    Generate(GenerateArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, Default)]
+enum Format {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct ScheduleArgs {
+    /// A schedule name (gpipe, 1f1b, interleaved-1f1b, pipedream, pipedream-2bw) or a .csv file.
+    #[arg(long)]
+    schedule: String,
+    /// Pipeline devices (ranks) P. Required for a built-in schedule; checked against a file.
+    #[arg(long)]
+    stages: Option<u32>,
+    /// Micro-batches M (per mini-batch for pipedream/pipedream-2bw). Required for a built-in
+    /// schedule; checked against a file.
+    #[arg(long)]
+    microbatches: Option<u32>,
+    /// Model chunks per device V (the model is cut into P·V stages); interleaved-1f1b only.
+    #[arg(long)]
+    chunks: Option<u32>,
+    /// Mini-batches run back to back without a flush by pipedream and pipedream-2bw (for a
+    /// file with --weight-update 2bw: how many mini-batches the file holds).
+    #[arg(long, default_value_t = 1)]
+    steps: u32,
+    /// PipeDream vertical sync: every stage uses the weight version stage 0 used.
+    #[arg(long)]
+    vertical_sync: bool,
+    /// Stage-to-device mapping of a schedule file: loop (stage s on device s mod P) or v.
+    #[arg(long, default_value = "loop")]
+    placement: String,
+    /// Weight-update policy of a schedule file: flush, stash, stash-vsync or 2bw.
+    #[arg(long)]
+    weight_update: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    schedule: ScheduleArgs,
+    /// Time of one micro-batch's forward through one device's whole share of the model
+    /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    forward: f64,
+    /// Time of one micro-batch's full backward through one device's share.
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    backward: f64,
+    /// Input-gradient part of the backward (zero-bubble I); default half of --backward.
+    #[arg(long, allow_negative_numbers = true)]
+    backward_input: Option<f64>,
+    /// Weight-gradient part of the backward (zero-bubble W); default the other half.
+    #[arg(long, allow_negative_numbers = true)]
+    backward_weight: Option<f64>,
+    /// Time of one point-to-point activation or gradient transfer between devices.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    p2p: f64,
+    /// Draw a Gantt chart: FILE.svg or FILE.png.
+    #[arg(long)]
+    gantt: Option<PathBuf>,
+    /// Write a Chrome trace (open in Perfetto).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    schedule: ScheduleArgs,
+    /// Output file (default: standard output).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+/// An error with its exit code.
+enum CliError {
+    /// Bad input or infeasible request: exit code 2.
+    Input(String),
+    /// A failure of pplan itself: exit code 1.
+    Internal(String),
+}
+
+fn input<T>(msg: impl Into<String>) -> Result<T, CliError> {
+    Err(CliError::Input(msg.into()))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Simulate(args) => cmd_simulate(args),
+        Command::Generate(args) => cmd_generate(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Input(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Internal(msg)) => {
+            eprintln!("internal error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A schedule and where it came from (for error messages).
+struct Loaded {
+    schedule: Schedule,
+    label: String,
+}
+
+fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
+    let looks_like_file = args.schedule.ends_with(".csv") || Path::new(&args.schedule).is_file();
+    if looks_like_file {
+        return load_file(args);
+    }
+    let name: ScheduleName = args
+        .schedule
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--schedule: {e}")))?;
+    let Some(p) = args.stages else {
+        return input(format!(
+            "--stages is required with the built-in schedule '{name}'"
+        ));
+    };
+    let Some(m) = args.microbatches else {
+        return input(format!(
+            "--microbatches is required with the built-in schedule '{name}'"
+        ));
+    };
+    if args.weight_update.is_some() {
+        return input(format!(
+            "--weight-update applies to schedule files; '{name}' fixes its own policy"
+        ));
+    }
+    let params = GenParams {
+        devices: p,
+        microbatches: m,
+        chunks: args.chunks.unwrap_or(1),
+        steps: args.steps,
+        vertical_sync: args.vertical_sync,
+    };
+    let schedule =
+        generators::generate(name, params).map_err(|e| CliError::Input(e.to_string()))?;
+    Ok(Loaded {
+        schedule,
+        label: name.to_string(),
+    })
+}
+
+fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
+    let path = &args.schedule;
+    let placement: Placement = args
+        .placement
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--placement: {e}")))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| CliError::Input(format!("cannot read --schedule file '{path}': {e}")))?;
+    let mut schedule = pplan::csv::parse_bytes(&bytes, placement)
+        .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
+    let p = schedule.num_devices();
+    let checks = [
+        ("--stages", args.stages, p, "rows (devices)"),
+        (
+            "--microbatches",
+            args.microbatches,
+            schedule.num_microbatches,
+            "micro-batches",
+        ),
+        (
+            "--chunks",
+            args.chunks,
+            schedule.chunks(),
+            "chunks per device",
+        ),
+    ];
+    for (flag, given, found, what) in checks {
+        if let Some(given) = given {
+            if given != found {
+                return input(format!(
+                    "{flag} {given} does not match --schedule file '{path}', which has {found} {what}"
+                ));
+            }
+        }
+    }
+    if let Some(policy) = &args.weight_update {
+        schedule.weight_update = policy
+            .parse::<WeightUpdate>()
+            .map_err(|e| CliError::Input(format!("--weight-update: {e}")))?;
+        schedule.microbatches_per_step = match schedule.weight_update {
+            WeightUpdate::Flush => schedule.num_microbatches,
+            WeightUpdate::Stash { .. } => 1,
+            WeightUpdate::DoubleBuffered => {
+                let m = schedule.num_microbatches;
+                if args.steps == 0 || m % args.steps != 0 {
+                    return input(format!(
+                        "--steps {} must divide the {m} micro-batches of --schedule file '{path}' (2bw updates once per mini-batch of m/steps micro-batches)",
+                        args.steps
+                    ));
+                }
+                m / args.steps
+            }
+        };
+    }
+    pplan::validate(&schedule)
+        .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
+    Ok(Loaded {
+        schedule,
+        label: path.clone(),
+    })
+}
+
+/// Convert a unit-cost flag to integer nanoseconds, rejecting what is not a finite,
+/// non-negative time below a billion units.
+fn units_to_ns(flag: &str, value: f64, ns_per_unit: u64) -> Result<u64, CliError> {
+    if !value.is_finite() || !(0.0..=1e9).contains(&value) {
+        return input(format!(
+            "{flag} {value}: expected a finite time between 0 and 1e9 units"
+        ));
+    }
+    Ok((value * ns_per_unit as f64).round() as u64)
+}
+
+#[derive(Serialize)]
+struct DeviceReport {
+    device: u32,
+    busy: f64,
+    idle: f64,
+    peak_inflight_microbatches: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_memory_bytes: Option<u64>,
+    peak_weight_versions: u32,
+}
+
+#[derive(Serialize)]
+struct SimulateReport {
+    schedule: String,
+    stages: u32,
+    microbatches: u32,
+    chunks: u32,
+    actions: u64,
+    makespan: f64,
+    bubble_fraction: f64,
+    devices: Vec<DeviceReport>,
+}
+
+fn report(
+    label: &str,
+    s: &Schedule,
+    r: &SimResult,
+    scale: u64,
+    memory_known: bool,
+) -> SimulateReport {
+    let units = |ns: u64| ns as f64 / scale as f64;
+    SimulateReport {
+        schedule: label.to_string(),
+        stages: s.num_devices(),
+        microbatches: s.num_microbatches,
+        chunks: s.chunks(),
+        actions: r.actions,
+        makespan: units(r.makespan_ns),
+        bubble_fraction: r.bubble_fraction,
+        devices: r
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| DeviceReport {
+                device: i as u32,
+                busy: units(d.busy_ns),
+                idle: units(d.idle_ns),
+                peak_inflight_microbatches: d.peak_inflight_microbatches,
+                peak_memory_bytes: memory_known.then_some(d.peak_memory_bytes),
+                peak_weight_versions: d.peak_weight_versions,
+            })
+            .collect(),
+    }
+}
+
+fn print_table(rep: &SimulateReport) {
+    println!(
+        "schedule {}: {} devices, {} micro-batches, {} chunk(s) per device, {} actions",
+        rep.schedule, rep.stages, rep.microbatches, rep.chunks, rep.actions
+    );
+    println!("makespan        {}", rep.makespan);
+    println!("bubble_fraction {:.6}", rep.bubble_fraction);
+    println!();
+    println!("device       busy       idle  peak_inflight  weight_versions");
+    for d in &rep.devices {
+        println!(
+            "{:>6} {:>10} {:>10} {:>14} {:>16}",
+            d.device, d.busy, d.idle, d.peak_inflight_microbatches, d.peak_weight_versions
+        );
+    }
+}
+
+fn write_output(path: &Path, flag: &str, contents: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, contents)
+        .map_err(|e| CliError::Input(format!("{flag}: cannot write '{}': {e}", path.display())))
+}
+
+fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
+    let loaded = load_schedule(&args.schedule)?;
+    let s = &loaded.schedule;
+    let scale = ns_per_unit(s.chunks());
+    let unit = UnitCosts {
+        forward_ns: units_to_ns("--forward", args.forward, scale)?,
+        backward_ns: units_to_ns("--backward", args.backward, scale)?,
+        backward_input_ns: args
+            .backward_input
+            .map(|v| units_to_ns("--backward-input", v, scale))
+            .transpose()?,
+        backward_weight_ns: args
+            .backward_weight
+            .map(|v| units_to_ns("--backward-weight", v, scale))
+            .transpose()?,
+        p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
+    };
+    let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
+    let record = args.trace.is_some() || args.gantt.is_some();
+    let r = sim::simulate(
+        s,
+        &costs,
+        SimOptions {
+            record_timeline: record,
+            max_events: None,
+        },
+    )
+    .map_err(|e| match e {
+        sim::SimError::EventLimit { .. } => CliError::Internal(e.to_string()),
+        e => CliError::Input(format!("{}: {e}", loaded.label)),
+    })?;
+    if let (Some(path), Some(tl)) = (&args.trace, &r.timeline) {
+        write_output(path, "--trace", pplan::trace::to_json(tl).as_bytes())?;
+    }
+    if let (Some(path), Some(tl)) = (&args.gantt, &r.timeline) {
+        let unit_label = if scale == 1_000_000 {
+            "ms (1 unit)".to_string()
+        } else {
+            format!("units ({} ms each)", scale / 1_000_000)
+        };
+        let opts = GanttOptions {
+            title: format!(
+                "{}: p={}, m={}, v={}",
+                loaded.label,
+                s.num_devices(),
+                s.num_microbatches,
+                s.chunks()
+            ),
+            unit_label,
+            ns_per_unit: 1e6,
+            ..GanttOptions::default()
+        };
+        pplan::gantt::write_file(tl, &opts, path).map_err(|e| match e {
+            GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
+                CliError::Internal(format!("--gantt: {e}"))
+            }
+            e => CliError::Input(format!("--gantt: {e}")),
+        })?;
+    }
+    let rep = report(&loaded.label, s, &r, scale, false);
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string(&rep).map_err(|e| CliError::Internal(e.to_string()))?
+        ),
+        Format::Table => print_table(&rep),
+    }
+    Ok(())
+}
+
+fn cmd_generate(args: GenerateArgs) -> Result<(), CliError> {
+    let loaded = load_schedule(&args.schedule)?;
+    let text = pplan::csv::write(&loaded.schedule);
+    match &args.output {
+        Some(path) => write_output(path, "--output", text.as_bytes()),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}

@@ -24,7 +24,7 @@
 //!   the device's compute and all its reductions. It counts as busy compute time.
 
 use crate::ir::{Action, Kind, Schedule, WeightUpdate};
-use crate::validate::{self, Position, Stuck, ValidationError};
+use crate::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
@@ -271,36 +271,62 @@ pub enum SimError {
     Invalid(#[from] ValidationError),
     #[error("costs do not match the schedule: {0}")]
     CostsMismatch(String),
+    #[error("{devices} devices exceed the simulator's limit of {MAX_DEVICES}")]
+    TooManyDevices { devices: usize },
     #[error("simulation stopped after {limit} events without finishing (raise the event bound)")]
     EventLimit { limit: u64 },
-    #[error("the simulation deadlocked; {} device(s) can never proceed:\n  {}", stuck.len(), stuck.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("\n  "))]
-    Deadlock { stuck: Vec<Stuck> },
 }
 
 const F_DONE: u8 = 1;
 const B_DONE: u8 = 2;
 const I_DONE: u8 = 4;
 const W_DONE: u8 = 8;
-const ACT_READY: u8 = 16;
-const GRAD_READY: u8 = 32;
+/// `act_at`/`grad_at` value of data not yet produced.
+const NOT_YET: u64 = u64::MAX;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     /// The compute stream of this device finished its current action.
     ComputeDone(u32),
-    /// Data for `slot` arrived on `device`; `flag` is ACT_READY or GRAD_READY.
-    Arrival { device: u32, slot: u32, flag: u8 },
-    /// A blocking send of this device finished; its compute stream is free again.
-    Unblock(u32),
+    /// The device's next action was waiting for data in transit that has now arrived, or a
+    /// blocking send of the device has finished.
+    Wake(u32),
     /// One gradient reduction of this device finished.
     ReduceDone(u32),
-    /// The optimizer step of this device finished.
-    OptimizerDone(u32),
+}
+
+/// Events live in the heap as one `u128`: time (64 bits) | sequence number (39 bits) |
+/// device (23 bits) | kind (2 bits). Ordering by the integer is ordering by (time, sequence),
+/// i.e. FIFO among equal times, and comparisons are a single integer compare.
+const SEQ_BITS: u32 = 39;
+const DEVICE_BITS: u32 = 23;
+/// Largest number of devices the event encoding can address.
+pub const MAX_DEVICES: usize = 1 << DEVICE_BITS;
+
+fn encode(t: u64, seq: u64, ev: Event) -> u128 {
+    let (device, kind) = match ev {
+        Event::ComputeDone(d) => (d, 0u128),
+        Event::Wake(d) => (d, 1u128),
+        Event::ReduceDone(d) => (d, 2u128),
+    };
+    ((t as u128) << 64) | ((seq as u128) << (DEVICE_BITS + 2)) | ((device as u128) << 2) | kind
+}
+
+fn decode(key: u128) -> (u64, Event) {
+    let device = ((key >> 2) & ((1 << DEVICE_BITS) - 1)) as u32;
+    let ev = match key & 3 {
+        0 => Event::ComputeDone(device),
+        1 => Event::Wake(device),
+        _ => Event::ReduceDone(device),
+    };
+    ((key >> 64) as u64, ev)
 }
 
 struct Device {
     pc: usize,
     busy: bool,
+    /// A `Wake` event is pending for this device.
+    waking: bool,
     start_ns: u64,
     busy_ns: u64,
     send_free_ns: u64,
@@ -335,8 +361,13 @@ struct Sim<'a> {
     m: usize,
     stages: u32,
     flags: Vec<u8>,
+    /// When the input activation of (stage, micro-batch) is on its device (`NOT_YET` before it
+    /// is sent). Stage 0 needs none.
+    act_at: Vec<u64>,
+    /// When the output gradient of (stage, micro-batch) is on its device. The last stage needs none.
+    grad_at: Vec<u64>,
     dev: Vec<Device>,
-    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    heap: BinaryHeap<Reverse<u128>>,
     seq: u64,
     spans: Option<Vec<Span>>,
     versions: Option<Versions>,
@@ -345,14 +376,21 @@ struct Sim<'a> {
     grads_left: Vec<u32>,
 }
 
-/// Validate `schedule`, then simulate it with `costs`.
+/// Simulate `schedule` with `costs`. The schedule is validated first (shape and completeness);
+/// an order that deadlocks is reported as [`ValidationError::Deadlock`], naming the same stuck
+/// devices as [`validate::validate`].
 pub fn simulate(
     schedule: &Schedule,
     costs: &Costs,
     options: SimOptions,
 ) -> Result<SimResult, SimError> {
-    validate::validate(schedule)?;
+    validate::validate_structure(schedule)?;
     check_costs(schedule, costs)?;
+    if schedule.devices.len() > MAX_DEVICES {
+        return Err(SimError::TooManyDevices {
+            devices: schedule.devices.len(),
+        });
+    }
     let p = schedule.devices.len();
     let m = schedule.num_microbatches as usize;
     let stages = schedule.num_stages;
@@ -369,10 +407,13 @@ pub fn simulate(
         m,
         stages,
         flags: vec![0; stages as usize * m],
+        act_at: vec![NOT_YET; stages as usize * m],
+        grad_at: vec![NOT_YET; stages as usize * m],
         dev: (0..p)
             .map(|d| Device {
                 pc: 0,
                 busy: false,
+                waking: false,
                 start_ns: 0,
                 busy_ns: 0,
                 send_free_ns: 0,
@@ -407,29 +448,37 @@ pub fn simulate(
             sim.dev[sim.device_of[s as usize] as usize].reduces_waiting += 1;
         }
     }
+    // Every event gets a sequence number below 2^SEQ_BITS: pushes never exceed the events
+    // popped plus the at most one pending event per device.
     let limit = options
         .max_events
-        .unwrap_or(4 * n_actions + 4 * stages as u64 + 4 * p as u64 + 64);
+        .unwrap_or(4 * n_actions + 4 * stages as u64 + 4 * p as u64 + 64)
+        .min((1 << SEQ_BITS) - 1 - MAX_DEVICES as u64);
     for d in 0..p {
         sim.try_start(d, 0);
         sim.program_progress(d, 0);
     }
     let mut now = 0;
     let mut events = 0u64;
-    while let Some(Reverse((t, _, ev))) = sim.heap.pop() {
+    while let Some(Reverse(key)) = sim.heap.pop() {
+        let (t, ev) = decode(key);
         events += 1;
         if events > limit {
             return Err(SimError::EventLimit { limit });
         }
         now = t;
         match ev {
-            Event::ComputeDone(d) => sim.finish(d as usize, t),
-            Event::Arrival { device, slot, flag } => {
-                sim.flags[slot as usize] |= flag;
-                sim.try_start(device as usize, t);
+            Event::ComputeDone(d)
+                if sim.dev[d as usize].pc >= schedule.devices[d as usize].len() =>
+            {
+                // Only the optimizer step runs after the last action.
+                let dev = &mut sim.dev[d as usize];
+                dev.busy = false;
+                dev.busy_ns += t - dev.start_ns;
             }
-            Event::Unblock(d) => {
-                sim.dev[d as usize].busy = false;
+            Event::ComputeDone(d) => sim.finish(d as usize, t),
+            Event::Wake(d) => {
+                sim.dev[d as usize].waking = false;
                 sim.try_start(d as usize, t);
                 sim.program_progress(d as usize, t);
             }
@@ -437,16 +486,11 @@ pub fn simulate(
                 sim.dev[d as usize].reduces_running -= 1;
                 sim.program_progress(d as usize, t);
             }
-            Event::OptimizerDone(d) => {
-                let dev = &mut sim.dev[d as usize];
-                dev.busy = false;
-                dev.busy_ns += t - dev.start_ns;
-            }
         }
     }
     let stuck = sim.stuck();
     if !stuck.is_empty() {
-        return Err(SimError::Deadlock { stuck });
+        return Err(SimError::Invalid(ValidationError::Deadlock { stuck }));
     }
     let makespan_ns = now;
     let devices: Vec<DeviceMetrics> = sim
@@ -519,32 +563,44 @@ impl Sim<'_> {
     }
 
     fn push(&mut self, t: u64, ev: Event) {
-        self.heap.push(Reverse((t, self.seq, ev)));
+        debug_assert!(self.seq < 1 << SEQ_BITS);
+        self.heap.push(Reverse(encode(t, self.seq, ev)));
         self.seq += 1;
     }
 
-    fn ready(&self, a: Action) -> bool {
-        let f = self.flags[self.slot(a)];
-        match a.kind {
-            Kind::F => a.stage == 0 || f & ACT_READY != 0,
-            Kind::B | Kind::I => {
-                f & F_DONE != 0 && (a.stage + 1 == self.stages || f & GRAD_READY != 0)
-            }
-            Kind::W => f & I_DONE != 0,
-        }
+    /// When all inputs of `a` are on its device, or `None` if one has not been produced yet.
+    fn ready_at(&self, a: Action) -> Option<u64> {
+        let slot = self.slot(a);
+        let f = self.flags[slot];
+        let t = match a.kind {
+            Kind::F if a.stage == 0 => 0,
+            Kind::F => self.act_at[slot],
+            Kind::B | Kind::I if f & F_DONE == 0 => NOT_YET,
+            Kind::B | Kind::I if a.stage + 1 == self.stages => 0,
+            Kind::B | Kind::I => self.grad_at[slot],
+            Kind::W if f & I_DONE == 0 => NOT_YET,
+            Kind::W => 0,
+        };
+        (t != NOT_YET).then_some(t)
     }
 
     /// Start the device's next action at `now` if its compute stream is free and the action's
     /// inputs are present.
     fn try_start(&mut self, d: usize, now: u64) {
         let dev = &self.dev[d];
-        if dev.busy {
+        if dev.busy || dev.waking {
             return;
         }
         let Some(&a) = self.sched.devices[d].get(dev.pc) else {
             return;
         };
-        if !self.ready(a) {
+        let Some(ready) = self.ready_at(a) else {
+            return;
+        };
+        if ready > now {
+            // Its input is in transit: wake up when it lands.
+            self.dev[d].waking = true;
+            self.push(ready, Event::Wake(d as u32));
             return;
         }
         let cost = self.costs.stages[a.stage as usize];
@@ -654,29 +710,28 @@ impl Sim<'_> {
         let sent_until = match a.kind {
             Kind::F if a.stage + 1 < self.stages => {
                 let dur = self.costs.send_forward_ns[a.stage as usize];
-                self.transfer(d, a, a.stage + 1, ACT_READY, dur, now)
+                self.transfer(d, a, a.stage + 1, true, dur, now)
             }
             Kind::B | Kind::I if a.stage > 0 => {
                 let dur = self.costs.send_backward_ns[a.stage as usize - 1];
-                self.transfer(d, a, a.stage - 1, GRAD_READY, dur, now)
+                self.transfer(d, a, a.stage - 1, false, dur, now)
             }
             _ => now,
         };
         if self.costs.blocking_sends && sent_until > now {
             // The compute stream waits for the send (Megatron-LM 2021's synchronous p2p).
-            self.dev[d].busy = true;
-            self.push(sent_until, Event::Unblock(d as u32));
+            self.dev[d].waking = true;
+            self.push(sent_until, Event::Wake(d as u32));
             return;
         }
         self.try_start(d, now);
         self.program_progress(d, now);
     }
-
     /// Called when the device's compute stream may have run out of actions or a reduction has
     /// finished: starts the non-overlapped reductions, then the optimizer step.
     fn program_progress(&mut self, d: usize, now: u64) {
         let dev = &self.dev[d];
-        if dev.busy || dev.step_ending || dev.pc < self.sched.devices[d].len() {
+        if dev.busy || dev.waking || dev.step_ending || dev.pc < self.sched.devices[d].len() {
             return;
         }
         if dev.reduces_waiting > 0 {
@@ -714,7 +769,7 @@ impl Sim<'_> {
                 end_ns: now + dur,
             });
         }
-        self.push(now + dur, Event::OptimizerDone(d as u32));
+        self.push(now + dur, Event::ComputeDone(d as u32));
     }
 
     /// Queue the gradient reduction of `stage` on device `d`'s data-parallel stream.
@@ -761,82 +816,60 @@ impl Sim<'_> {
         }
     }
 
-    /// Move the output of `a` to `to_stage`, setting `flag` on arrival. Returns when the send ends.
+    /// Move the output of `a` to `to_stage` (an activation if `forward`, else a gradient).
+    /// Returns when the data has arrived.
     fn transfer(
         &mut self,
         d: usize,
         a: Action,
         to_stage: u32,
-        flag: u8,
+        forward: bool,
         dur: u64,
         now: u64,
     ) -> u64 {
         let dst = self.device_of[to_stage as usize] as usize;
         let slot = to_stage as usize * self.m + a.microbatch as usize;
-        if dst == d || dur == 0 {
-            self.flags[slot] |= flag;
-            if dst != d {
-                self.try_start(dst, now);
+        let arrive = if dst == d || dur == 0 {
+            now
+        } else {
+            let start = now
+                .max(self.dev[d].send_free_ns)
+                .max(self.dev[dst].recv_free_ns);
+            let end = start + dur;
+            self.dev[d].send_free_ns = end;
+            self.dev[dst].recv_free_ns = end;
+            if let Some(spans) = self.spans.as_mut() {
+                for (device, stream, peer) in [(d, Stream::Send, dst), (dst, Stream::Recv, d)] {
+                    spans.push(Span {
+                        device: device as u32,
+                        stream,
+                        action: a,
+                        peer: Some(peer as u32),
+                        start_ns: start,
+                        end_ns: end,
+                    });
+                }
             }
-            return now;
+            end
+        };
+        if forward {
+            self.act_at[slot] = arrive;
+        } else {
+            self.grad_at[slot] = arrive;
         }
-        let start = now
-            .max(self.dev[d].send_free_ns)
-            .max(self.dev[dst].recv_free_ns);
-        let end = start + dur;
-        self.dev[d].send_free_ns = end;
-        self.dev[dst].recv_free_ns = end;
-        if let Some(spans) = self.spans.as_mut() {
-            for (device, stream, peer) in [(d, Stream::Send, dst), (dst, Stream::Recv, d)] {
-                spans.push(Span {
-                    device: device as u32,
-                    stream,
-                    action: a,
-                    peer: Some(peer as u32),
-                    start_ns: start,
-                    end_ns: end,
-                });
-            }
+        if dst != d {
+            self.try_start(dst, now);
         }
-        self.push(
-            end,
-            Event::Arrival {
-                device: dst as u32,
-                slot: slot as u32,
-                flag,
-            },
-        );
-        end
+        arrive
     }
 
     fn stuck(&self) -> Vec<Stuck> {
-        let mut done = vec![0u8; self.flags.len()];
-        for (o, f) in done.iter_mut().zip(&self.flags) {
-            *o = f & (F_DONE | B_DONE | I_DONE | W_DONE);
-        }
-        let mut out = Vec::new();
-        for (d, dev) in self.dev.iter().enumerate() {
-            let Some(&action) = self.sched.devices[d].get(dev.pc) else {
-                continue;
-            };
-            let waits_for = validate::unmet_dependency(action, self.stages, self.m as u32, &done)
-                .unwrap_or(action);
-            out.push(Stuck {
-                at: Position {
-                    device: d as u32,
-                    index: dev.pc,
-                },
-                action,
-                waits_for,
-                waits_for_at: Position {
-                    device: self.device_of[waits_for.stage as usize],
-                    index: self.sched.devices[self.device_of[waits_for.stage as usize] as usize]
-                        .iter()
-                        .position(|&x| x == waits_for)
-                        .unwrap_or(0),
-                },
-            });
-        }
-        out
+        let done: Vec<u8> = self
+            .flags
+            .iter()
+            .map(|f| f & (F_DONE | B_DONE | I_DONE | W_DONE))
+            .collect();
+        let pc: Vec<usize> = self.dev.iter().map(|d| d.pc).collect();
+        validate::stuck_devices(self.sched, &pc, &done)
     }
 }

@@ -123,8 +123,16 @@ fn bit(kind: Kind) -> u8 {
     }
 }
 
-/// Validate a schedule. On success the simulator may rely on every invariant listed above.
+/// Validate a schedule: shape, completeness and liveness (checks 1–3 above).
 pub fn validate(schedule: &Schedule) -> Result<(), ValidationError> {
+    validate_structure(schedule)?;
+    check_liveness(schedule)
+}
+
+/// Checks 1 and 2 only. The simulator uses this and detects deadlocks while it runs: the set
+/// of actions that can complete before a deadlock is the unique largest dependency-closed
+/// prefix of the device lists, so it reports exactly the stuck devices `validate` reports.
+pub(crate) fn validate_structure(schedule: &Schedule) -> Result<(), ValidationError> {
     let p = schedule.num_devices();
     if p == 0 {
         return Err(ValidationError::NoDevices);
@@ -146,10 +154,7 @@ pub fn validate(schedule: &Schedule) -> Result<(), ValidationError> {
             microbatches: m,
         });
     }
-    let n = stages as usize * m as usize;
-    // Position of each action, indexed by (stage * m + microbatch) and kind.
-    let mut seen = vec![0u8; n];
-    let mut pos: Vec<[Option<Position>; 4]> = vec![[None; 4]; n];
+    let mut seen = vec![0u8; stages as usize * m as usize];
     for (d, list) in schedule.devices.iter().enumerate() {
         for (index, &action) in list.iter().enumerate() {
             let at = Position {
@@ -177,22 +182,19 @@ pub fn validate(schedule: &Schedule) -> Result<(), ValidationError> {
             let slot = action.stage as usize * m as usize + action.microbatch as usize;
             let b = bit(action.kind);
             if seen[slot] & b != 0 {
-                let first = pos[slot][action.kind as usize].expect("seen implies position");
                 return Err(ValidationError::Duplicate {
                     action,
-                    first,
+                    first: position_of(schedule, action).expect("seen before"),
                     second: at,
                 });
             }
             seen[slot] |= b;
-            pos[slot][action.kind as usize] = Some(at);
         }
     }
     for stage in 0..stages {
+        let device = schedule.device_of(stage);
         for k in 0..m {
-            let slot = stage as usize * m as usize + k as usize;
-            let s = seen[slot];
-            let device = schedule.device_of(stage);
+            let s = seen[stage as usize * m as usize + k as usize];
             let missing = |kind| ValidationError::Missing {
                 action: Action::new(stage, kind, k),
                 device,
@@ -201,31 +203,40 @@ pub fn validate(schedule: &Schedule) -> Result<(), ValidationError> {
                 return Err(missing(Kind::F));
             }
             if s & HAS_B != 0 && s & (HAS_I | HAS_W) != 0 {
-                let split = pos[slot][Kind::I as usize].or(pos[slot][Kind::W as usize]);
+                let split = if s & HAS_I != 0 { Kind::I } else { Kind::W };
                 return Err(ValidationError::MixedBackward {
                     stage,
                     microbatch: k,
-                    b_at: pos[slot][Kind::B as usize].expect("has B"),
-                    split_at: split.expect("has I or W"),
+                    b_at: position_of(schedule, Action::b(stage, k)).expect("has B"),
+                    split_at: position_of(schedule, Action::new(stage, split, k))
+                        .expect("has I or W"),
                 });
             }
             if s & HAS_B == 0 {
-                if s & (HAS_I | HAS_W) == 0 {
-                    return Err(missing(Kind::B));
-                }
-                if s & HAS_I == 0 {
-                    return Err(missing(Kind::I));
-                }
-                if s & HAS_W == 0 {
-                    return Err(missing(Kind::W));
+                for kind in [Kind::I, Kind::W] {
+                    if s & bit(kind) == 0 {
+                        return Err(missing(if s & (HAS_I | HAS_W) == 0 {
+                            Kind::B
+                        } else {
+                            kind
+                        }));
+                    }
                 }
             }
         }
     }
-    check_liveness(schedule, &pos)
+    Ok(())
 }
 
-/// The action (and its place) that `action` depends on and that has not completed yet, if any.
+/// Where `action` first appears (a scan: used only to word error messages).
+pub(crate) fn position_of(schedule: &Schedule, action: Action) -> Option<Position> {
+    let device = schedule.device_of(action.stage);
+    let list = schedule.devices.get(device as usize)?;
+    let index = list.iter().position(|&a| a == action)?;
+    Some(Position { device, index })
+}
+
+/// The action that `action` depends on and that has not completed yet, if any.
 /// `done[slot]` holds the bits of completed kinds.
 pub(crate) fn unmet_dependency(action: Action, stages: u32, m: u32, done: &[u8]) -> Option<Action> {
     let slot = |s: u32| s as usize * m as usize + action.microbatch as usize;
@@ -237,12 +248,10 @@ pub(crate) fn unmet_dependency(action: Action, stages: u32, m: u32, done: &[u8])
             if done[slot(action.stage)] & HAS_F == 0 {
                 return Some(Action::f(action.stage, k));
             }
-            if action.stage + 1 < stages {
-                let next = done[slot(action.stage + 1)];
-                if next & (HAS_B | HAS_I) == 0 {
-                    // The next stage's input-gradient pass: B if it has one, else I.
-                    return Some(Action::new(action.stage + 1, Kind::B, k));
-                }
+            if action.stage + 1 < stages && done[slot(action.stage + 1)] & (HAS_B | HAS_I) == 0 {
+                // The next stage's input-gradient pass (B; `stuck_devices` turns it into I
+                // where that stage splits its backward).
+                return Some(Action::b(action.stage + 1, k));
             }
             None
         }
@@ -250,10 +259,7 @@ pub(crate) fn unmet_dependency(action: Action, stages: u32, m: u32, done: &[u8])
     }
 }
 
-fn check_liveness(
-    schedule: &Schedule,
-    pos: &[[Option<Position>; 4]],
-) -> Result<(), ValidationError> {
+fn check_liveness(schedule: &Schedule) -> Result<(), ValidationError> {
     let stages = schedule.num_stages;
     let m = schedule.num_microbatches;
     let mut done = vec![0u8; stages as usize * m as usize];
@@ -286,33 +292,45 @@ fn check_liveness(
             }
         }
     }
-    let mut stuck = Vec::new();
-    for (d, list) in schedule.devices.iter().enumerate() {
-        if let Some(&action) = list.get(pc[d]) {
-            let mut waits_for = unmet_dependency(action, stages, m, &done)
-                .expect("a device that did not advance has an unmet dependency");
-            let slot = waits_for.stage as usize * m as usize + waits_for.microbatch as usize;
-            if waits_for.kind == Kind::B && pos[slot][Kind::B as usize].is_none() {
-                waits_for.kind = Kind::I;
-            }
-            let waits_for_at =
-                pos[slot][waits_for.kind as usize].expect("completeness was checked first");
-            stuck.push(Stuck {
-                at: Position {
-                    device: d as u32,
-                    index: pc[d],
-                },
-                action,
-                waits_for,
-                waits_for_at,
-            });
-        }
-    }
+    let stuck = stuck_devices(schedule, &pc, &done);
     if stuck.is_empty() {
         Ok(())
     } else {
         Err(ValidationError::Deadlock { stuck })
     }
+}
+
+/// Every device whose program is unfinished at `pc`, with the dependency it waits for, given
+/// the completed kinds `done` per (stage, micro-batch). Shared by the validator and the
+/// simulator so both word a deadlock identically.
+pub(crate) fn stuck_devices(schedule: &Schedule, pc: &[usize], done: &[u8]) -> Vec<Stuck> {
+    let (stages, m) = (schedule.num_stages, schedule.num_microbatches);
+    let mut stuck = Vec::new();
+    for (d, list) in schedule.devices.iter().enumerate() {
+        let Some(&action) = list.get(pc[d]) else {
+            continue;
+        };
+        let at = Position {
+            device: d as u32,
+            index: pc[d],
+        };
+        let Some(mut waits_for) = unmet_dependency(action, stages, m, done) else {
+            continue;
+        };
+        let mut waits_for_at = position_of(schedule, waits_for);
+        if waits_for_at.is_none() && waits_for.kind == Kind::B {
+            // The next stage splits its backward: the gradient comes from its I.
+            waits_for.kind = Kind::I;
+            waits_for_at = position_of(schedule, waits_for);
+        }
+        stuck.push(Stuck {
+            at,
+            action,
+            waits_for,
+            waits_for_at: waits_for_at.unwrap_or(at),
+        });
+    }
+    stuck
 }
 
 #[cfg(test)]

@@ -195,3 +195,25 @@ fn p2p_cost_adds_to_the_critical_path() {
     assert!(tl.spans.iter().any(|s| s.name() == "1SEND_B0"));
     assert!(tl.spans.iter().any(|s| s.name() == "0RECV_B0"));
 }
+
+#[test]
+fn interleaved_peak_inflight_follows_the_warmup_count() {
+    // Device r stashes its (v-1)·g + 2(p-1-r) warm-up forwards plus the first steady-state one,
+    // where g is the first round's size (interleaved_rounds), capped at all v·m chunk-passes.
+    for p in 1..=8u32 {
+        for m in 1..=32u32 {
+            for v in 1..=4u32 {
+                let s = generators::interleaved_1f1b(p, m, v);
+                let g = generators::interleaved_rounds(p, m)[0];
+                let r = run(&s);
+                for (i, d) in r.devices.iter().enumerate() {
+                    let want = ((v - 1) * g + 2 * (p - 1 - i as u32) + 1).min(v * m);
+                    assert_eq!(
+                        d.peak_inflight_microbatches, want,
+                        "p={p} m={m} v={v} device {i}"
+                    );
+                }
+            }
+        }
+    }
+}
