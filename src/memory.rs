@@ -27,9 +27,10 @@ pub const OPTIMIZER_BYTES_PER_PARAM: u64 = 12;
 
 /// Bytes of weights, gradients and optimizer state for `params` parameters on one GPU.
 pub fn model_state_bytes(params: u64, dp: u64, zero1: bool) -> u64 {
-    let opt = OPTIMIZER_BYTES_PER_PARAM * params;
-    (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM) * params
-        + if zero1 { opt.div_ceil(dp.max(1)) } else { opt }
+    let opt = OPTIMIZER_BYTES_PER_PARAM.saturating_mul(params);
+    (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM)
+        .saturating_mul(params)
+        .saturating_add(if zero1 { opt.div_ceil(dp.max(1)) } else { opt })
 }
 
 /// Dimensions of the activation formulas.

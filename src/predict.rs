@@ -100,14 +100,14 @@ pub struct Prediction {
 pub enum PredictError {
     #[error("{flag} must be at least 1 (got {value})")]
     Zero { flag: &'static str, value: u64 },
-    #[error("--tp x --pp x --dp must equal --gpus: {tp} x {pp} x {dp} = {} but --gpus is {gpus}", tp * pp * dp)]
+    #[error("--tp x --pp x --dp must equal --gpus: {tp} x {pp} x {dp} = {} but --gpus is {gpus}", (*tp as u128) * (*pp as u128) * (*dp as u128))]
     GpuCount {
         gpus: u64,
         tp: u64,
         pp: u64,
         dp: u64,
     },
-    #[error("--gpus {gpus} is not divisible by --tp x --pp = {}; valid --gpus are multiples of {}", tp * pp, tp * pp)]
+    #[error("--gpus {gpus} is not divisible by --tp x --pp = {}; valid --gpus are multiples of {}", (*tp as u128) * (*pp as u128), (*tp as u128) * (*pp as u128))]
     GpusNotDivisible { gpus: u64, tp: u64, pp: u64 },
     #[error(
         "--tp {tp} must divide the model's {what} ({count}); valid --tp: {}",
@@ -127,7 +127,7 @@ pub enum PredictError {
         per_replica: u64,
         valid: Vec<u64>,
     },
-    #[error("--pp {pp} x --chunks {chunks} = {} stages exceeds the model's {layers} layers; valid: --pp x --chunks <= {layers}", pp * chunks)]
+    #[error("--pp {pp} x --chunks {chunks} = {} stages exceeds the model's {layers} layers; valid: --pp x --chunks <= {layers}", (*pp as u128) * (*chunks as u128))]
     TooManyStages { pp: u64, chunks: u64, layers: u64 },
     #[error("--schedule/--chunks: {0}")]
     Schedule(String),
@@ -159,6 +159,9 @@ pub fn divisors(n: u64) -> Vec<u64> {
     small.extend(large.into_iter().rev());
     small
 }
+
+/// Per-stage activation bytes above this are clamped (and never fit).
+const MEMORY_CLAMP_BYTES: u64 = 1 << 38;
 
 /// Largest number of (stage, micro-batch) actions `predict` will simulate.
 pub const MAX_SIMULATED_ACTIONS: u64 = 20_000_000;
@@ -195,7 +198,7 @@ fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         Some(dp) => dp,
         None => {
             let tp_pp = req.tp.saturating_mul(req.pp);
-            if req.gpus % tp_pp != 0 {
+            if req.tp.checked_mul(req.pp).is_none() || req.gpus % tp_pp != 0 {
                 return Err(PredictError::GpusNotDivisible {
                     gpus: req.gpus,
                     tp: req.tp,
@@ -316,6 +319,7 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
     let params_embedding = (model.vocab_size * model.hidden_size) as f64 / req.tp as f64;
 
+    let mut too_big = false;
     let mut stages = Vec::with_capacity(num_stages as usize);
     let mut tp_comm = Vec::with_capacity(num_stages as usize);
     let mut stage_params = Vec::with_capacity(num_stages as usize);
@@ -352,6 +356,10 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
             // W keeps the stored inputs of the weight GEMMs; a third is a fair share.
             act / 3
         };
+        // Far above any GPU's memory, and small enough that the simulator's sums over up to
+        // MAX_SIMULATED_ACTIONS in-flight micro-batches cannot overflow.
+        too_big |= act > MEMORY_CLAMP_BYTES;
+        let act = act.min(MEMORY_CLAMP_BYTES);
         stages.push(StageCost {
             forward_ns: ns(f),
             backward_ns: ns(i) + ns(w),
@@ -380,6 +388,7 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
         .map(|&prm| {
             memory::model_state_bytes(prm.ceil() as u64, dp, req.options.zero1)
                 .saturating_add(working)
+                .min(1 << 60)
         })
         .collect();
     let model_state_max = device_params
@@ -441,7 +450,7 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
-        fits: peak_memory_bytes <= limit,
+        fits: !too_big && peak_memory_bytes <= limit,
         memory_limit_bytes: limit,
         model: model.name.clone(),
         hardware: hw.name.clone(),
