@@ -63,7 +63,12 @@ fn main() {
     }
 }
 
+/// DejaVu Sans, bundled in assets/fonts (Bitstream Vera license), so no system fonts are needed.
+static FONT_TTF: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+
 fn plot(rows: &[Comparison], path: &str) -> Result<(), Box<dyn std::error::Error>> {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT_TTF)
+        .map_err(|_| "cannot register the embedded font")?;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
