@@ -405,6 +405,8 @@ impl Layout {
                     }
                 }
                 Stream::Send | Stream::Recv => any_transfer = true,
+                // Step-level streams (collectives, optimizer) are not drawn yet.
+                Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {}
             }
         }
         // A zero-length (or empty) timeline still gets a one-nanosecond axis: no division by 0.
@@ -582,7 +584,9 @@ impl Layout {
     fn lane_y(&self, device: u32, stream: Stream) -> (i32, i32) {
         let top = self.rows_y0 + device as i32 * self.row_pitch_px;
         let (off, h) = match stream {
-            Stream::Compute => (0, COMPUTE_LANE_PX),
+            Stream::Compute | Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {
+                (0, COMPUTE_LANE_PX)
+            }
             Stream::Send => (COMPUTE_LANE_PX + LANE_GAP_PX, COMM_LANE_PX),
             Stream::Recv => (
                 COMPUTE_LANE_PX + 2 * LANE_GAP_PX + COMM_LANE_PX,
@@ -698,7 +702,7 @@ fn draw_chart<DB: DrawingBackend>(
 
     // Transfers first, then compute boxes (each a fill, an outline and maybe a label).
     for s in &tl.spans {
-        if s.stream == Stream::Compute || !opts.show_transfers {
+        if !matches!(s.stream, Stream::Send | Stream::Recv) || !opts.show_transfers {
             continue;
         }
         let (x0, x1) = span_x(layout, s);

@@ -44,6 +44,75 @@ enum Command {
     /// a per-device limit on micro-batches in flight; the simulator judges every candidate.
     /// The report goes to standard output; the schedule to --output.
     ScheduleSearch(SearchArgs),
+    /// Predict one training step of a model on a cluster: step time, TFLOP/s per GPU, MFU,
+    /// bubble and peak memory, by simulating the whole step with the cost model's durations.
+    Predict(PredictArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(clap::Args)]
+struct PredictArgs {
+    /// A bundled model (gpt-1.7b ... gpt-1t, gpt3-175b, llama3-8b, llama3-70b, llama3-405b) or a
+    /// Hugging Face config.json / Megatron-style JSON file.
+    #[arg(long)]
+    model: String,
+    /// A bundled hardware profile (a100-80gb, h100-80gb, h200) or a JSON profile.
+    #[arg(long, default_value = "a100-80gb")]
+    hardware: String,
+    /// Total GPUs; must equal tp x pp x dp.
+    #[arg(long)]
+    gpus: u64,
+    /// Tensor-parallel size t.
+    #[arg(long, default_value_t = 1)]
+    tp: u64,
+    /// Pipeline-parallel size p.
+    #[arg(long, default_value_t = 1)]
+    pp: u64,
+    /// Data-parallel size d (default gpus / (tp x pp)).
+    #[arg(long)]
+    dp: Option<u64>,
+    /// Global batch size B in sequences.
+    #[arg(long)]
+    global_batch: u64,
+    /// Micro-batch size b in sequences; must divide B / d.
+    #[arg(long, default_value_t = 1)]
+    micro_batch: u64,
+    /// Pipeline schedule (default: interleaved-1f1b when --chunks > 1, else 1f1b).
+    #[arg(long)]
+    schedule: Option<String>,
+    /// Model chunks per pipeline device v (interleaving).
+    #[arg(long, default_value_t = 1)]
+    chunks: u64,
+    /// Activation recomputation: none, selective or full.
+    #[arg(long, default_value = "full")]
+    recompute: String,
+    /// Sequence parallelism (Korthikanti et al. 2022).
+    #[arg(long, value_enum, default_value = "off")]
+    sequence_parallel: OnOff,
+    /// Override the model's sequence length.
+    #[arg(long)]
+    seq_len: Option<u64>,
+    /// Start each stage's data-parallel gradient reduction when its last backward finishes.
+    #[arg(long)]
+    overlap_grad_reduce: bool,
+    /// Shard the optimizer state over the data-parallel group (ZeRO-1).
+    #[arg(long)]
+    zero1: bool,
+    /// Send pipeline activations whole from every tensor-parallel rank instead of with the
+    /// scatter/gather optimisation.
+    #[arg(long)]
+    no_scatter_gather: bool,
+    /// Write the simulated step as a Chrome trace (open in Perfetto).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 #[derive(Clone, Copy, ValueEnum, Default)]
@@ -192,6 +261,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd_simulate(args),
         Command::Generate(args) => cmd_generate(args),
         Command::ScheduleSearch(args) => cmd_schedule_search(args),
+        Command::Predict(args) => cmd_predict(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -576,6 +646,96 @@ fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
                 "moves                 {} tried, {} kept, {} improving",
                 rep.moves_tried, rep.moves_kept, rep.moves_improving
             );
+        }
+    }
+    Ok(())
+}
+
+fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
+    use pplan::cost::{CostOptions, Recompute};
+    use pplan::predict::{predict, PredictError, PredictRequest};
+    let mut model =
+        pplan::model::Model::load(&args.model).map_err(|e| CliError::Input(e.to_string()))?;
+    if let Some(len) = args.seq_len {
+        model.seq_len = len;
+        model
+            .check()
+            .map_err(|e| CliError::Input(format!("--seq-len {len}: {e}")))?;
+    }
+    let hw = pplan::hardware::Hardware::load(&args.hardware)
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let recompute: Recompute = args
+        .recompute
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?;
+    let schedule = match &args.schedule {
+        None => None,
+        Some(s) => Some(
+            s.parse::<ScheduleName>()
+                .map_err(|e| CliError::Input(format!("--schedule: {e}")))?,
+        ),
+    };
+    let mut req = PredictRequest::new(&model, &hw);
+    req.gpus = args.gpus;
+    req.tp = args.tp;
+    req.pp = args.pp;
+    req.dp = args.dp;
+    req.global_batch = args.global_batch;
+    req.micro_batch = args.micro_batch;
+    req.schedule = schedule;
+    req.chunks = args.chunks;
+    req.recompute = recompute;
+    req.sequence_parallel = args.sequence_parallel == OnOff::On;
+    req.options = CostOptions {
+        overlap_grad_reduce: args.overlap_grad_reduce,
+        zero1: args.zero1,
+        scatter_gather: !args.no_scatter_gather,
+        ..CostOptions::default()
+    };
+    req.record_timeline = args.trace.is_some();
+    let pred = predict(&req).map_err(|e| match e {
+        PredictError::Internal(m) => CliError::Internal(m),
+        other => CliError::Input(other.to_string()),
+    })?;
+    if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
+        let trace = pplan::trace::from_timeline(tl);
+        let text = serde_json::to_vec(&trace).map_err(|e| CliError::Internal(e.to_string()))?;
+        write_output(path, "--trace", &text)?;
+    }
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string(&pred).map_err(|e| CliError::Internal(e.to_string()))?
+        ),
+        Format::Table => {
+            println!(
+                "{} on {} x {}: t={} p={} d={} b={} m={} {} v={} recompute={} sp={}",
+                pred.model,
+                pred.gpus,
+                pred.hardware,
+                pred.tp,
+                pred.pp,
+                pred.dp,
+                pred.micro_batch,
+                pred.microbatches,
+                pred.schedule,
+                pred.chunks,
+                pred.recompute,
+                if pred.sequence_parallel { "on" } else { "off" }
+            );
+            println!("step_time_s          {:.4}", pred.step_time_s);
+            println!("tflops_per_gpu       {:.1}", pred.tflops_per_gpu);
+            println!("model_tflops_per_gpu {:.1}", pred.model_tflops_per_gpu);
+            println!("mfu                  {:.3}", pred.mfu);
+            println!("tokens_per_s         {:.0}", pred.tokens_per_s);
+            println!("bubble_fraction      {:.4}", pred.bubble_fraction);
+            println!(
+                "peak_memory_bytes    {} ({:.1} GB of {:.1} GB)",
+                pred.peak_memory_bytes,
+                pred.peak_memory_bytes as f64 / 1e9,
+                pred.memory_limit_bytes as f64 / 1e9
+            );
+            println!("fits                 {}", pred.fits);
         }
     }
     Ok(())

@@ -9,6 +9,19 @@
 //! stream and the receiver's receive stream for its whole duration (latency + bytes/bandwidth,
 //! computed by the caller) and overlaps compute. Transfers between stages on the same device
 //! are free. Transfers start in the order they are requested (FIFO per stream).
+//!
+//! Optional step-level work (all off with [`Costs::default`] fields):
+//! - tensor-parallel collectives that sit inside compute actions ([`Costs::tensor_parallel`]):
+//!   they are part of the action's duration (Megatron runs them synchronously between GEMMs) and
+//!   are shown on the device's [`Stream::TensorParallel`] at the end of the action;
+//! - blocking point-to-point sends ([`Costs::blocking_sends`]): the sender's compute stream waits
+//!   until its send has finished, as Megatron-LM 2021's batched isend/irecv + synchronize did;
+//! - the data-parallel gradient all-reduce of each stage ([`Costs::grad_reduce_ns`]) on the
+//!   device's [`Stream::DataParallel`]: with [`Costs::overlap_grad_reduce`] a stage's reduction
+//!   starts when its last backward finishes, otherwise all of a device's reductions start when its
+//!   last compute action has finished; reductions on one device run one after another (FIFO);
+//! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
+//!   the device's compute and all its reductions. It counts as busy compute time.
 
 use crate::ir::{Action, Kind, Schedule, WeightUpdate};
 use crate::validate::{self, Stuck, ValidationError};
@@ -53,6 +66,27 @@ pub struct Costs {
     pub send_backward_ns: Vec<u64>,
     /// Memory that does not depend on the schedule (weights, gradients, optimizer state), per device.
     pub static_bytes: Vec<u64>,
+    /// Per stage, the part of each action's duration spent in tensor-parallel collectives
+    /// (empty: none). Shown on [`Stream::TensorParallel`]; it does not add time.
+    pub tensor_parallel: Vec<TpCommNs>,
+    /// The sender's compute stream is held until each point-to-point send has completed.
+    pub blocking_sends: bool,
+    /// Per stage, the data-parallel gradient reduction (empty: none).
+    pub grad_reduce_ns: Vec<u64>,
+    /// Start each stage's reduction when its last backward finishes, instead of when the
+    /// device's whole program has finished.
+    pub overlap_grad_reduce: bool,
+    /// Per device, the optimizer step after all its reductions (empty: none).
+    pub optimizer_ns: Vec<u64>,
+}
+
+/// Time spent in tensor-parallel collectives inside one stage's actions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TpCommNs {
+    /// Inside `F`.
+    pub forward_ns: u64,
+    /// Inside `B` or `I` (input-gradient collectives, and the recomputed forward's).
+    pub backward_ns: u64,
 }
 
 /// Unit costs as the CLI takes them: per *device* (a device's whole share of the model); with
@@ -101,6 +135,7 @@ impl Costs {
             send_forward_ns: vec![unit.p2p_ns; links],
             send_backward_ns: vec![unit.p2p_ns; links],
             static_bytes: vec![0; devices as usize],
+            ..Costs::default()
         }
     }
 }
@@ -110,6 +145,13 @@ pub enum Stream {
     Compute,
     Send,
     Recv,
+    /// Tensor-parallel collectives (all-reduce, or reduce-scatter/all-gather with sequence
+    /// parallelism) inside compute actions.
+    TensorParallel,
+    /// Data-parallel gradient reduction of one stage.
+    DataParallel,
+    /// The optimizer step.
+    Optimizer,
 }
 
 impl Stream {
@@ -118,6 +160,9 @@ impl Stream {
             Stream::Compute => "compute",
             Stream::Send => "send",
             Stream::Recv => "recv",
+            Stream::TensorParallel => "tensor-parallel",
+            Stream::DataParallel => "data-parallel",
+            Stream::Optimizer => "optimizer",
         }
     }
 }
@@ -129,6 +174,8 @@ pub struct Span {
     pub stream: Stream,
     /// For compute, the action run. For a transfer, the action that produced the data
     /// (`sFk` for an activation sent to stage s+1, `sBk`/`sIk` for a gradient sent to s-1).
+    /// For tensor-parallel spans, the action they belong to; for a data-parallel reduction,
+    /// stage `s` (kind `W`, micro-batch 0); for the optimizer, the device's first stage.
     pub action: Action,
     /// The other end of a transfer.
     pub peer: Option<u32>,
@@ -161,6 +208,9 @@ impl Span {
                     a.microbatch
                 )
             }
+            Stream::TensorParallel => format!("{}TP_{}{}", a.stage, a.kind, a.microbatch),
+            Stream::DataParallel => format!("{}REDUCE_GRAD", a.stage),
+            Stream::Optimizer => "OPTIMIZER_STEP".to_string(),
         }
     }
 }
@@ -238,14 +288,17 @@ const NOT_YET: u64 = u64::MAX;
 enum Event {
     /// The compute stream of this device finished its current action.
     ComputeDone(u32),
-    /// The device's next action was waiting for data in transit that has now arrived.
+    /// The device's next action was waiting for data in transit that has now arrived, or a
+    /// blocking send of the device has finished.
     Wake(u32),
+    /// One gradient reduction of this device finished.
+    ReduceDone(u32),
 }
 
-/// Events live in the heap as one `u128`: time (64 bits) | sequence number (40 bits) |
-/// device (23 bits) | kind (1 bit). Ordering by the integer is ordering by (time, sequence),
+/// Events live in the heap as one `u128`: time (64 bits) | sequence number (39 bits) |
+/// device (23 bits) | kind (2 bits). Ordering by the integer is ordering by (time, sequence),
 /// i.e. FIFO among equal times, and comparisons are a single integer compare.
-const SEQ_BITS: u32 = 40;
+const SEQ_BITS: u32 = 39;
 const DEVICE_BITS: u32 = 23;
 /// Largest number of devices the event encoding can address.
 pub const MAX_DEVICES: usize = 1 << DEVICE_BITS;
@@ -254,16 +307,17 @@ fn encode(t: u64, seq: u64, ev: Event) -> u128 {
     let (device, kind) = match ev {
         Event::ComputeDone(d) => (d, 0u128),
         Event::Wake(d) => (d, 1u128),
+        Event::ReduceDone(d) => (d, 2u128),
     };
-    ((t as u128) << 64) | ((seq as u128) << (DEVICE_BITS + 1)) | ((device as u128) << 1) | kind
+    ((t as u128) << 64) | ((seq as u128) << (DEVICE_BITS + 2)) | ((device as u128) << 2) | kind
 }
 
 fn decode(key: u128) -> (u64, Event) {
-    let device = ((key >> 1) & ((1 << DEVICE_BITS) - 1)) as u32;
-    let ev = if key & 1 == 0 {
-        Event::ComputeDone(device)
-    } else {
-        Event::Wake(device)
+    let device = ((key >> 2) & ((1 << DEVICE_BITS) - 1)) as u32;
+    let ev = match key & 3 {
+        0 => Event::ComputeDone(device),
+        1 => Event::Wake(device),
+        _ => Event::ReduceDone(device),
     };
     ((key >> 64) as u64, ev)
 }
@@ -282,6 +336,14 @@ struct Device {
     mem_bytes: u64,
     peak_mem_bytes: u64,
     peak_versions: u32,
+    /// Free time of the data-parallel stream.
+    dp_free_ns: u64,
+    /// Reductions started but not finished.
+    reduces_running: u32,
+    /// Reductions of this device not yet started.
+    reduces_waiting: u32,
+    /// The optimizer step has started (or there is none and the step is over).
+    step_ending: bool,
 }
 
 /// Per-stage weight-version bookkeeping, used only for non-flush schedules.
@@ -310,6 +372,8 @@ struct Sim<'a> {
     spans: Option<Vec<Span>>,
     versions: Option<Versions>,
     device_of: Vec<u32>,
+    /// Per stage: backwards (`B` or `W`) still to finish before its gradients are complete.
+    grads_left: Vec<u32>,
 }
 
 /// Simulate `schedule` with `costs`. The schedule is validated first (shape and completeness);
@@ -359,6 +423,10 @@ pub fn simulate(
                 mem_bytes: costs.static_bytes[d],
                 peak_mem_bytes: costs.static_bytes[d],
                 peak_versions: 1,
+                dp_free_ns: 0,
+                reduces_running: 0,
+                reduces_waiting: 0,
+                step_ending: false,
             })
             .collect(),
         heap: BinaryHeap::with_capacity(2 * p + 16),
@@ -368,15 +436,27 @@ pub fn simulate(
             .then(|| Vec::with_capacity(3 * n_actions as usize)),
         versions,
         device_of: (0..stages).map(|s| schedule.device_of(s)).collect(),
+        grads_left: vec![0; stages as usize],
     };
+    for a in schedule.devices.iter().flatten() {
+        if matches!(a.kind, Kind::B | Kind::W) {
+            sim.grads_left[a.stage as usize] += 1;
+        }
+    }
+    if !costs.grad_reduce_ns.is_empty() {
+        for s in 0..stages {
+            sim.dev[sim.device_of[s as usize] as usize].reduces_waiting += 1;
+        }
+    }
     // Every event gets a sequence number below 2^SEQ_BITS: pushes never exceed the events
     // popped plus the at most one pending event per device.
     let limit = options
         .max_events
-        .unwrap_or(4 * n_actions + 64)
+        .unwrap_or(4 * n_actions + 4 * stages as u64 + 4 * p as u64 + 64)
         .min((1 << SEQ_BITS) - 1 - MAX_DEVICES as u64);
     for d in 0..p {
         sim.try_start(d, 0);
+        sim.program_progress(d, 0);
     }
     let mut now = 0;
     let mut events = 0u64;
@@ -388,10 +468,23 @@ pub fn simulate(
         }
         now = t;
         match ev {
+            Event::ComputeDone(d)
+                if sim.dev[d as usize].pc >= schedule.devices[d as usize].len() =>
+            {
+                // Only the optimizer step runs after the last action.
+                let dev = &mut sim.dev[d as usize];
+                dev.busy = false;
+                dev.busy_ns += t - dev.start_ns;
+            }
             Event::ComputeDone(d) => sim.finish(d as usize, t),
             Event::Wake(d) => {
                 sim.dev[d as usize].waking = false;
                 sim.try_start(d as usize, t);
+                sim.program_progress(d as usize, t);
+            }
+            Event::ReduceDone(d) => {
+                sim.dev[d as usize].reduces_running -= 1;
+                sim.program_progress(d as usize, t);
             }
         }
     }
@@ -442,8 +535,19 @@ fn check_costs(schedule: &Schedule, costs: &Costs) -> Result<(), SimError> {
             costs.static_bytes.len(),
             schedule.devices.len(),
         ),
+        ("tensor_parallel", costs.tensor_parallel.len(), s),
+        ("grad_reduce_ns", costs.grad_reduce_ns.len(), s),
+        (
+            "optimizer_ns",
+            costs.optimizer_ns.len(),
+            schedule.devices.len(),
+        ),
     ];
-    for (field, got, want) in checks {
+    for (i, (field, got, want)) in checks.into_iter().enumerate() {
+        // The optional step-level vectors may be empty.
+        if i >= 4 && got == 0 {
+            continue;
+        }
         if got != want {
             return Err(SimError::CostsMismatch(format!(
                 "{field} has {got} entries, the schedule needs {want}"
@@ -567,6 +671,25 @@ impl Sim<'_> {
                     start_ns: dev.start_ns,
                     end_ns: now,
                 });
+                let tp_ns =
+                    self.costs
+                        .tensor_parallel
+                        .get(a.stage as usize)
+                        .map_or(0, |tp| match a.kind {
+                            Kind::F => tp.forward_ns,
+                            Kind::B | Kind::I => tp.backward_ns,
+                            Kind::W => 0,
+                        });
+                if tp_ns > 0 {
+                    spans.push(Span {
+                        device: d as u32,
+                        stream: Stream::TensorParallel,
+                        action: a,
+                        peer: None,
+                        start_ns: now.saturating_sub(tp_ns).max(dev.start_ns),
+                        end_ns: now,
+                    });
+                }
             }
         }
         self.flags[slot] |= match a.kind {
@@ -577,19 +700,101 @@ impl Sim<'_> {
         };
         if matches!(a.kind, Kind::B | Kind::W) {
             self.weight_update(a, slot);
+            let left = &mut self.grads_left[a.stage as usize];
+            *left -= 1;
+            if *left == 0 && self.costs.overlap_grad_reduce && !self.costs.grad_reduce_ns.is_empty()
+            {
+                self.start_reduce(d, a.stage, now);
+            }
         }
-        match a.kind {
+        let sent_until = match a.kind {
             Kind::F if a.stage + 1 < self.stages => {
                 let dur = self.costs.send_forward_ns[a.stage as usize];
-                self.transfer(d, a, a.stage + 1, true, dur, now);
+                self.transfer(d, a, a.stage + 1, true, dur, now)
             }
             Kind::B | Kind::I if a.stage > 0 => {
                 let dur = self.costs.send_backward_ns[a.stage as usize - 1];
-                self.transfer(d, a, a.stage - 1, false, dur, now);
+                self.transfer(d, a, a.stage - 1, false, dur, now)
             }
-            _ => {}
+            _ => now,
+        };
+        if self.costs.blocking_sends && sent_until > now {
+            // The compute stream waits for the send (Megatron-LM 2021's synchronous p2p).
+            self.dev[d].waking = true;
+            self.push(sent_until, Event::Wake(d as u32));
+            return;
         }
         self.try_start(d, now);
+        self.program_progress(d, now);
+    }
+    /// Called when the device's compute stream may have run out of actions or a reduction has
+    /// finished: starts the non-overlapped reductions, then the optimizer step.
+    fn program_progress(&mut self, d: usize, now: u64) {
+        let dev = &self.dev[d];
+        if dev.busy || dev.waking || dev.step_ending || dev.pc < self.sched.devices[d].len() {
+            return;
+        }
+        if dev.reduces_waiting > 0 {
+            // Not overlapped: reduce every stage of this device now, last stage first (the order
+            // in which their backwards finished).
+            let mine: Vec<u32> = (0..self.stages)
+                .rev()
+                .filter(|&s| self.device_of[s as usize] as usize == d)
+                .collect();
+            for s in mine {
+                self.start_reduce(d, s, now);
+            }
+        }
+        let dev = &mut self.dev[d];
+        if dev.reduces_running > 0 || dev.reduces_waiting > 0 {
+            return;
+        }
+        dev.step_ending = true;
+        let dur = self.costs.optimizer_ns.get(d).copied().unwrap_or(0);
+        if dur == 0 {
+            return;
+        }
+        dev.busy = true;
+        dev.start_ns = now;
+        if let Some(spans) = self.spans.as_mut() {
+            let first = (0..self.stages)
+                .find(|&s| self.device_of[s as usize] as usize == d)
+                .unwrap_or(0);
+            spans.push(Span {
+                device: d as u32,
+                stream: Stream::Optimizer,
+                action: Action::f(first, 0),
+                peer: None,
+                start_ns: now,
+                end_ns: now + dur,
+            });
+        }
+        self.push(now + dur, Event::ComputeDone(d as u32));
+    }
+
+    /// Queue the gradient reduction of `stage` on device `d`'s data-parallel stream.
+    fn start_reduce(&mut self, d: usize, stage: u32, now: u64) {
+        let dur = self.costs.grad_reduce_ns[stage as usize];
+        let dev = &mut self.dev[d];
+        if dev.reduces_waiting == 0 {
+            return;
+        }
+        dev.reduces_waiting -= 1;
+        dev.reduces_running += 1;
+        let start = now.max(dev.dp_free_ns);
+        let end = start + dur;
+        dev.dp_free_ns = end;
+        if let Some(spans) = self.spans.as_mut() {
+            spans.push(Span {
+                device: d as u32,
+                stream: Stream::DataParallel,
+                action: Action::w(stage, 0),
+                peer: None,
+                start_ns: start,
+                end_ns: end,
+            });
+        }
+        self.push(end, Event::ReduceDone(d as u32));
     }
 
     fn weight_update(&mut self, a: Action, slot: usize) {
@@ -612,7 +817,16 @@ impl Sim<'_> {
     }
 
     /// Move the output of `a` to `to_stage` (an activation if `forward`, else a gradient).
-    fn transfer(&mut self, d: usize, a: Action, to_stage: u32, forward: bool, dur: u64, now: u64) {
+    /// Returns when the data has arrived.
+    fn transfer(
+        &mut self,
+        d: usize,
+        a: Action,
+        to_stage: u32,
+        forward: bool,
+        dur: u64,
+        now: u64,
+    ) -> u64 {
         let dst = self.device_of[to_stage as usize] as usize;
         let slot = to_stage as usize * self.m + a.microbatch as usize;
         let arrive = if dst == d || dur == 0 {
@@ -646,6 +860,7 @@ impl Sim<'_> {
         if dst != d {
             self.try_start(dst, now);
         }
+        arrive
     }
 
     fn stuck(&self) -> Vec<Stuck> {

@@ -15,6 +15,9 @@ pub fn stream_tid(stream: Stream) -> u32 {
         Stream::Compute => 0,
         Stream::Send => 1,
         Stream::Recv => 2,
+        Stream::TensorParallel => 3,
+        Stream::DataParallel => 4,
+        Stream::Optimizer => 5,
     }
 }
 
@@ -79,7 +82,14 @@ pub fn from_timeline(tl: &Timeline) -> Trace {
     for d in 0..tl.num_devices {
         events.push(meta("process_name", d, 0, format!("device {d}")));
         events.push(meta("process_sort_index", d, 0, d.to_string()));
-        for s in [Stream::Compute, Stream::Send, Stream::Recv] {
+        for s in [
+            Stream::Compute,
+            Stream::Send,
+            Stream::Recv,
+            Stream::TensorParallel,
+            Stream::DataParallel,
+            Stream::Optimizer,
+        ] {
             events.push(meta(
                 "thread_name",
                 d,

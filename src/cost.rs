@@ -1,0 +1,664 @@
+//! The cost model: how long one transformer layer (and the embedding and output layers) takes
+//! on one GPU, and how long each collective and point-to-point transfer takes on the links it
+//! crosses. Every formula, its source and its unit are in `docs/cost-model.md`.
+//!
+//! Invariants: no IO, no clock; all inputs are a [`Model`], a [`Hardware`] profile and a
+//! [`Layout`]. Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`).
+//!
+//! Shape of a step (Megatron-LM 2021, Narayanan et al.): per micro-batch and layer, a forward
+//! (GEMMs, memory-bound kernels, two tensor-parallel all-reduces), an input-gradient backward
+//! `I` (GEMMs for activations' gradients, memory-bound kernels, two all-reduces, plus the
+//! recomputed forward), and a weight-gradient backward `W` (weight GEMMs and the accumulation
+//! of the gradient into the main-gradient buffer).
+
+use crate::hardware::Hardware;
+use crate::model::Model;
+use std::fmt;
+use std::str::FromStr;
+
+/// Activation recomputation (Korthikanti et al. 2022).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Recompute {
+    None,
+    /// Recompute only the attention core (QK^T, softmax, dropout, attention over V).
+    Selective,
+    /// Keep only each layer's input; recompute the whole layer before its backward.
+    #[default]
+    Full,
+}
+
+impl Recompute {
+    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for Recompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Recompute {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Recompute::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown recompute '{s}' (valid: none, selective, full)"))
+    }
+}
+
+/// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum RankOrder {
+    /// Tensor-parallel innermost, then data-parallel, then pipeline (Megatron-LM's default).
+    #[default]
+    TensorDataPipeline,
+    /// Tensor-parallel innermost, then pipeline, then data-parallel.
+    TensorPipelineData,
+}
+
+/// The parallel layout and batch shape of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    pub micro_batch: u64,
+    /// Model chunks per pipeline device (interleaving).
+    pub chunks: u64,
+    pub sequence_parallel: bool,
+    pub recompute: Recompute,
+}
+
+/// Implementation choices; the defaults are Megatron-LM as used for Narayanan et al. 2021.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostOptions {
+    /// Fused bias+GeLU, scale+mask+softmax and bias+dropout+add kernels.
+    pub fused_kernels: bool,
+    /// Pipeline sends split over the t tensor-parallel ranks' NICs, then all-gathered over
+    /// NVLink (Narayanan et al. 2021, Sec. 4.1).
+    pub scatter_gather: bool,
+    /// The sender's compute waits for each point-to-point transfer (Megatron-LM 2021's
+    /// `batch_isend_irecv` followed by a synchronize).
+    pub blocking_p2p: bool,
+    /// Reduce a stage's gradients as soon as its last backward has finished.
+    pub overlap_grad_reduce: bool,
+    /// ZeRO stage 1: optimizer state sharded over the data-parallel group.
+    pub zero1: bool,
+    /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
+    pub grad_reduce_bytes_per_param: f64,
+    /// Memory traffic per parameter per micro-batch of accumulating the weight gradient into
+    /// the main-gradient buffer: write the 16-bit gradient (2), read it (2), read and write the
+    /// fp32 main gradient (8).
+    pub grad_accumulation_bytes_per_param: f64,
+    /// Memory traffic per parameter of the mixed-precision Adam step: read fp32 master, m, v
+    /// and the gradient, write master, m, v and the 16-bit weight (28), plus the gradient-norm
+    /// and unscale passes over the gradient (4).
+    pub optimizer_bytes_per_param: f64,
+    pub rank_order: RankOrder,
+}
+
+impl Default for CostOptions {
+    fn default() -> Self {
+        CostOptions {
+            fused_kernels: true,
+            scatter_gather: true,
+            blocking_p2p: true,
+            overlap_grad_reduce: false,
+            zero1: false,
+            grad_reduce_bytes_per_param: 2.0,
+            grad_accumulation_bytes_per_param: 12.0,
+            optimizer_bytes_per_param: 32.0,
+            rank_order: RankOrder::TensorDataPipeline,
+        }
+    }
+}
+
+/// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gemm {
+    pub m: f64,
+    pub n: f64,
+    pub k: f64,
+    pub batch: f64,
+}
+
+impl Gemm {
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m * self.n * self.k * self.batch
+    }
+    /// The input-gradient GEMM of `Y = X W`: `dX = dY W^T` is (m x n) by (n x k).
+    pub fn input_grad(&self) -> Gemm {
+        Gemm {
+            m: self.m,
+            n: self.k,
+            k: self.n,
+            batch: self.batch,
+        }
+    }
+    /// The weight-gradient GEMM: `dW = X^T dY` is (k x m) by (m x n).
+    pub fn weight_grad(&self) -> Gemm {
+        Gemm {
+            m: self.k,
+            n: self.n,
+            k: self.m,
+            batch: self.batch,
+        }
+    }
+}
+
+/// Achievable fraction of peak for a GEMM of this shape:
+/// `max * (m/(m+d0)) * (n/(n+d0)) * (k/(k+d0))` with `d0 = gemm_half_dim`.
+/// Small dimensions leave tensor cores idle (partial tiles, too few tiles to fill the SMs, short
+/// K loops that cannot hide the loads); the form is saturating in each dimension.
+pub fn gemm_efficiency(hw: &Hardware, g: &Gemm) -> f64 {
+    let d0 = hw.gpu.gemm_half_dim;
+    let f = |d: f64| d / (d + d0);
+    hw.gpu.gemm_efficiency_max * f(g.m) * f(g.n) * f(g.k)
+}
+
+pub fn gemm_time_s(hw: &Hardware, g: &Gemm) -> f64 {
+    if g.flops() <= 0.0 {
+        return 0.0;
+    }
+    g.flops() / (hw.gpu.peak_flops_per_s * gemm_efficiency(hw, g))
+}
+
+/// Ring all-reduce of `bytes` over `n` ranks: `2 (n-1)/n bytes / bw + 2 (n-1) latency`.
+pub fn all_reduce_s(bytes: f64, n: u64, bw_bytes_per_s: f64, latency_s: f64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let n = n as f64;
+    2.0 * (n - 1.0) / n * bytes / bw_bytes_per_s + 2.0 * (n - 1.0) * latency_s
+}
+
+/// Ring reduce-scatter or all-gather: half an all-reduce.
+pub fn all_gather_s(bytes: f64, n: u64, bw_bytes_per_s: f64, latency_s: f64) -> f64 {
+    all_reduce_s(bytes, n, bw_bytes_per_s, latency_s) / 2.0
+}
+
+/// Time of one piece of work, split by what bounds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Part {
+    pub gemm_s: f64,
+    pub memory_s: f64,
+    pub tp_comm_s: f64,
+}
+
+impl Part {
+    pub fn total_s(&self) -> f64 {
+        self.gemm_s + self.memory_s + self.tp_comm_s
+    }
+    fn add(self, o: Part) -> Part {
+        Part {
+            gemm_s: self.gemm_s + o.gemm_s,
+            memory_s: self.memory_s + o.memory_s,
+            tp_comm_s: self.tp_comm_s + o.tp_comm_s,
+        }
+    }
+    fn scale(self, x: f64) -> Part {
+        Part {
+            gemm_s: self.gemm_s * x,
+            memory_s: self.memory_s * x,
+            tp_comm_s: self.tp_comm_s * x,
+        }
+    }
+}
+
+/// Costs of one block (a transformer layer, or the embedding / output layer) for one
+/// micro-batch on one tensor-parallel rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BlockCost {
+    pub forward: Part,
+    /// Input gradients, including any recomputation that precedes them.
+    pub backward_input: Part,
+    pub backward_weight: Part,
+}
+
+impl BlockCost {
+    fn add(self, o: BlockCost) -> BlockCost {
+        BlockCost {
+            forward: self.forward.add(o.forward),
+            backward_input: self.backward_input.add(o.backward_input),
+            backward_weight: self.backward_weight.add(o.backward_weight),
+        }
+    }
+    pub fn scale(self, x: f64) -> BlockCost {
+        BlockCost {
+            forward: self.forward.scale(x),
+            backward_input: self.backward_input.scale(x),
+            backward_weight: self.backward_weight.scale(x),
+        }
+    }
+    pub fn plus(self, o: BlockCost) -> BlockCost {
+        self.add(o)
+    }
+}
+
+/// The cost model for one (model, hardware, layout).
+#[derive(Debug, Clone, Copy)]
+pub struct CostModel<'a> {
+    pub model: &'a Model,
+    pub hw: &'a Hardware,
+    pub layout: Layout,
+    pub options: CostOptions,
+}
+
+impl CostModel<'_> {
+    fn dims(&self) -> (f64, f64, f64, f64, f64, f64, f64) {
+        let m = self.model;
+        (
+            self.layout.micro_batch as f64,
+            m.seq_len as f64,
+            m.hidden_size as f64,
+            m.num_heads as f64,
+            m.ffn_hidden_size as f64,
+            self.layout.tp as f64,
+            m.head_dim() as f64,
+        )
+    }
+
+    /// The GEMMs of one layer's forward on one tensor-parallel rank:
+    /// QKV, attention scores, attention over values, output projection, MLP in, MLP out.
+    pub fn layer_gemms(&self) -> [Gemm; 6] {
+        let (b, s, h, a, f, t, dh) = self.dims();
+        let kv = self.model.num_kv_heads as f64;
+        let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
+        let g = |m, n, k, batch| Gemm { m, n, k, batch };
+        [
+            g(b * s, (h + 2.0 * kv * dh) / t, h, 1.0),
+            g(s, s, dh, b * a / t),
+            g(s, dh, s, b * a / t),
+            g(b * s, h, h / t, 1.0),
+            g(b * s, mlp_in / t, h, 1.0),
+            g(b * s, h, f / t, 1.0),
+        ]
+    }
+
+    /// Forward FLOPs of one layer for the whole micro-batch (all tensor-parallel ranks).
+    pub fn layer_forward_flops(&self) -> f64 {
+        self.layer_gemms().iter().map(Gemm::flops).sum::<f64>() * self.layout.tp as f64
+    }
+
+    /// Forward FLOPs of the attention core (scores and values) of one layer, all ranks.
+    pub fn attention_core_flops(&self) -> f64 {
+        let g = self.layer_gemms();
+        (g[1].flops() + g[2].flops()) * self.layout.tp as f64
+    }
+
+    /// Forward FLOPs of the output (logit) layer for one micro-batch, all ranks.
+    pub fn logit_forward_flops(&self) -> f64 {
+        let (b, s, h, ..) = self.dims();
+        2.0 * b * s * h * self.model.vocab_size as f64
+    }
+
+    /// HBM traffic of the memory-bound kernels of one layer on one rank, (forward, backward),
+    /// split into the attention-core part (scales with a s^2 b / t) and the rest.
+    /// Fused (Megatron-LM 2021): per layer forward two layer norms (read + write 2 bytes:
+    /// 4 sbh each), scale+mask+softmax (4 as^2b/t), attention dropout (read 2, write 2, mask 1:
+    /// 5 as^2b/t), two bias+dropout+add (read input and residual, write output and mask:
+    /// 7 sbh each), bias+GeLU (4 sbf/t; SwiGLU 6 sbf/t). Backward: layer norms 6 sbh each,
+    /// softmax 6 and dropout 5 as^2b/t, bias+dropout+add and the residual-gradient add 11 sbh
+    /// each, GeLU 6 sbf/t (SwiGLU 10 sbf/t). With sequence parallelism the sbh terms are per
+    /// rank (/t). Unfused kernels add round trips (docs/cost-model.md).
+    pub fn layer_memory_bytes(&self) -> MemoryTraffic {
+        let (b, s, h, a, f, t, _) = self.dims();
+        let sbh = s * b * h
+            / if self.layout.sequence_parallel {
+                t
+            } else {
+                1.0
+            };
+        let sbf = s * b * f / t;
+        let as2b = a * s * s * b / t;
+        let gated = self.model.gated_mlp;
+        let (attn_f, attn_b, rest_f, rest_b) = if self.options.fused_kernels {
+            (
+                9.0 * as2b,
+                11.0 * as2b,
+                (4.0 + 4.0 + 7.0 + 7.0) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
+                (6.0 + 6.0 + 11.0 + 11.0) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
+            )
+        } else {
+            (
+                // scale, mask, softmax as three kernels (4 each), dropout 5.
+                17.0 * as2b,
+                // their backwards: 3 x 4 + softmax's extra read 2, dropout 5.
+                19.0 * as2b,
+                // bias add 4, dropout 5, residual add 6 per block; bias 4 + GeLU 4.
+                (4.0 + 4.0 + 15.0 + 15.0) * sbh + if gated { 10.0 } else { 8.0 } * sbf,
+                (6.0 + 6.0 + 15.0 + 15.0) * sbh + if gated { 14.0 } else { 10.0 } * sbf,
+            )
+        };
+        MemoryTraffic {
+            attention_forward_bytes: attn_f,
+            attention_backward_bytes: attn_b,
+            other_forward_bytes: rest_f,
+            other_backward_bytes: rest_b,
+        }
+    }
+
+    /// Time of one tensor-parallel all-reduce of `bytes` (or, with sequence parallelism, a
+    /// reduce-scatter plus an all-gather, which move the same bytes).
+    fn tp_all_reduce_s(&self, bytes: f64) -> f64 {
+        let t = self.layout.tp;
+        if t <= 1 {
+            return 0.0;
+        }
+        let (bw, lat) = self.tp_link();
+        all_reduce_s(bytes, t, bw, lat)
+    }
+
+    /// Bandwidth and latency of the tensor-parallel group's ring: NVLink when the group fits
+    /// in a node (t innermost), else the NICs.
+    fn tp_link(&self) -> (f64, f64) {
+        let gpn = self.hw.node.gpus_per_node as u64;
+        if self.layout.tp <= gpn && gpn % self.layout.tp == 0 {
+            (self.hw.nvlink_bytes_per_s(), self.hw.node.nvlink_latency_s)
+        } else {
+            (
+                self.hw.nic_bytes_per_s_per_gpu(true),
+                self.hw.node.nic_latency_s,
+            )
+        }
+    }
+
+    /// One transformer layer for one micro-batch on one rank.
+    pub fn layer(&self) -> BlockCost {
+        let (b, s, h, ..) = self.dims();
+        let hbm = self.hw.hbm_bytes_per_s();
+        let gemms = self.layer_gemms();
+        let fwd_gemm: f64 = gemms.iter().map(|g| gemm_time_s(self.hw, g)).sum();
+        let attn_gemm = gemm_time_s(self.hw, &gemms[1]) + gemm_time_s(self.hw, &gemms[2]);
+        // In the attention core both operands are activations: all its backward GEMMs are
+        // input gradients. For the four weight GEMMs, one input- and one weight-gradient GEMM.
+        let mut bwd_input_gemm = 0.0;
+        let mut bwd_weight_gemm = 0.0;
+        for (i, g) in gemms.iter().enumerate() {
+            if i == 1 || i == 2 {
+                bwd_input_gemm +=
+                    gemm_time_s(self.hw, &g.input_grad()) + gemm_time_s(self.hw, &g.weight_grad());
+            } else {
+                bwd_input_gemm += gemm_time_s(self.hw, &g.input_grad());
+                bwd_weight_gemm += gemm_time_s(self.hw, &g.weight_grad());
+            }
+        }
+        let mem = self.layer_memory_bytes();
+        let act_bytes = 2.0 * b * s * h;
+        // Two all-reduces forward (after attention and after the MLP), two backward
+        // (Shoeybi et al. 2019, Fig. 4: the f and g operators).
+        let tp = 2.0 * self.tp_all_reduce_s(act_bytes);
+        let forward = Part {
+            gemm_s: fwd_gemm,
+            memory_s: (mem.attention_forward_bytes + mem.other_forward_bytes) / hbm,
+            tp_comm_s: tp,
+        };
+        let recompute = match self.layout.recompute {
+            Recompute::None => Part::default(),
+            Recompute::Selective => Part {
+                gemm_s: attn_gemm,
+                memory_s: mem.attention_forward_bytes / hbm,
+                tp_comm_s: 0.0,
+            },
+            Recompute::Full => forward,
+        };
+        let params = self.model.params_per_layer() as f64 / self.layout.tp as f64;
+        let backward_input = Part {
+            gemm_s: bwd_input_gemm,
+            memory_s: (mem.attention_backward_bytes + mem.other_backward_bytes) / hbm,
+            tp_comm_s: tp,
+        }
+        .add(recompute);
+        let backward_weight = Part {
+            gemm_s: bwd_weight_gemm,
+            memory_s: params * self.options.grad_accumulation_bytes_per_param / hbm,
+            tp_comm_s: 0.0,
+        };
+        BlockCost {
+            forward,
+            backward_input,
+            backward_weight,
+        }
+    }
+
+    /// The input embedding on the first stage: a vocabulary-parallel lookup (read the rows,
+    /// write 2 sbh), the all-reduce that combines the t partial lookups, and the embedding
+    /// dropout (5 sbh); backward: the dropout's backward (5 sbh) and the scatter-add of the
+    /// gradient into the embedding rows (read 2 sbh, read-modify-write the rows 4 sbh).
+    /// The position embedding is an elementwise add (6 sbh).
+    pub fn embedding(&self) -> BlockCost {
+        let (b, s, h, ..) = self.dims();
+        let hbm = self.hw.hbm_bytes_per_s();
+        let sbh = s * b * h;
+        let tp = self.tp_all_reduce_s(2.0 * sbh);
+        BlockCost {
+            forward: Part {
+                gemm_s: 0.0,
+                memory_s: (4.0 + 6.0 + 5.0) * sbh / hbm,
+                tp_comm_s: tp,
+            },
+            backward_input: Part {
+                gemm_s: 0.0,
+                memory_s: 5.0 * sbh / hbm,
+                tp_comm_s: 0.0,
+            },
+            backward_weight: Part {
+                gemm_s: 0.0,
+                memory_s: 6.0 * sbh / hbm,
+                tp_comm_s: 0.0,
+            },
+        }
+    }
+
+    /// The final layer norm, the vocabulary-parallel logit GEMM (b s x V/t x h) and the
+    /// cross-entropy on the last stage. Cross-entropy reads the 16-bit logits and writes fp32
+    /// softmax (10 bytes per logit forward) and reads the softmax to write the 16-bit logit
+    /// gradient (8 bytes per logit backward). Not recomputed.
+    pub fn output_layer(&self) -> BlockCost {
+        let (b, s, h, _, _, t, _) = self.dims();
+        let hbm = self.hw.hbm_bytes_per_s();
+        let v = self.model.vocab_size as f64;
+        let logits = Gemm {
+            m: b * s,
+            n: v / t,
+            k: h,
+            batch: 1.0,
+        };
+        let sbh = s * b * h;
+        let n_logits = b * s * v / t;
+        BlockCost {
+            forward: Part {
+                gemm_s: gemm_time_s(self.hw, &logits),
+                memory_s: (4.0 * sbh + 10.0 * n_logits) / hbm,
+                tp_comm_s: 0.0,
+            },
+            backward_input: Part {
+                gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
+                memory_s: (6.0 * sbh + 8.0 * n_logits) / hbm,
+                // The output layer's input is copied into the tensor-parallel region: its
+                // gradient is all-reduced.
+                tp_comm_s: self.tp_all_reduce_s(2.0 * sbh),
+            },
+            backward_weight: Part {
+                gemm_s: gemm_time_s(self.hw, &logits.weight_grad()),
+                memory_s: 0.0,
+                tp_comm_s: 0.0,
+            },
+        }
+    }
+
+    fn node_of(&self, rank: u64) -> u64 {
+        rank / self.hw.node.gpus_per_node as u64
+    }
+
+    /// Rank of (tensor rank 0, data rank `d`, pipeline rank `p`).
+    pub fn rank(&self, d: u64, p: u64) -> u64 {
+        let l = self.layout;
+        match self.options.rank_order {
+            RankOrder::TensorDataPipeline => l.tp * (d + l.dp * p),
+            RankOrder::TensorPipelineData => l.tp * (p + l.pp * d),
+        }
+    }
+
+    /// Activation (or gradient) transfer between pipeline ranks `from` and `to` for one
+    /// micro-batch: `2 b s h` bytes. Inside a node over NVLink. Across nodes each of the t
+    /// tensor-parallel ranks uses its own NIC: with scatter/gather each sends `1/t` of the
+    /// tensor and the receivers all-gather over NVLink; without it each sends all of it. With
+    /// sequence parallelism the tensor is already split `1/t` per rank.
+    pub fn p2p_s(&self, from: u64, to: u64) -> f64 {
+        let (b, s, h, _, _, t, _) = self.dims();
+        let bytes = 2.0 * b * s * h;
+        let tp = self.layout.tp;
+        let (ra, rb) = (self.rank(0, from), self.rank(0, to));
+        if self.node_of(ra) == self.node_of(rb) {
+            let per_rank = if self.layout.sequence_parallel {
+                bytes / t
+            } else {
+                bytes
+            };
+            return per_rank / self.hw.nvlink_bytes_per_s() + self.hw.node.nvlink_latency_s;
+        }
+        let leaves = self.node_of(ra) / self.hw.network.nodes_per_leaf_switch as u64
+            != self.node_of(rb) / self.hw.network.nodes_per_leaf_switch as u64;
+        let nic = self.hw.nic_bytes_per_s_per_gpu(leaves);
+        let lat = self.hw.node.nic_latency_s;
+        if self.layout.sequence_parallel {
+            bytes / t / nic + lat
+        } else if self.options.scatter_gather && tp > 1 {
+            let (bw, nvl_lat) = self.tp_link();
+            bytes / t / nic + lat + all_gather_s(bytes, tp, bw, nvl_lat)
+        } else {
+            bytes / nic + lat
+        }
+    }
+
+    /// Data-parallel reduction of `params` parameters held by one rank: hierarchical when
+    /// several members of the group share a node (reduce-scatter over NVLink among the `k`
+    /// local members, all-reduce of the `1/k` shard across the `n` nodes over the NICs, then
+    /// all-gather over NVLink), else a flat ring over the NICs. Every GPU of a node reduces at
+    /// the same time (all tensor/pipeline ranks do), so each gets its share of the NICs.
+    pub fn grad_reduce_s(&self, params: f64) -> f64 {
+        let l = self.layout;
+        if l.dp <= 1 {
+            return 0.0;
+        }
+        let bytes = params * self.options.grad_reduce_bytes_per_param;
+        let first = self.rank(0, 0);
+        let last = self.rank(l.dp - 1, 0);
+        let stride = if l.dp > 1 {
+            (last - first) / (l.dp - 1)
+        } else {
+            1
+        };
+        let gpn = self.hw.node.gpus_per_node as u64;
+        let local = if stride >= gpn {
+            1
+        } else {
+            (gpn / stride).clamp(1, l.dp)
+        };
+        let nodes = l.dp.div_ceil(local);
+        let (first_node, last_node) = (self.node_of(first), self.node_of(last));
+        let leaves = first_node / self.hw.network.nodes_per_leaf_switch as u64
+            != last_node / self.hw.network.nodes_per_leaf_switch as u64;
+        let nvl = self.hw.nvlink_bytes_per_s();
+        let nvl_lat = self.hw.node.nvlink_latency_s;
+        let intra = 2.0 * all_gather_s(bytes, local, nvl, nvl_lat);
+        let inter = all_reduce_s(
+            bytes / local as f64,
+            nodes,
+            self.hw.nic_bytes_per_s_per_gpu(leaves),
+            self.hw.node.nic_latency_s,
+        );
+        intra + inter
+    }
+
+    /// The optimizer step over `params` parameters of one rank (memory-bound).
+    pub fn optimizer_s(&self, params: f64) -> f64 {
+        let shard = if self.options.zero1 {
+            self.layout.dp as f64
+        } else {
+            1.0
+        };
+        params * self.options.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
+    }
+}
+
+/// HBM traffic of one layer's memory-bound kernels on one rank.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryTraffic {
+    pub attention_forward_bytes: f64,
+    pub attention_backward_bytes: f64,
+    pub other_forward_bytes: f64,
+    pub other_backward_bytes: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm<'a>(m: &'a Model, hw: &'a Hardware, tp: u64) -> CostModel<'a> {
+        CostModel {
+            model: m,
+            hw,
+            layout: Layout {
+                tp,
+                pp: 1,
+                dp: 1,
+                micro_batch: 1,
+                chunks: 1,
+                sequence_parallel: false,
+                recompute: Recompute::Full,
+            },
+            options: CostOptions::default(),
+        }
+    }
+
+    #[test]
+    fn layer_flops_are_megatrons_24bsh2_plus_4bs2h() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        for name in ["gpt-1.7b", "gpt-1t"] {
+            let m = Model::preset(name).unwrap();
+            for t in [1, 8] {
+                let c = cm(&m, &hw, t);
+                let (s, h) = (m.seq_len as f64, m.hidden_size as f64);
+                let want = 24.0 * s * h * h + 4.0 * s * s * h;
+                assert!((c.layer_forward_flops() / want - 1.0).abs() < 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn efficiency_grows_with_shape_and_stays_below_max() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let small = Gemm {
+            m: 512.0,
+            n: 512.0,
+            k: 512.0,
+            batch: 1.0,
+        };
+        let big = Gemm {
+            m: 8192.0,
+            n: 8192.0,
+            k: 8192.0,
+            batch: 1.0,
+        };
+        let (es, eb) = (gemm_efficiency(&hw, &small), gemm_efficiency(&hw, &big));
+        assert!(es < eb && eb < hw.gpu.gemm_efficiency_max);
+    }
+
+    #[test]
+    fn ring_collectives() {
+        // 2 (n-1)/n * bytes / bw: 8 ranks, 8 GB at 1 GB/s = 14 s.
+        assert!((all_reduce_s(8e9, 8, 1e9, 0.0) - 14.0).abs() < 1e-9);
+        assert_eq!(all_reduce_s(8e9, 1, 1e9, 1.0), 0.0);
+        assert!((all_gather_s(8e9, 8, 1e9, 0.0) - 7.0).abs() < 1e-9);
+    }
+}

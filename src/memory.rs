@@ -1,0 +1,175 @@
+//! The memory model: model state and activations per GPU.
+//!
+//! Model state for mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, Sec. 3.1): 2 bytes of
+//! 16-bit weights, 2 bytes of 16-bit gradients and 12 bytes of fp32 optimizer state (master
+//! weights, momentum, variance) per parameter, 16 in all; ZeRO-1 divides the 12 by d.
+//!
+//! Activations per transformer layer and micro-batch, 16-bit, from Korthikanti et al. 2022,
+//! "Reducing Activation Recomputation in Large Transformer Models", Table 2 (s sequence, b
+//! micro-batch, h hidden, a heads, t tensor-parallel size):
+//!
+//! | recompute | no sequence parallelism         | sequence parallelism   |
+//! |-----------|---------------------------------|------------------------|
+//! | none      | sbh (10 + 24/t + 5as/(ht))      | sbh/t (34 + 5as/h)     |
+//! | selective | sbh (10 + 24/t)                 | 34 sbh/t               |
+//! | full      | 2 sbh                           | 2 sbh/t                |
+//!
+//! (Table 2 lists 2sbh for full recompute; with sequence parallelism the stored layer input is
+//! itself split over the t ranks, hence 2sbh/t.) The simulator multiplies a stage's
+//! activations by the micro-batches that stage holds at once, which the schedule decides.
+
+use crate::cost::Recompute;
+use crate::model::Model;
+
+pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
+pub const GRAD_BYTES_PER_PARAM: u64 = 2;
+pub const OPTIMIZER_BYTES_PER_PARAM: u64 = 12;
+
+/// Bytes of weights, gradients and optimizer state for `params` parameters on one GPU.
+pub fn model_state_bytes(params: u64, dp: u64, zero1: bool) -> u64 {
+    let opt = OPTIMIZER_BYTES_PER_PARAM.saturating_mul(params);
+    (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM)
+        .saturating_mul(params)
+        .saturating_add(if zero1 { opt.div_ceil(dp.max(1)) } else { opt })
+}
+
+/// Dimensions of the activation formulas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActDims {
+    pub s: u64,
+    pub b: u64,
+    pub h: u64,
+    pub a: u64,
+    pub t: u64,
+}
+
+impl ActDims {
+    pub fn new(model: &Model, micro_batch: u64, tp: u64) -> ActDims {
+        ActDims {
+            s: model.seq_len,
+            b: micro_batch,
+            h: model.hidden_size,
+            a: model.num_heads,
+            t: tp.max(1),
+        }
+    }
+}
+
+/// Bytes of activations one transformer layer keeps for one micro-batch until its backward
+/// (Korthikanti et al. 2022, Table 2). Computed as exact integers where the formula is integral.
+pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_parallel: bool) -> u64 {
+    let ActDims { s, b, h, a, t } = d;
+    let sbh = s as u128 * b as u128 * h as u128;
+    let as2b = 5 * a as u128 * s as u128 * s as u128 * b as u128;
+    let bytes = match (recompute, sequence_parallel) {
+        (Recompute::None, false) => 10 * sbh + (24 * sbh + as2b) / t as u128,
+        (Recompute::None, true) => (34 * sbh + as2b) / t as u128,
+        (Recompute::Selective, false) => 10 * sbh + 24 * sbh / t as u128,
+        (Recompute::Selective, true) => 34 * sbh / t as u128,
+        (Recompute::Full, false) => 2 * sbh,
+        (Recompute::Full, true) => 2 * sbh / t as u128,
+    };
+    u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// Working memory of the backward of one layer beyond what is stored: with full recompute the
+/// layer's activations are rebuilt for one micro-batch at a time (the no-recompute amount);
+/// with selective recompute the attention core's 5as^2b/t.
+pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parallel: bool) -> u64 {
+    match recompute {
+        Recompute::None => 0,
+        Recompute::Selective => {
+            let v = 5 * d.a as u128 * d.s as u128 * d.s as u128 * d.b as u128 / d.t as u128;
+            u64::try_from(v).unwrap_or(u64::MAX)
+        }
+        Recompute::Full => layer_activation_bytes(d, Recompute::None, sequence_parallel),
+    }
+}
+
+/// Activations the first stage keeps per micro-batch besides its layers: the embedding
+/// dropout mask, s b h bytes (/t with sequence parallelism) (Korthikanti et al. 2022, Sec. 4.3).
+pub fn embedding_activation_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
+    let sbh = d.s * d.b * d.h;
+    if sequence_parallel {
+        sbh / d.t
+    } else {
+        sbh
+    }
+}
+
+/// Activations the last stage keeps per micro-batch: final layer norm, output layer and
+/// cross-entropy, 4 sbh/t (1 + V/h) (Korthikanti et al. 2022, Sec. 4.3).
+pub fn output_activation_bytes(d: ActDims, vocab: u64) -> u64 {
+    let v = 4 * d.s as u128 * d.b as u128 * (d.h as u128 + vocab as u128) / d.t as u128;
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The closed forms of Korthikanti et al. 2022 Table 2, evaluated in f64.
+    fn table2(d: ActDims, r: Recompute, sp: bool) -> f64 {
+        let (s, b, h, a, t) = (d.s as f64, d.b as f64, d.h as f64, d.a as f64, d.t as f64);
+        let sbh = s * b * h;
+        match (r, sp) {
+            (Recompute::None, false) => sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)),
+            (Recompute::None, true) => sbh / t * (34.0 + 5.0 * a * s / h),
+            (Recompute::Selective, false) => sbh * (10.0 + 24.0 / t),
+            (Recompute::Selective, true) => sbh / t * 34.0,
+            (Recompute::Full, false) => 2.0 * sbh,
+            (Recompute::Full, true) => 2.0 * sbh / t,
+        }
+    }
+
+    #[test]
+    fn korthikanti_table2_exactly() {
+        // GPT-3 175B and the 1T model of the paper's Table 3 with t = 8; and t = 1.
+        for (s, b, h, a) in [
+            (2048, 1, 12288, 96),
+            (2048, 1, 25600, 160),
+            (2048, 4, 4096, 32),
+        ] {
+            for t in [1, 2, 8] {
+                let d = ActDims { s, b, h, a, t };
+                for r in Recompute::ALL {
+                    for sp in [false, true] {
+                        assert_eq!(
+                            layer_activation_bytes(d, r, sp) as f64,
+                            table2(d, r, sp),
+                            "{d:?} {r} sp={sp}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gpt3_175b_per_layer_numbers() {
+        // Korthikanti et al. Sec. 4: 175B (s=2048, h=12288, a=96), t=8, b=1, no recompute, no
+        // sequence parallelism: sbh (10 + 24/8 + 5*96*2048/(12288*8)) = sbh * 23 bytes.
+        let d = ActDims {
+            s: 2048,
+            b: 1,
+            h: 12288,
+            a: 96,
+            t: 8,
+        };
+        assert_eq!(
+            layer_activation_bytes(d, Recompute::None, false),
+            2048 * 12288 * 23
+        );
+        // Sequence parallelism and selective recompute: 34 sbh / t.
+        assert_eq!(
+            layer_activation_bytes(d, Recompute::Selective, true),
+            34 * 2048 * 12288 / 8
+        );
+    }
+
+    #[test]
+    fn mixed_precision_adam_is_16_bytes_per_param() {
+        assert_eq!(model_state_bytes(1_000, 8, false), 16_000);
+        assert_eq!(model_state_bytes(1_000, 8, true), 4_000 + 1_500);
+    }
+}

@@ -1,0 +1,600 @@
+//! `pplan predict`: the time, throughput and memory of one training step of a
+//! (model, hardware, t, p, d, b, schedule, v, recompute) configuration.
+//!
+//! The whole step is simulated, not computed by a closed formula: the cost model gives the
+//! per-stage durations of every forward and backward (with tensor-parallel collectives inside),
+//! the point-to-point transfers between stages, each stage's data-parallel gradient reduction
+//! and each device's optimizer step; the discrete-event simulator runs the schedule's action
+//! lists over one pipeline (all data-parallel replicas and tensor-parallel ranks behave alike)
+//! and reports the makespan, the bubble and the peak memory per device.
+//!
+//! No IO; the caller loads the model and hardware.
+
+use crate::cost::{BlockCost, CostModel, CostOptions, Layout, Recompute};
+use crate::generators::{generate, GenParams, ScheduleName};
+use crate::hardware::Hardware;
+use crate::memory::{self, ActDims};
+use crate::model::Model;
+use crate::sim::{simulate, Costs, SimOptions, StageCost, Timeline, TpCommNs};
+use serde::Serialize;
+
+/// One configuration to predict.
+#[derive(Debug, Clone)]
+pub struct PredictRequest<'a> {
+    pub model: &'a Model,
+    pub hardware: &'a Hardware,
+    pub gpus: u64,
+    pub tp: u64,
+    pub pp: u64,
+    /// `None`: gpus / (tp * pp).
+    pub dp: Option<u64>,
+    pub global_batch: u64,
+    pub micro_batch: u64,
+    /// `None`: `interleaved-1f1b` when `chunks > 1`, else `1f1b`.
+    pub schedule: Option<ScheduleName>,
+    pub chunks: u64,
+    pub recompute: Recompute,
+    pub sequence_parallel: bool,
+    pub options: CostOptions,
+    /// Keep the simulator's timeline (for Gantt charts and traces).
+    pub record_timeline: bool,
+}
+
+impl<'a> PredictRequest<'a> {
+    /// Megatron-LM 2021 defaults: full recompute, no sequence parallelism, one chunk.
+    pub fn new(model: &'a Model, hardware: &'a Hardware) -> Self {
+        PredictRequest {
+            model,
+            hardware,
+            gpus: 1,
+            tp: 1,
+            pp: 1,
+            dp: None,
+            global_batch: 1,
+            micro_batch: 1,
+            schedule: None,
+            chunks: 1,
+            recompute: Recompute::Full,
+            sequence_parallel: false,
+            options: CostOptions::default(),
+            record_timeline: false,
+        }
+    }
+}
+
+/// The prediction; the first eight fields are the `pplan predict --format json` contract.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    pub step_time_s: f64,
+    /// Hardware FLOP/s per GPU with recomputation counted (Narayanan et al. 2021 convention).
+    pub tflops_per_gpu: f64,
+    /// Model FLOP/s per GPU (3 x forward, recomputation not counted).
+    pub model_tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub tokens_per_s: f64,
+    pub bubble_fraction: f64,
+    pub peak_memory_bytes: u64,
+    pub fits: bool,
+    pub memory_limit_bytes: u64,
+    pub model: String,
+    pub hardware: String,
+    pub gpus: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    pub micro_batch: u64,
+    pub microbatches: u64,
+    pub schedule: String,
+    pub chunks: u64,
+    pub recompute: String,
+    pub sequence_parallel: bool,
+    /// Bytes of weights, gradients and optimizer state on the fullest GPU.
+    pub model_state_bytes: u64,
+    #[serde(skip)]
+    pub timeline: Option<Timeline>,
+}
+
+/// Bad input, naming the flag and what would be valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PredictError {
+    #[error("{flag} must be at least 1 (got {value})")]
+    Zero { flag: &'static str, value: u64 },
+    #[error("--tp x --pp x --dp must equal --gpus: {tp} x {pp} x {dp} = {} but --gpus is {gpus}", (*tp as u128) * (*pp as u128) * (*dp as u128))]
+    GpuCount {
+        gpus: u64,
+        tp: u64,
+        pp: u64,
+        dp: u64,
+    },
+    #[error("--gpus {gpus} is not divisible by --tp x --pp = {}; valid --gpus are multiples of {}", (*tp as u128) * (*pp as u128), (*tp as u128) * (*pp as u128))]
+    GpusNotDivisible { gpus: u64, tp: u64, pp: u64 },
+    #[error(
+        "--tp {tp} must divide the model's {what} ({count}); valid --tp: {}",
+        list(valid)
+    )]
+    TensorParallel {
+        tp: u64,
+        what: &'static str,
+        count: u64,
+        valid: Vec<u64>,
+    },
+    #[error("--global-batch {global_batch} must be divisible by --dp {dp}; valid --global-batch values are multiples of {dp}")]
+    BatchNotDivisible { global_batch: u64, dp: u64 },
+    #[error("--micro-batch {micro_batch} must divide the per-replica batch --global-batch / --dp = {per_replica}; valid --micro-batch: {}", list(valid))]
+    MicroBatch {
+        micro_batch: u64,
+        per_replica: u64,
+        valid: Vec<u64>,
+    },
+    #[error("--pp {pp} x --chunks {chunks} = {} stages exceeds the model's {layers} layers; valid: --pp x --chunks <= {layers}", (*pp as u128) * (*chunks as u128))]
+    TooManyStages { pp: u64, chunks: u64, layers: u64 },
+    #[error("--schedule/--chunks: {0}")]
+    Schedule(String),
+    #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
+    TooLarge { gpus: u64, what: String },
+    #[error("internal error while simulating: {0}")]
+    Internal(String),
+}
+
+fn list(v: &[u64]) -> String {
+    let s: Vec<String> = v.iter().map(u64::to_string).collect();
+    s.join(", ")
+}
+
+/// Divisors of `n` in increasing order.
+pub fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut i = 1;
+    while i * i <= n {
+        if n % i == 0 {
+            small.push(i);
+            if i != n / i {
+                large.push(n / i);
+            }
+        }
+        i += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+/// Per-stage activation bytes above this are clamped (and never fit).
+const MEMORY_CLAMP_BYTES: u64 = 1 << 38;
+
+/// Largest number of (stage, micro-batch) actions `predict` will simulate.
+pub const MAX_SIMULATED_ACTIONS: u64 = 20_000_000;
+
+fn ns(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds * 1e9).round().min(1e18) as u64
+    } else {
+        0
+    }
+}
+
+/// Check the request and fill in the data-parallel size.
+fn check(req: &PredictRequest) -> Result<u64, PredictError> {
+    for (flag, value) in [
+        ("--gpus", req.gpus),
+        ("--tp", req.tp),
+        ("--pp", req.pp),
+        ("--global-batch", req.global_batch),
+        ("--micro-batch", req.micro_batch),
+        ("--chunks", req.chunks),
+    ] {
+        if value == 0 {
+            return Err(PredictError::Zero { flag, value });
+        }
+    }
+    let dp = match req.dp {
+        Some(0) => {
+            return Err(PredictError::Zero {
+                flag: "--dp",
+                value: 0,
+            })
+        }
+        Some(dp) => dp,
+        None => {
+            let tp_pp = req.tp.saturating_mul(req.pp);
+            if req.tp.checked_mul(req.pp).is_none() || req.gpus % tp_pp != 0 {
+                return Err(PredictError::GpusNotDivisible {
+                    gpus: req.gpus,
+                    tp: req.tp,
+                    pp: req.pp,
+                });
+            }
+            req.gpus / tp_pp
+        }
+    };
+    if req.tp.checked_mul(req.pp).and_then(|x| x.checked_mul(dp)) != Some(req.gpus) {
+        return Err(PredictError::GpuCount {
+            gpus: req.gpus,
+            tp: req.tp,
+            pp: req.pp,
+            dp,
+        });
+    }
+    let m = req.model;
+    for (what, count) in [
+        ("attention heads", m.num_heads),
+        ("key/value heads", m.num_kv_heads),
+    ] {
+        if count % req.tp != 0 {
+            return Err(PredictError::TensorParallel {
+                tp: req.tp,
+                what,
+                count,
+                valid: divisors(count),
+            });
+        }
+    }
+    if req.global_batch % dp != 0 {
+        return Err(PredictError::BatchNotDivisible {
+            global_batch: req.global_batch,
+            dp,
+        });
+    }
+    let per_replica = req.global_batch / dp;
+    if per_replica % req.micro_batch != 0 {
+        return Err(PredictError::MicroBatch {
+            micro_batch: req.micro_batch,
+            per_replica,
+            valid: if per_replica <= 1 << 24 {
+                divisors(per_replica)
+            } else {
+                vec![1]
+            },
+        });
+    }
+    let stages = req.pp.saturating_mul(req.chunks);
+    if stages > m.num_layers as u64 {
+        return Err(PredictError::TooManyStages {
+            pp: req.pp,
+            chunks: req.chunks,
+            layers: m.num_layers as u64,
+        });
+    }
+    let microbatches = per_replica / req.micro_batch;
+    let actions = 2u128 * microbatches as u128 * stages as u128;
+    if actions > MAX_SIMULATED_ACTIONS as u128 || req.pp > u32::MAX as u64 {
+        return Err(PredictError::TooLarge {
+            gpus: req.gpus,
+            what: format!(
+                "{microbatches} micro-batches x {stages} stages; at most {MAX_SIMULATED_ACTIONS} actions: raise --micro-batch"
+            ),
+        });
+    }
+    if req.micro_batch > 1 << 20 {
+        return Err(PredictError::TooLarge {
+            gpus: req.gpus,
+            what: "--micro-batch above 2^20".to_string(),
+        });
+    }
+    Ok(dp)
+}
+
+/// Predict one configuration.
+pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
+    let dp = check(req)?;
+    let model = req.model;
+    let hw = req.hardware;
+    let p = req.pp;
+    let v = req.chunks;
+    let microbatches = req.global_batch / dp / req.micro_batch;
+    let name = req.schedule.unwrap_or(if v > 1 {
+        ScheduleName::Interleaved1F1B
+    } else {
+        ScheduleName::OneFOneB
+    });
+    let schedule = generate(
+        name,
+        GenParams::new(p as u32, microbatches as u32).chunks(v as u32),
+    )
+    .map_err(|e| PredictError::Schedule(e.to_string()))?;
+    let layout = Layout {
+        tp: req.tp,
+        pp: p,
+        dp,
+        micro_batch: req.micro_batch,
+        chunks: v,
+        sequence_parallel: req.sequence_parallel,
+        recompute: req.recompute,
+    };
+    let cm = CostModel {
+        model,
+        hw,
+        layout,
+        options: req.options,
+    };
+    let num_stages = schedule.num_stages as u64;
+    let layers = model.num_layers as u64;
+    let layers_of = |s: u64| layers / num_stages + u64::from(s < layers % num_stages);
+    let layer = cm.layer();
+    let embedding = cm.embedding();
+    let output = cm.output_layer();
+    let dims = ActDims::new(model, req.micro_batch, req.tp);
+    let layer_act = memory::layer_activation_bytes(dims, req.recompute, req.sequence_parallel);
+    let params_layer = model.params_per_layer() as f64 / req.tp as f64;
+    let params_embedding = (model.vocab_size * model.hidden_size) as f64 / req.tp as f64;
+
+    let mut too_big = false;
+    let mut stages = Vec::with_capacity(num_stages as usize);
+    let mut tp_comm = Vec::with_capacity(num_stages as usize);
+    let mut stage_params = Vec::with_capacity(num_stages as usize);
+    for s in 0..num_stages {
+        let n = layers_of(s) as f64;
+        let mut c: BlockCost = layer.scale(n);
+        let mut act = layer_act.saturating_mul(layers_of(s));
+        let mut params = params_layer * n;
+        if s == 0 {
+            c = c.plus(embedding);
+            act = act.saturating_add(memory::embedding_activation_bytes(
+                dims,
+                req.sequence_parallel,
+            ));
+            params += params_embedding;
+        }
+        if s + 1 == num_stages {
+            c = c.plus(output);
+            act = act.saturating_add(memory::output_activation_bytes(dims, model.vocab_size));
+            // Untied output weights, or the tied copy Megatron keeps on the last stage when
+            // the first and last stages differ.
+            if !model.tied_embeddings || num_stages > 1 {
+                params += params_embedding;
+            }
+        }
+        let (f, i, w) = (
+            c.forward.total_s(),
+            c.backward_input.total_s(),
+            c.backward_weight.total_s(),
+        );
+        let weight_share = if act == 0 {
+            0
+        } else {
+            // W keeps the stored inputs of the weight GEMMs; a third is a fair share.
+            act / 3
+        };
+        // Far above any GPU's memory, and small enough that the simulator's sums over up to
+        // MAX_SIMULATED_ACTIONS in-flight micro-batches cannot overflow.
+        too_big |= act > MEMORY_CLAMP_BYTES;
+        let act = act.min(MEMORY_CLAMP_BYTES);
+        stages.push(StageCost {
+            forward_ns: ns(f),
+            backward_ns: ns(i) + ns(w),
+            backward_input_ns: ns(i),
+            backward_weight_ns: ns(w),
+            activation_bytes: act,
+            weight_grad_bytes: weight_share,
+        });
+        tp_comm.push(TpCommNs {
+            forward_ns: ns(c.forward.tp_comm_s),
+            backward_ns: ns(c.backward_input.tp_comm_s),
+        });
+        stage_params.push(params);
+    }
+    let send: Vec<u64> = (0..num_stages.saturating_sub(1))
+        .map(|s| ns(cm.p2p_s(s % p, (s + 1) % p)))
+        .collect();
+    let device_of = |s: u64| schedule.device_of(s as u32) as usize;
+    let mut device_params = vec![0.0f64; p as usize];
+    for (s, &prm) in stage_params.iter().enumerate() {
+        device_params[device_of(s as u64)] += prm;
+    }
+    let working = memory::recompute_working_bytes(dims, req.recompute, req.sequence_parallel);
+    let static_bytes: Vec<u64> = device_params
+        .iter()
+        .map(|&prm| {
+            memory::model_state_bytes(prm.ceil() as u64, dp, req.options.zero1)
+                .saturating_add(working)
+                .min(1 << 60)
+        })
+        .collect();
+    let model_state_max = device_params
+        .iter()
+        .map(|&prm| memory::model_state_bytes(prm.ceil() as u64, dp, req.options.zero1))
+        .max()
+        .unwrap_or(0);
+    let costs = Costs {
+        stages,
+        send_forward_ns: send.clone(),
+        send_backward_ns: send,
+        static_bytes,
+        tensor_parallel: tp_comm,
+        blocking_sends: req.options.blocking_p2p,
+        grad_reduce_ns: stage_params
+            .iter()
+            .map(|&prm| ns(cm.grad_reduce_s(prm)))
+            .collect(),
+        overlap_grad_reduce: req.options.overlap_grad_reduce,
+        optimizer_ns: device_params
+            .iter()
+            .map(|&prm| ns(cm.optimizer_s(prm)))
+            .collect(),
+    };
+    let result = simulate(
+        &schedule,
+        &costs,
+        SimOptions {
+            record_timeline: req.record_timeline,
+            max_events: None,
+        },
+    )
+    .map_err(|e| PredictError::Internal(e.to_string()))?;
+
+    let step_time_s = result.makespan_ns as f64 / 1e9;
+    let samples = req.global_batch as f64;
+    let layer_fwd = cm.layer_forward_flops() / req.micro_batch as f64;
+    let logit_fwd = cm.logit_forward_flops() / req.micro_batch as f64;
+    let recompute_per_layer = match req.recompute {
+        Recompute::None => 0.0,
+        Recompute::Selective => cm.attention_core_flops() / req.micro_batch as f64,
+        Recompute::Full => layer_fwd,
+    };
+    let model_flops = samples * 3.0 * (layers as f64 * layer_fwd + logit_fwd);
+    let hardware_flops = model_flops + samples * layers as f64 * recompute_per_layer;
+    let per_gpu = |flops: f64| flops / step_time_s / req.gpus as f64 / 1e12;
+    let peak_memory_bytes = result
+        .devices
+        .iter()
+        .map(|d| d.peak_memory_bytes)
+        .max()
+        .unwrap_or(0);
+    let limit = hw.gpu.memory_bytes;
+    Ok(Prediction {
+        step_time_s,
+        tflops_per_gpu: per_gpu(hardware_flops),
+        model_tflops_per_gpu: per_gpu(model_flops),
+        mfu: per_gpu(model_flops) * 1e12 / hw.gpu.peak_flops_per_s,
+        tokens_per_s: samples * model.seq_len as f64 / step_time_s,
+        bubble_fraction: result.bubble_fraction,
+        peak_memory_bytes,
+        fits: !too_big && peak_memory_bytes <= limit,
+        memory_limit_bytes: limit,
+        model: model.name.clone(),
+        hardware: hw.name.clone(),
+        gpus: req.gpus,
+        tp: req.tp,
+        pp: p,
+        dp,
+        micro_batch: req.micro_batch,
+        microbatches,
+        schedule: name.as_str().to_string(),
+        chunks: v,
+        recompute: req.recompute.as_str().to_string(),
+        sequence_parallel: req.sequence_parallel,
+        model_state_bytes: model_state_max,
+        timeline: result.timeline,
+    })
+}
+
+/// The best micro-batch size and chunk count for a fixed (t, p, d): every `b` dividing the
+/// per-replica batch and, when `p > 1`, every `v` dividing the layers per device (interleaved
+/// schedule for `v > 1`, which Megatron-LM runs only when `p` divides the micro-batch count).
+/// Returns the fitting prediction with the highest throughput, or `None` if none fits.
+pub fn best_micro_batch_and_chunks(
+    base: &PredictRequest,
+) -> Result<Option<Prediction>, PredictError> {
+    let mut probe = base.clone();
+    probe.micro_batch = 1;
+    probe.chunks = 1;
+    let dp = check(&probe)?;
+    let per_replica = base.global_batch / dp;
+    let layers_per_device = base.model.num_layers as u64 / base.pp;
+    let chunk_options = if base.pp > 1 {
+        divisors(layers_per_device.max(1))
+    } else {
+        vec![1]
+    };
+    let mut best: Option<Prediction> = None;
+    for b in divisors(per_replica) {
+        let m = per_replica / b;
+        for &v in &chunk_options {
+            if v > 1 && m % base.pp != 0 {
+                continue;
+            }
+            let mut req = base.clone();
+            req.micro_batch = b;
+            req.chunks = v;
+            req.schedule = None;
+            req.record_timeline = false;
+            let pred = match predict(&req) {
+                Ok(p) => p,
+                Err(PredictError::TooLarge { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if pred.fits
+                && best
+                    .as_ref()
+                    .is_none_or(|x| pred.tflops_per_gpu > x.tflops_per_gpu)
+            {
+                best = Some(pred);
+            }
+        }
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
+        let mut r = PredictRequest::new(m, hw);
+        r.gpus = 64;
+        r.tp = 8;
+        r.pp = 4;
+        r.global_batch = 64;
+        r.micro_batch = 1;
+        r
+    }
+
+    #[test]
+    fn divisors_are_sorted() {
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(1), vec![1]);
+    }
+
+    #[test]
+    fn bad_inputs_name_their_flag() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-18.4b").unwrap();
+        let mut r = base(&m, &hw);
+        r.tp = 5;
+        r.gpus = 5 * 4 * 2;
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(e.contains("--tp 5") && e.contains("48"), "{e}");
+        let mut r = base(&m, &hw);
+        r.dp = Some(3);
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(e.contains("--gpus"), "{e}");
+        let mut r = base(&m, &hw);
+        r.micro_batch = 3;
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(
+            e.contains("--micro-batch 3") && e.contains("1, 2, 4, 8, 16, 32"),
+            "{e}"
+        );
+        let mut r = base(&m, &hw);
+        r.gpus = 0;
+        assert!(predict(&r).unwrap_err().to_string().contains("--gpus"));
+    }
+
+    #[test]
+    fn weights_over_80gb_do_not_fit() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt3-175b").unwrap();
+        let mut r = PredictRequest::new(&m, &hw);
+        r.gpus = 8;
+        r.tp = 8;
+        r.global_batch = 8;
+        // 175e9 / 8 params x 2 bytes of weights alone = 44 GB; with gradients and Adam 350 GB.
+        let pred = predict(&r).unwrap();
+        assert!(!pred.fits);
+        assert!(pred.model_state_bytes > 300_000_000_000);
+    }
+
+    #[test]
+    fn more_chunks_shrink_the_bubble() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-39.1b").unwrap();
+        let mut r = base(&m, &hw);
+        r.gpus = 8 * 4 * 2;
+        let one = predict(&r).unwrap();
+        r.chunks = 3;
+        let three = predict(&r).unwrap();
+        assert!(three.bubble_fraction < one.bubble_fraction);
+        assert!(one.fits && one.tflops_per_gpu > 50.0 && one.tflops_per_gpu < 312.0);
+    }
+
+    #[test]
+    fn deterministic() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let mut r = base(&m, &hw);
+        r.sequence_parallel = true;
+        r.recompute = Recompute::Selective;
+        assert_eq!(predict(&r).unwrap(), predict(&r).unwrap());
+    }
+}

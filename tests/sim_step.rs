@@ -1,0 +1,131 @@
+//! The simulator's step-level work: data-parallel reductions, the optimizer step, blocking
+//! sends and the tensor-parallel stream.
+
+use pplan::generators::{generate, GenParams, ScheduleName};
+use pplan::sim::{simulate, Costs, SimOptions, Stream, TpCommNs, UnitCosts};
+
+fn unit(p: u32, v: u32, p2p_ns: u64) -> Costs {
+    Costs::uniform(
+        p * v,
+        p,
+        UnitCosts {
+            forward_ns: 10 * v as u64,
+            backward_ns: 20 * v as u64,
+            p2p_ns,
+            ..UnitCosts::default()
+        },
+    )
+}
+
+#[test]
+fn reductions_then_optimizer_end_the_step() {
+    // 1F1B, p = 2, m = 2, F = 10, B = 20, no p2p: compute ends at 70 (device 1) and 90
+    // (device 0). Each device then reduces (5) and steps (3): makespan 90 + 5 + 3.
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(2, 2)).unwrap();
+    let mut c = unit(2, 1, 0);
+    c.grad_reduce_ns = vec![5, 5];
+    c.optimizer_ns = vec![3, 3];
+    let r = simulate(&s, &c, SimOptions::default()).unwrap();
+    assert_eq!(r.makespan_ns, 98);
+    let tl = r.timeline.unwrap();
+    let dp: Vec<_> = tl
+        .spans
+        .iter()
+        .filter(|x| x.stream == Stream::DataParallel)
+        .map(|x| (x.device, x.start_ns, x.end_ns, x.name()))
+        .collect();
+    assert_eq!(
+        dp,
+        vec![
+            (1, 70, 75, "1REDUCE_GRAD".to_string()),
+            (0, 90, 95, "0REDUCE_GRAD".to_string())
+        ]
+    );
+    // The optimizer counts as busy compute.
+    assert_eq!(r.devices[0].busy_ns, 2 * 10 + 2 * 20 + 3);
+}
+
+#[test]
+fn overlapped_reduction_starts_at_the_stage_last_backward() {
+    // Interleaved, p = 2, v = 2, m = 2: stage 2 (device 0) finishes its backwards before the
+    // device's last action, so with overlap its reduction starts earlier and the step is no
+    // longer than without.
+    let s = generate(
+        ScheduleName::Interleaved1F1B,
+        GenParams::new(2, 2).chunks(2),
+    )
+    .unwrap();
+    let mut c = unit(2, 2, 0);
+    c.grad_reduce_ns = vec![50; 4];
+    let plain = simulate(&s, &c, SimOptions::default()).unwrap();
+    c.overlap_grad_reduce = true;
+    let overlapped = simulate(&s, &c, SimOptions::default()).unwrap();
+    assert!(overlapped.makespan_ns < plain.makespan_ns);
+    let compute_end = plain
+        .timeline
+        .as_ref()
+        .unwrap()
+        .spans
+        .iter()
+        .filter(|x| x.stream == Stream::Compute)
+        .map(|x| x.end_ns)
+        .max()
+        .unwrap();
+    // Without overlap the last device reduces both of its stages after its compute: 2 x 50.
+    assert_eq!(plain.makespan_ns, compute_end + 100);
+}
+
+#[test]
+fn blocking_sends_hold_the_sender() {
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(4, 8)).unwrap();
+    let c = unit(4, 1, 7);
+    let free = simulate(&s, &c, SimOptions::default()).unwrap();
+    let mut cb = c.clone();
+    cb.blocking_sends = true;
+    let blocked = simulate(&s, &cb, SimOptions::default()).unwrap();
+    assert!(blocked.makespan_ns > free.makespan_ns);
+    // Busy time is compute only; the wait is idle.
+    assert_eq!(blocked.devices[0].busy_ns, free.devices[0].busy_ns);
+}
+
+#[test]
+fn tensor_parallel_spans_sit_inside_their_action() {
+    let s = generate(ScheduleName::GPipe, GenParams::new(2, 2)).unwrap();
+    let mut c = unit(2, 1, 1);
+    c.tensor_parallel = vec![
+        TpCommNs {
+            forward_ns: 4,
+            backward_ns: 6,
+        };
+        2
+    ];
+    let r = simulate(&s, &c, SimOptions::default()).unwrap();
+    let plain = simulate(&s, &unit(2, 1, 1), SimOptions::default()).unwrap();
+    assert_eq!(r.makespan_ns, plain.makespan_ns, "TP spans add no time");
+    let tl = r.timeline.unwrap();
+    let tp: Vec<_> = tl
+        .spans
+        .iter()
+        .filter(|x| x.stream == Stream::TensorParallel)
+        .collect();
+    assert_eq!(tp.len(), 8);
+    for span in tp {
+        let host = tl
+            .spans
+            .iter()
+            .find(|x| x.stream == Stream::Compute && x.action == span.action)
+            .unwrap();
+        assert!(host.start_ns <= span.start_ns && span.end_ns == host.end_ns);
+    }
+}
+
+#[test]
+fn mismatched_step_vectors_are_rejected() {
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(2, 2)).unwrap();
+    let mut c = unit(2, 1, 0);
+    c.grad_reduce_ns = vec![1];
+    let e = simulate(&s, &c, SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("grad_reduce_ns"), "{e}");
+}
