@@ -1,20 +1,9 @@
 //! The `pplan` binary as a user runs it: exit codes, messages, and files.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+use common::{json, pplan};
 
-fn pplan(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run pplan");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use std::path::PathBuf;
 
 fn temp_file(name: &str, contents: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pplan-cli-{}", std::process::id()));
@@ -22,10 +11,6 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
     path
-}
-
-fn json(stdout: &str) -> serde_json::Value {
-    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
 /// Compare two simulate reports on everything but the schedule label.

@@ -1,18 +1,7 @@
 //! `pplan predict`: the JSON contract, exit code 2 with the flag named on bad input, no panics.
 
-use std::process::Command;
-
-fn pplan(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pplan"))
-        .args(args)
-        .output()
-        .expect("run pplan");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::pplan;
 
 const GPT_1T: [&str; 14] = [
     "predict",

@@ -1,23 +1,7 @@
 //! The zero-bubble schedules and `pplan schedule-search` through the binary.
 
-use std::process::Command;
-
-fn pplan(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run pplan");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(stdout: &str) -> serde_json::Value {
-    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
+mod common;
+use common::{json, pplan};
 
 #[test]
 fn new_schedules_simulate_by_name_and_match_their_bundled_files() {
