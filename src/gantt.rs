@@ -220,6 +220,10 @@ fn kind_rgb(kind: Kind) -> Rgb {
 }
 
 const TRANSFER_RGB: Rgb = (150, 150, 150);
+/// Step-level streams of `pplan predict` (Okabe–Ito yellow, sky blue, black).
+const TENSOR_PARALLEL_RGB: Rgb = (240, 228, 66);
+const DATA_PARALLEL_RGB: Rgb = (86, 180, 233);
+const OPTIMIZER_RGB: Rgb = (0, 0, 0);
 const FRAME_RGB: Rgb = (200, 200, 200);
 const GRID_RGB: Rgb = (236, 236, 236);
 const AXIS_RGB: Rgb = (60, 60, 60);
@@ -310,6 +314,10 @@ struct Layout {
     plot_x1: i32,
     rows_y0: i32,
     row_pitch_px: i32,
+    /// Whether the transfer lanes (send, recv) are drawn.
+    transfer_lanes: bool,
+    /// Whether the collectives lane (tensor-parallel, data-parallel, optimizer) is drawn.
+    collective_lane: bool,
     axis_y: i32,
     t_end_ns: u64,
     chunks: u32,
@@ -372,6 +380,7 @@ impl Layout {
         let mut chunks = 1u32;
         let mut kinds_present = [false; 4];
         let mut any_transfer = false;
+        let mut any_collective = false;
         let mut min_compute_ns = u64::MAX;
         let mut busy_ns: u128 = 0;
         for (index, s) in tl.spans.iter().enumerate() {
@@ -405,8 +414,9 @@ impl Layout {
                     }
                 }
                 Stream::Send | Stream::Recv => any_transfer = true,
-                // Step-level streams (collectives, optimizer) are not drawn yet.
-                Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {}
+                Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {
+                    any_collective = true
+                }
             }
         }
         // A zero-length (or empty) timeline still gets a one-nanosecond axis: no division by 0.
@@ -454,11 +464,10 @@ impl Layout {
         }
         y += HEADER_GAP_PX;
         let rows_y0 = y;
-        let row_pitch_px = if opts.show_transfers {
-            COMPUTE_LANE_PX + 2 * (LANE_GAP_PX + COMM_LANE_PX) + ROW_GAP_PX
-        } else {
-            COMPUTE_LANE_PX + ROW_GAP_PX
-        };
+        let transfer_lanes = opts.show_transfers;
+        let collective_lane = any_collective;
+        let thin_lanes = 2 * i32::from(transfer_lanes) + i32::from(collective_lane);
+        let row_pitch_px = COMPUTE_LANE_PX + thin_lanes * (LANE_GAP_PX + COMM_LANE_PX) + ROW_GAP_PX;
         // An empty timeline keeps one row's height for its "no devices" note.
         let rows_h = row_pitch_px.saturating_mul(p.max(1).min(i32::MAX as u32) as i32);
         let axis_y = rows_y0.saturating_add(rows_h);
@@ -511,6 +520,22 @@ impl Layout {
                 outlined: false,
             });
         }
+        if any_collective {
+            for (rgb, label) in [
+                (
+                    TENSOR_PARALLEL_RGB,
+                    "tensor-parallel collectives (inside compute)",
+                ),
+                (DATA_PARALLEL_RGB, "data-parallel gradient reduction"),
+                (OPTIMIZER_RGB, "optimizer step"),
+            ] {
+                items.push(LegendItem {
+                    swatches: vec![rgb],
+                    label: format!("{label} (thin lane: coll)"),
+                    outlined: false,
+                });
+            }
+        }
         if any_transfer && opts.show_transfers {
             items.push(LegendItem {
                 swatches: vec![TRANSFER_RGB],
@@ -561,6 +586,8 @@ impl Layout {
             plot_x1,
             rows_y0,
             row_pitch_px,
+            transfer_lanes,
+            collective_lane,
             axis_y,
             t_end_ns,
             chunks,
@@ -583,15 +610,20 @@ impl Layout {
     /// Top and bottom (inclusive) of a span's lane.
     fn lane_y(&self, device: u32, stream: Stream) -> (i32, i32) {
         let top = self.rows_y0 + device as i32 * self.row_pitch_px;
-        let (off, h) = match stream {
-            Stream::Compute | Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {
-                (0, COMPUTE_LANE_PX)
-            }
-            Stream::Send => (COMPUTE_LANE_PX + LANE_GAP_PX, COMM_LANE_PX),
-            Stream::Recv => (
-                COMPUTE_LANE_PX + 2 * LANE_GAP_PX + COMM_LANE_PX,
+        // Thin lanes under the compute lane: send, recv (if drawn), then collectives.
+        let thin = |i: i32| {
+            (
+                COMPUTE_LANE_PX + i * (LANE_GAP_PX + COMM_LANE_PX) + LANE_GAP_PX,
                 COMM_LANE_PX,
-            ),
+            )
+        };
+        let (off, h) = match stream {
+            Stream::Compute => (0, COMPUTE_LANE_PX),
+            Stream::Send => thin(0),
+            Stream::Recv => thin(1),
+            Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {
+                thin(2 * i32::from(self.transfer_lanes))
+            }
         };
         (top + off, top + off + h - 1)
     }
@@ -685,10 +717,19 @@ fn draw_chart<DB: DrawingBackend>(
             (layout.plot_x0 - 8, (top + bottom) / 2),
         )
         .map_err(e)?;
-        if opts.show_transfers {
-            let (st, sb) = layout.lane_y(d, Stream::Send);
-            let (rt, rb) = layout.lane_y(d, Stream::Recv);
-            for (name, t, b) in [("send", st, sb), ("recv", rt, rb)] {
+        let mut thin_lanes = Vec::new();
+        if layout.transfer_lanes {
+            thin_lanes.push(("send", Stream::Send));
+            thin_lanes.push(("recv", Stream::Recv));
+        }
+        if layout.collective_lane {
+            thin_lanes.push(("coll", Stream::TensorParallel));
+        }
+        {
+            for (name, t, b) in thin_lanes.into_iter().map(|(name, stream)| {
+                let (t, b) = layout.lane_y(d, stream);
+                (name, t, b)
+            }) {
                 root.draw_text(name, &lane_label, (layout.plot_x0 - 8, (t + b + 1) / 2))
                     .map_err(e)?;
                 root.draw(&PathElement::new(
@@ -700,16 +741,21 @@ fn draw_chart<DB: DrawingBackend>(
         }
     }
 
-    // Transfers first, then compute boxes (each a fill, an outline and maybe a label).
+    // Transfers and collectives first, then compute boxes (each a fill, an outline and maybe
+    // a label).
     for s in &tl.spans {
-        if !matches!(s.stream, Stream::Send | Stream::Recv) || !opts.show_transfers {
-            continue;
-        }
+        let rgb = match s.stream {
+            Stream::Send | Stream::Recv if layout.transfer_lanes => TRANSFER_RGB,
+            Stream::TensorParallel => TENSOR_PARALLEL_RGB,
+            Stream::DataParallel => DATA_PARALLEL_RGB,
+            Stream::Optimizer => OPTIMIZER_RGB,
+            _ => continue,
+        };
         let (x0, x1) = span_x(layout, s);
         let (top, bottom) = layout.lane_y(s.device, s.stream);
         root.draw(&Rectangle::new(
             [(x0, top), (x1, bottom)],
-            color(TRANSFER_RGB).filled(),
+            color(rgb).filled(),
         ))
         .map_err(e)?;
     }

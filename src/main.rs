@@ -107,6 +107,10 @@ struct PredictArgs {
     /// scatter/gather optimisation.
     #[arg(long)]
     no_scatter_gather: bool,
+    /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
+    /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
+    #[arg(long)]
+    gantt: Option<PathBuf>,
     /// Write the simulated step as a Chrome trace (open in Perfetto).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -511,24 +515,14 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         } else {
             format!("units ({} ms each)", scale / 1_000_000)
         };
-        let opts = GanttOptions {
-            title: format!(
-                "{}: p={}, m={}, v={}",
-                loaded.label,
-                s.num_devices(),
-                s.num_microbatches,
-                s.chunks()
-            ),
-            unit_label,
-            ns_per_unit: 1e6,
-            ..GanttOptions::default()
-        };
-        pplan::gantt::write_file(tl, &opts, path).map_err(|e| match e {
-            GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
-                CliError::Internal(format!("--gantt: {e}"))
-            }
-            e => CliError::Input(format!("--gantt: {e}")),
-        })?;
+        let title = format!(
+            "{}: p={}, m={}, v={}",
+            loaded.label,
+            s.num_devices(),
+            s.num_microbatches,
+            s.chunks()
+        );
+        write_gantt(tl, title, unit_label, 1e6, path)?;
     }
     let rep = report(&loaded.label, s, &r, scale, false);
     match args.format {
@@ -539,6 +533,28 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         Format::Table => print_table(&rep),
     }
     Ok(())
+}
+
+/// Draw `tl` to `path` (.svg or .png) for `--gantt`.
+fn write_gantt(
+    tl: &pplan::sim::Timeline,
+    title: String,
+    unit_label: String,
+    ns_per_unit: f64,
+    path: &Path,
+) -> Result<(), CliError> {
+    let opts = GanttOptions {
+        title,
+        unit_label,
+        ns_per_unit,
+        ..GanttOptions::default()
+    };
+    pplan::gantt::write_file(tl, &opts, path).map_err(|e| match e {
+        GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
+            CliError::Internal(format!("--gantt: {e}"))
+        }
+        e => CliError::Input(format!("--gantt: {e}")),
+    })
 }
 
 fn cmd_generate(args: GenerateArgs) -> Result<(), CliError> {
@@ -692,7 +708,7 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         scatter_gather: !args.no_scatter_gather,
         ..CostOptions::default()
     };
-    req.record_timeline = args.trace.is_some();
+    req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let pred = predict(&req).map_err(|e| match e {
         PredictError::Internal(m) => CliError::Internal(m),
         other => CliError::Input(other.to_string()),
@@ -701,6 +717,20 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         let trace = pplan::trace::from_timeline(tl);
         let text = serde_json::to_vec(&trace).map_err(|e| CliError::Internal(e.to_string()))?;
         write_output(path, "--trace", &text)?;
+    }
+    if let (Some(path), Some(tl)) = (&args.gantt, &pred.timeline) {
+        let title = format!(
+            "{}: t={} p={} d={} b={} m={} {} v={}",
+            pred.model,
+            pred.tp,
+            pred.pp,
+            pred.dp,
+            pred.micro_batch,
+            pred.microbatches,
+            pred.schedule,
+            pred.chunks
+        );
+        write_gantt(tl, title, "s".to_string(), 1e9, path)?;
     }
     match args.format {
         Format::Json => println!(

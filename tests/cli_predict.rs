@@ -257,3 +257,35 @@ fn weights_alone_over_80gb_do_not_fit() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"fits\":false"), "{out}");
 }
+
+#[test]
+fn predict_draws_a_gantt_chart_with_the_collectives_lane() {
+    let path = std::env::temp_dir().join(format!("pplan-predict-{}.svg", std::process::id()));
+    let (code, _, err) = pplan(&[
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "16",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "1",
+        "--gantt",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    for needle in [
+        "tensor-parallel collectives",
+        "data-parallel gradient reduction",
+        "optimizer step",
+        ">\ncoll\n<",
+    ] {
+        assert!(svg.contains(needle), "chart lacks {needle:?}");
+    }
+}
