@@ -96,9 +96,6 @@ impl fmt::Display for ScheduleName {
     }
 }
 
-/// Names `pplan` knows but that this build cannot generate yet.
-pub const PLANNED_NAMES: [&str; 0] = [];
-
 impl FromStr for ScheduleName {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -108,12 +105,6 @@ impl FromStr for ScheduleName {
             }
         }
         let valid: Vec<&str> = ScheduleName::ALL.iter().map(|n| n.as_str()).collect();
-        if PLANNED_NAMES.contains(&s) {
-            return Err(format!(
-                "schedule '{s}' is not implemented in this version (available: {}, or a .csv file)",
-                valid.join(", ")
-            ));
-        }
         Err(format!(
             "unknown schedule '{s}' (valid: {}, or a path to a .csv schedule file)",
             valid.join(", ")

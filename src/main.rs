@@ -618,8 +618,15 @@ fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
         e => CliError::Internal(e.to_string()),
     })?;
     let zb = generators::zb_h1(args.stages, args.microbatches);
-    let zb_r = sim::simulate(&zb, &params.costs(), SimOptions::default())
-        .map_err(|e| CliError::Internal(format!("zb-h1: {e}")))?;
+    let zb_r = sim::simulate(
+        &zb,
+        &params.costs(),
+        SimOptions {
+            record_timeline: false,
+            max_events: None,
+        },
+    )
+    .map_err(|e| CliError::Internal(format!("zb-h1: {e}")))?;
     if let Some(path) = &args.output {
         write_output(
             path,
@@ -714,9 +721,7 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         other => CliError::Input(other.to_string()),
     })?;
     if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
-        let trace = pplan::trace::from_timeline(tl);
-        let text = serde_json::to_vec(&trace).map_err(|e| CliError::Internal(e.to_string()))?;
-        write_output(path, "--trace", &text)?;
+        write_output(path, "--trace", pplan::trace::to_json(tl).as_bytes())?;
     }
     if let (Some(path), Some(tl)) = (&args.gantt, &pred.timeline) {
         let title = format!(
