@@ -1,0 +1,7 @@
+//! pplan-exec: runs a pplan plan for real and writes a measured Chrome trace.
+//!
+//! - [`spec`]: the model, weights, data, loss and optimizer every backend computes;
+//! - [`backend`]: the interface between the runner and a backend.
+
+pub mod backend;
+pub mod spec;

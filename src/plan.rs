@@ -1,0 +1,587 @@
+//! The plan file (`plan.json`): the contract between the planner (`pplan search --output`,
+//! `pplan predict --output`), `pplan emit` and the executor crate (`pplan-exec run --plan`).
+//!
+//! A plan says everything needed to run one training configuration for real: the model's
+//! dimensions, the parallel layout (t, p, d, micro-batch, chunks, recomputation), which layers
+//! each pipeline stage holds and on which device it lives, and the schedule as per-device action
+//! lists in the IR's text form. The format is versioned (`"format": "pplan-plan"`,
+//! `"version": 1`); a reader refuses any other version with a message that says which it reads.
+//!
+//! [`Plan::from_json`] checks everything a consumer relies on (layers covered once and in order,
+//! stage count and placement, every action parses, and the schedule passes the one validator)
+//! so that the executor never starts a run that cannot finish. No IO here.
+
+use crate::generators::ScheduleName;
+use crate::ir::{Action, Placement, Schedule, WeightUpdate};
+use crate::model::Model;
+use crate::validate::validate;
+use serde::{Deserialize, Serialize};
+
+/// The `format` field every plan carries.
+pub const PLAN_FORMAT: &str = "pplan-plan";
+/// The plan version this build reads and writes.
+pub const PLAN_VERSION: u32 = 1;
+
+/// A complete, runnable plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Always `"pplan-plan"`.
+    pub format: String,
+    /// Always [`PLAN_VERSION`].
+    pub version: u32,
+    pub model: PlanModel,
+    /// The hardware profile the plan was made for (a bundled name or a path).
+    pub hardware: String,
+    pub parallelism: Parallelism,
+    /// Element type of weights and activations: `"bf16"` (GPU default) or `"f32"`.
+    pub dtype: String,
+    /// One entry per stage, in stage order; stage `s` holds layers
+    /// `first_layer .. first_layer + num_layers`.
+    pub stages: Vec<PlanStage>,
+    pub schedule: PlanSchedule,
+    /// What pplan predicted for this plan, when it came from `predict` or `search`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<PlanPrediction>,
+}
+
+/// The transformer dimensions a stage is built from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanModel {
+    pub name: String,
+    pub num_layers: u32,
+    pub hidden_size: u64,
+    pub num_attention_heads: u64,
+    /// Key/value heads; equals `num_attention_heads` without grouped-query attention.
+    pub num_query_groups: u64,
+    pub ffn_hidden_size: u64,
+    pub seq_length: u64,
+    pub vocab_size: u64,
+    /// SwiGLU-style MLP (gate, up, down) rather than two matrices.
+    #[serde(default)]
+    pub gated_mlp: bool,
+}
+
+/// The parallel layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parallelism {
+    pub gpus: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    /// Sequences per micro-batch (b).
+    pub micro_batch: u64,
+    /// Sequences per optimizer step over all data-parallel replicas (B).
+    pub global_batch: u64,
+    /// Chunks (virtual stages) per pipeline device (v).
+    pub chunks: u64,
+    /// `none`, `selective` or `full`.
+    pub recompute: String,
+    pub sequence_parallel: bool,
+    /// Optimizer state sharded over data-parallel ranks (ZeRO stage 1).
+    #[serde(default)]
+    pub zero1: bool,
+}
+
+/// One pipeline stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanStage {
+    pub stage: u32,
+    pub device: u32,
+    pub first_layer: u32,
+    pub num_layers: u32,
+    /// Holds the input embedding (always stage 0).
+    pub embedding: bool,
+    /// Holds the output layer and the loss (always the last stage).
+    pub output: bool,
+}
+
+/// The schedule in the IR's text form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSchedule {
+    /// A built-in schedule name, or `custom` for a schedule read from a file.
+    pub name: String,
+    /// `loop` or `v`.
+    pub placement: String,
+    /// `flush`, `stash`, `stash-vsync` or `2bw`.
+    pub weight_update: String,
+    /// Micro-batches in the action lists (over all mini-batches for asynchronous schedules).
+    pub microbatches: u32,
+    /// Micro-batches per optimizer step.
+    pub microbatches_per_step: u32,
+    /// `devices[r]`: device `r`'s actions in order, e.g. `["0F0", "0F1", "0B0", ...]`.
+    pub devices: Vec<Vec<String>>,
+}
+
+/// The headline figures pplan predicted for the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanPrediction {
+    pub step_time_s: f64,
+    pub tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub bubble_fraction: f64,
+    pub peak_memory_bytes: u64,
+}
+
+/// Why a plan was refused; every message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("{origin}: not a plan file: {reason}")]
+    Json { origin: String, reason: String },
+    #[error(
+        "{origin}: field `format` is '{found}'; a plan file has \"format\": \"{PLAN_FORMAT}\""
+    )]
+    Format { origin: String, found: String },
+    #[error(
+        "{origin}: plan version {found} is not supported; this build reads version {PLAN_VERSION}"
+    )]
+    Version { origin: String, found: u32 },
+    #[error("{origin}: field `{field}`: {reason}")]
+    Field {
+        origin: String,
+        field: String,
+        reason: String,
+    },
+    #[error("{origin}: the schedule in `schedule.devices` is not runnable: {reason}")]
+    Schedule { origin: String, reason: String },
+}
+
+fn field(origin: &str, field: impl Into<String>, reason: impl Into<String>) -> PlanError {
+    PlanError::Field {
+        origin: origin.to_string(),
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+fn weight_update_str(w: WeightUpdate) -> &'static str {
+    match w {
+        WeightUpdate::Flush => "flush",
+        WeightUpdate::Stash {
+            vertical_sync: false,
+        } => "stash",
+        WeightUpdate::Stash {
+            vertical_sync: true,
+        } => "stash-vsync",
+        WeightUpdate::DoubleBuffered => "2bw",
+    }
+}
+
+fn placement_str(p: Placement) -> &'static str {
+    match p {
+        Placement::Loop => "loop",
+        Placement::V => "v",
+    }
+}
+
+impl PlanModel {
+    pub fn from_model(m: &Model) -> PlanModel {
+        PlanModel {
+            name: m.name.clone(),
+            num_layers: m.num_layers,
+            hidden_size: m.hidden_size,
+            num_attention_heads: m.num_heads,
+            num_query_groups: m.num_kv_heads,
+            ffn_hidden_size: m.ffn_hidden_size,
+            seq_length: m.seq_len,
+            vocab_size: m.vocab_size,
+            gated_mlp: m.gated_mlp,
+        }
+    }
+}
+
+impl PlanSchedule {
+    pub fn from_schedule(name: &str, s: &Schedule) -> PlanSchedule {
+        PlanSchedule {
+            name: name.to_string(),
+            placement: placement_str(s.placement).to_string(),
+            weight_update: weight_update_str(s.weight_update).to_string(),
+            microbatches: s.num_microbatches,
+            microbatches_per_step: s.microbatches_per_step,
+            devices: s
+                .devices
+                .iter()
+                .map(|d| d.iter().map(Action::to_string).collect())
+                .collect(),
+        }
+    }
+}
+
+/// Stage table for `layer_counts[s]` layers in stage `s` (contiguous, in order), stages placed
+/// by `placement` over `p` devices; embedding on stage 0 and output on the last stage.
+pub fn stages_from_counts(layer_counts: &[u32], placement: Placement, p: u32) -> Vec<PlanStage> {
+    let n = layer_counts.len() as u32;
+    let mut first = 0u32;
+    layer_counts
+        .iter()
+        .enumerate()
+        .map(|(s, &c)| {
+            let s = s as u32;
+            let st = PlanStage {
+                stage: s,
+                device: placement.device_of(s, p),
+                first_layer: first,
+                num_layers: c,
+                embedding: s == 0,
+                output: s + 1 == n,
+            };
+            first += c;
+            st
+        })
+        .collect()
+}
+
+/// Layers per stage for an even split of `layers` over `stages` (the first `layers % stages`
+/// stages get one more), the split `pplan predict` assumes.
+pub fn even_split(layers: u32, stages: u32) -> Vec<u32> {
+    (0..stages)
+        .map(|s| layers / stages + u32::from(s < layers % stages))
+        .collect()
+}
+
+impl Plan {
+    /// The schedule's IR, checked by the validator.
+    pub fn schedule_ir(&self) -> Result<Schedule, PlanError> {
+        self.schedule_ir_at("plan")
+    }
+
+    fn schedule_ir_at(&self, origin: &str) -> Result<Schedule, PlanError> {
+        let sch = &self.schedule;
+        let placement: Placement = sch
+            .placement
+            .parse()
+            .map_err(|e: String| field(origin, "schedule.placement", e))?;
+        let weight_update: WeightUpdate = sch
+            .weight_update
+            .parse()
+            .map_err(|e: String| field(origin, "schedule.weight_update", e))?;
+        let mut devices = Vec::with_capacity(sch.devices.len());
+        for (r, acts) in sch.devices.iter().enumerate() {
+            let mut list = Vec::with_capacity(acts.len());
+            for (i, a) in acts.iter().enumerate() {
+                let act: Action = a.parse().map_err(|e: crate::ir::ActionParseError| {
+                    field(origin, format!("schedule.devices[{r}][{i}]"), e.to_string())
+                })?;
+                list.push(act);
+            }
+            devices.push(list);
+        }
+        let schedule = Schedule {
+            devices,
+            num_stages: self.stages.len() as u32,
+            num_microbatches: sch.microbatches,
+            placement,
+            weight_update,
+            microbatches_per_step: sch.microbatches_per_step,
+        };
+        validate(&schedule).map_err(|e| PlanError::Schedule {
+            origin: origin.to_string(),
+            reason: e.to_string(),
+        })?;
+        Ok(schedule)
+    }
+
+    /// Parse and check a plan; `origin` (usually the path) prefixes every message.
+    pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
+        // Check format and version first, so that a future version gets the right message
+        // rather than a complaint about a field this build does not know.
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| PlanError::Json {
+            origin: origin.to_string(),
+            reason: e.to_string(),
+        })?;
+        match value.get("format").and_then(|f| f.as_str()) {
+            Some(PLAN_FORMAT) => {}
+            Some(other) => {
+                return Err(PlanError::Format {
+                    origin: origin.to_string(),
+                    found: other.to_string(),
+                })
+            }
+            None => {
+                return Err(PlanError::Format {
+                    origin: origin.to_string(),
+                    found: "(missing)".to_string(),
+                })
+            }
+        }
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v == PLAN_VERSION as u64 => {}
+            Some(v) => {
+                return Err(PlanError::Version {
+                    origin: origin.to_string(),
+                    found: v.min(u32::MAX as u64) as u32,
+                })
+            }
+            None => {
+                return Err(field(
+                    origin,
+                    "version",
+                    format!("missing or not a whole number; expected {PLAN_VERSION}"),
+                ))
+            }
+        }
+        let plan: Plan = serde_json::from_value(value).map_err(|e| PlanError::Json {
+            origin: origin.to_string(),
+            reason: e.to_string(),
+        })?;
+        plan.check(origin)?;
+        Ok(plan)
+    }
+
+    fn check(&self, origin: &str) -> Result<(), PlanError> {
+        let m = &self.model;
+        for (name, v) in [
+            ("model.num_layers", m.num_layers as u64),
+            ("model.hidden_size", m.hidden_size),
+            ("model.num_attention_heads", m.num_attention_heads),
+            ("model.num_query_groups", m.num_query_groups),
+            ("model.ffn_hidden_size", m.ffn_hidden_size),
+            ("model.seq_length", m.seq_length),
+            ("model.vocab_size", m.vocab_size),
+        ] {
+            if v == 0 {
+                return Err(field(origin, name, "must be at least 1"));
+            }
+        }
+        if m.hidden_size % m.num_attention_heads != 0 {
+            return Err(field(
+                origin,
+                "model.hidden_size",
+                format!(
+                    "{} is not divisible by model.num_attention_heads {}",
+                    m.hidden_size, m.num_attention_heads
+                ),
+            ));
+        }
+        if m.num_attention_heads % m.num_query_groups != 0 {
+            return Err(field(
+                origin,
+                "model.num_query_groups",
+                format!(
+                    "{} does not divide model.num_attention_heads {}",
+                    m.num_query_groups, m.num_attention_heads
+                ),
+            ));
+        }
+        let par = &self.parallelism;
+        for (name, v) in [
+            ("parallelism.gpus", par.gpus),
+            ("parallelism.tp", par.tp),
+            ("parallelism.pp", par.pp),
+            ("parallelism.dp", par.dp),
+            ("parallelism.micro_batch", par.micro_batch),
+            ("parallelism.global_batch", par.global_batch),
+            ("parallelism.chunks", par.chunks),
+        ] {
+            if v == 0 {
+                return Err(field(origin, name, "must be at least 1"));
+            }
+        }
+        if (par.tp as u128) * (par.pp as u128) * (par.dp as u128) != par.gpus as u128 {
+            return Err(field(
+                origin,
+                "parallelism.gpus",
+                format!(
+                    "{} != tp x pp x dp = {} x {} x {}",
+                    par.gpus, par.tp, par.pp, par.dp
+                ),
+            ));
+        }
+        if !["none", "selective", "full"].contains(&par.recompute.as_str()) {
+            return Err(field(
+                origin,
+                "parallelism.recompute",
+                format!("'{}' (valid: none, selective, full)", par.recompute),
+            ));
+        }
+        if !["bf16", "f32"].contains(&self.dtype.as_str()) {
+            return Err(field(
+                origin,
+                "dtype",
+                format!("'{}' (valid: bf16, f32)", self.dtype),
+            ));
+        }
+        let sch = &self.schedule;
+        if sch.devices.len() as u64 != par.pp {
+            return Err(field(
+                origin,
+                "schedule.devices",
+                format!(
+                    "has {} device lists but parallelism.pp is {}",
+                    sch.devices.len(),
+                    par.pp
+                ),
+            ));
+        }
+        let want_stages = par.pp.saturating_mul(par.chunks);
+        if self.stages.len() as u64 != want_stages {
+            return Err(field(
+                origin,
+                "stages",
+                format!(
+                    "has {} stages but parallelism.pp x parallelism.chunks = {}",
+                    self.stages.len(),
+                    want_stages
+                ),
+            ));
+        }
+        let placement: Placement = sch
+            .placement
+            .parse()
+            .map_err(|e: String| field(origin, "schedule.placement", e))?;
+        let mut next = 0u32;
+        let n = self.stages.len() as u32;
+        for (i, st) in self.stages.iter().enumerate() {
+            let i = i as u32;
+            let at = |f: &str| format!("stages[{i}].{f}");
+            if st.stage != i {
+                return Err(field(
+                    origin,
+                    at("stage"),
+                    format!(
+                        "is {} but must be {i} (stages are listed in order)",
+                        st.stage
+                    ),
+                ));
+            }
+            let dev = placement.device_of(i, par.pp as u32);
+            if st.device != dev {
+                return Err(field(
+                    origin,
+                    at("device"),
+                    format!(
+                        "is {} but {} placement puts stage {i} on device {dev}",
+                        st.device, sch.placement
+                    ),
+                ));
+            }
+            if st.first_layer != next {
+                return Err(field(
+                    origin,
+                    at("first_layer"),
+                    format!("is {} but the previous stages end at layer {next}; stages must cover the layers in order without gaps", st.first_layer),
+                ));
+            }
+            if st.embedding != (i == 0) {
+                return Err(field(
+                    origin,
+                    at("embedding"),
+                    "only stage 0 holds the embedding",
+                ));
+            }
+            if st.output != (i + 1 == n) {
+                return Err(field(
+                    origin,
+                    at("output"),
+                    "only the last stage holds the output layer",
+                ));
+            }
+            next = next.saturating_add(st.num_layers);
+        }
+        if next != m.num_layers {
+            return Err(field(
+                origin,
+                "stages",
+                format!(
+                    "cover {next} layers but model.num_layers is {}",
+                    m.num_layers
+                ),
+            ));
+        }
+        if let Ok(name) = sch.name.parse::<ScheduleName>() {
+            if name.placement() != placement {
+                return Err(field(
+                    origin,
+                    "schedule.placement",
+                    format!("'{}' does not match schedule '{}'", sch.placement, sch.name),
+                ));
+            }
+        }
+        self.schedule_ir_at(origin)?;
+        Ok(())
+    }
+
+    /// Pretty JSON with a trailing newline; field order is fixed, so output is byte-stable.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("a plan always serializes");
+        s.push('\n');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generators::{generate, GenParams};
+
+    fn sample() -> Plan {
+        let model = Model::preset("gpt-1.7b").unwrap();
+        let sch = generate(ScheduleName::OneFOneB, GenParams::new(2, 4)).unwrap();
+        Plan {
+            format: PLAN_FORMAT.into(),
+            version: PLAN_VERSION,
+            model: PlanModel::from_model(&model),
+            hardware: "a100-80gb".into(),
+            parallelism: Parallelism {
+                gpus: 2,
+                tp: 1,
+                pp: 2,
+                dp: 1,
+                micro_batch: 1,
+                global_batch: 4,
+                chunks: 1,
+                recompute: "none".into(),
+                sequence_parallel: false,
+                zero1: false,
+            },
+            dtype: "bf16".into(),
+            stages: stages_from_counts(&even_split(model.num_layers, 2), Placement::Loop, 2),
+            schedule: PlanSchedule::from_schedule("1f1b", &sch),
+            predicted: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_checks() {
+        let plan = sample();
+        let text = plan.to_json();
+        let back = Plan::from_json(&text, "p.json").unwrap();
+        assert_eq!(back, plan);
+        assert_eq!(back.schedule_ir().unwrap().num_actions(), 16);
+    }
+
+    #[test]
+    fn refuses_other_versions_and_bad_fields() {
+        let text = sample()
+            .to_json()
+            .replace("\"version\": 1", "\"version\": 9");
+        let e = Plan::from_json(&text, "p.json").unwrap_err().to_string();
+        assert!(e.contains("version 9") && e.contains("version 1"), "{e}");
+
+        let mut bad = sample();
+        bad.stages[1].first_layer += 1;
+        let e = Plan::from_json(&bad.to_json(), "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stages[1].first_layer"), "{e}");
+
+        let mut bad = sample();
+        bad.schedule.devices[1].pop();
+        let e = Plan::from_json(&bad.to_json(), "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not runnable"), "{e}");
+
+        let mut bad = sample();
+        bad.schedule.devices[0][0] = "0X0".into();
+        let e = Plan::from_json(&bad.to_json(), "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schedule.devices[0][0]"), "{e}");
+    }
+}
