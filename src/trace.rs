@@ -33,6 +33,10 @@ pub struct TraceArgs {
     pub peer: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub name: Option<String>,
+    /// Optimizer step the event belongs to (measured traces of several steps; the simulator
+    /// predicts one step and leaves it out).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub step: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,6 +75,7 @@ fn meta(name: &str, pid: u32, tid: u32, value: String) -> TraceEvent {
             kind: None,
             peer: None,
             name: Some(value),
+            step: None,
         }),
     }
 }
@@ -114,6 +119,7 @@ pub fn from_timeline(tl: &Timeline) -> Trace {
                 kind: Some(s.action.kind.to_string()),
                 peer: s.peer,
                 name: None,
+                step: None,
             }),
         });
     }
