@@ -152,8 +152,9 @@ pub fn run(
             .spawn(move || {
                 // A panic in a backend must still report, not hang the others: the worker is
                 // dropped while unwinding (hanging up its channels) and we send the message.
+                let prog = progress.clone();
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_device(w, actions, steps, progress)
+                    run_device(w, actions, steps, prog)
                 }))
                 .unwrap_or_else(|e| {
                     let what = e
@@ -164,7 +165,10 @@ pub fn run(
                     Err(RunError {
                         device: dev,
                         step: 0,
-                        action: "(panicked)".into(),
+                        action: progress
+                            .lock()
+                            .map(|p| p[dev as usize].clone())
+                            .unwrap_or_else(|_| "(unknown)".into()),
                         error: ExecError::Backend(format!("worker panicked: {what}")),
                     })
                 });
