@@ -197,8 +197,10 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
             }
         }
     }
-    let mut fwd: Vec<(Option<Sender<Msg>>, Option<Receiver<Msg>>)> = Vec::new();
-    let mut bwd: Vec<(Option<Sender<Msg>>, Option<Receiver<Msg>>)> = Vec::new();
+    // Per boundary: the two channel ends, taken by the stages that own them.
+    type Ends = (Option<Sender<Msg>>, Option<Receiver<Msg>>);
+    let mut fwd: Vec<Ends> = Vec::new();
+    let mut bwd: Vec<Ends> = Vec::new();
     for _ in 0..n.saturating_sub(1) {
         let (t, r) = channel();
         fwd.push((Some(t), Some(r)));
