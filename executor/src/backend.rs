@@ -27,7 +27,7 @@ pub struct Span {
     pub device: u32,
     pub stream: SpanStream,
     /// The action's text form (`0F1`, `3I0`), `SEND_F`/`RECV_B`-style names for transfers
-    /// (`1RECV_F0`), or `OPTIMIZER`.
+    /// (`1RECV_F0`), or `OPTIMIZER_STEP` (the simulator's name).
     pub name: String,
     pub stage: Option<u32>,
     pub microbatch: Option<u32>,
@@ -97,4 +97,38 @@ pub trait DeviceWorker: Send {
     fn weights(&mut self) -> Result<Vec<(u32, Vec<f32>)>, ExecError>;
     /// The sum of the losses computed on this device since the last call (0 off the last stage).
     fn take_loss(&mut self) -> f64;
+}
+
+/// What a run asks of a backend, besides the plan. Backends build their workers from
+/// `(plan, RunOptions)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// Passes over the plan's action lists (see [`crate::run`]: one optimizer step each for
+    /// synchronous schedules).
+    pub steps: u32,
+    /// SGD learning rate.
+    pub lr: f32,
+    /// Seed of the weights and data ([`crate::spec`]).
+    pub seed: u64,
+    /// Compute threads per pipeline device (1: one core per device).
+    pub threads_per_device: usize,
+    /// Overrides the plan's `dtype` (`"f32"` or `"bf16"`); `None` keeps the plan's.
+    pub dtype: Option<String>,
+    /// Debugging aid for asynchronous schedules: backward uses the newest weights instead of
+    /// the version its forward used (turns PipeDream's weight stashing off). Tests use it to
+    /// show that stashing changes the result.
+    pub disable_weight_stashing: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            steps: 1,
+            lr: crate::spec::DEFAULT_LR,
+            seed: crate::spec::DEFAULT_SEED,
+            threads_per_device: 1,
+            dtype: None,
+            disable_weight_stashing: false,
+        }
+    }
 }

@@ -1,7 +1,15 @@
 //! pplan-exec: runs a pplan plan for real and writes a measured Chrome trace.
 //!
 //! - [`spec`]: the model, weights, data, loss and optimizer every backend computes;
-//! - [`backend`]: the interface between the runner and a backend.
+//! - [`backend`]: the interface between the runner and a backend;
+//! - [`run`]: the backend-independent runner (a thread per device) and the measured trace;
+//! - [`cpu`]: the CPU backend (f32 math, channels between device threads);
+//! - [`cuda`]: the CUDA backend;
+//! - [`profile`]: measures layer and hardware profiles on a backend.
 
 pub mod backend;
+pub mod cpu;
+pub mod cuda;
+pub mod profile;
+pub mod run;
 pub mod spec;

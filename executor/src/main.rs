@@ -1,4 +1,265 @@
-fn main() {
-    eprintln!("pplan-exec: not built yet");
-    std::process::exit(1);
+//! `pplan-exec`: run a plan for real (`run`) or measure this machine (`profile`). Parses flags,
+//! calls the library, prints, maps errors to exit codes: 0 success, 2 bad input / backend
+//! unavailable / plan that does not fit, 1 internal error.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use pplan_exec::backend::{ExecError, RunOptions};
+use pplan_exec::run::{self, Backend, Summary};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "pplan-exec",
+    version,
+    about = "Run a pplan plan on CPU threads or CUDA GPUs and write a measured Chrome trace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a plan (plan.json from `pplan predict/search --output`) for --steps optimizer steps.
+    Run(RunArgs),
+    /// Measure this machine on a backend: write a layer profile and a hardware profile.
+    Profile(ProfileArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Default, ValueEnum)]
+enum Format {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The plan file.
+    #[arg(long)]
+    plan: PathBuf,
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: BackendArg,
+    /// Steps: passes over the plan's action lists (one optimizer step each for synchronous
+    /// schedules; the whole multi-mini-batch list for PipeDream/2BW).
+    #[arg(long, default_value_t = 1)]
+    steps: u32,
+    /// Where to write the measured Chrome trace.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// SGD learning rate.
+    #[arg(long, default_value_t = pplan_exec::spec::DEFAULT_LR)]
+    lr: f32,
+    /// Seed of weights and data.
+    #[arg(long, default_value_t = pplan_exec::spec::DEFAULT_SEED)]
+    seed: u64,
+    /// Compute threads per pipeline device.
+    #[arg(long, default_value_t = 1)]
+    threads_per_device: usize,
+    /// Override the plan's dtype (f32, bf16). The CPU backend computes in f32 either way.
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Give up after this many seconds (0: no limit).
+    #[arg(long, default_value_t = 3600)]
+    timeout_s: u64,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(clap::Args)]
+struct ProfileArgs {
+    /// Model: a bundled name or a Megatron-style / Hugging Face JSON file.
+    #[arg(long)]
+    model: String,
+    /// Sequences per micro-batch.
+    #[arg(long)]
+    micro_batch: u64,
+    /// Override the model's sequence length.
+    #[arg(long)]
+    seq_len: Option<u64>,
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: BackendArg,
+    /// Where to write the layer profile (embedding, one entry per layer, output).
+    #[arg(long)]
+    out_profile: PathBuf,
+    /// Where to write the hardware profile.
+    #[arg(long)]
+    out_hardware: PathBuf,
+    /// Repetitions of each measurement; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeats: u32,
+    /// Pipeline devices the hardware profile describes (`node.gpus_per_node`).
+    #[arg(long, default_value_t = 2)]
+    devices: u32,
+    /// Compute threads per device (as `run --threads-per-device`).
+    #[arg(long, default_value_t = 1)]
+    threads_per_device: usize,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+enum CliError {
+    Input(String),
+    Internal(String),
+}
+
+fn exec_error(e: &ExecError, msg: String) -> CliError {
+    match e {
+        ExecError::Unavailable(_) | ExecError::Plan(_) => CliError::Input(msg),
+        ExecError::Peer { .. } | ExecError::Backend(_) => CliError::Internal(msg),
+    }
+}
+
+fn write(path: &PathBuf, flag: &str, text: &str) -> Result<(), CliError> {
+    std::fs::write(path, text)
+        .map_err(|e| CliError::Input(format!("{flag}: cannot write '{}': {e}", path.display())))
+}
+
+fn backend(b: BackendArg) -> Backend {
+    match b {
+        BackendArg::Cpu => Backend::Cpu,
+        BackendArg::Cuda => Backend::Cuda,
+    }
+}
+
+fn cmd_run(a: RunArgs) -> Result<(), CliError> {
+    let origin = a.plan.display().to_string();
+    let text = std::fs::read_to_string(&a.plan)
+        .map_err(|e| CliError::Input(format!("--plan: cannot read '{origin}': {e}")))?;
+    let plan = pplan::plan::Plan::from_json(&text, &origin)
+        .map_err(|e| CliError::Input(format!("--plan: {e}")))?;
+    if a.steps == 0 {
+        return Err(CliError::Input("--steps must be at least 1".into()));
+    }
+    if a.threads_per_device == 0 {
+        return Err(CliError::Input(
+            "--threads-per-device must be at least 1".into(),
+        ));
+    }
+    if !(a.lr.is_finite() && a.lr >= 0.0) {
+        return Err(CliError::Input(format!(
+            "--lr {} must be a finite number >= 0",
+            a.lr
+        )));
+    }
+    let be = backend(a.backend);
+    if be == Backend::Cuda {
+        pplan_exec::cuda::availability()
+            .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
+    }
+    let opts = RunOptions {
+        steps: a.steps,
+        lr: a.lr,
+        seed: a.seed,
+        threads_per_device: a.threads_per_device,
+        dtype: a.dtype.clone(),
+        disable_weight_stashing: false,
+    };
+    let timeout = (a.timeout_s > 0).then(|| Duration::from_secs(a.timeout_s));
+    let r = run::run_plan(&plan, be, &opts, timeout)
+        .map_err(|e| exec_error(e.exec_error(), format!("--backend {}: {e}", be.as_str())))?;
+    if let Some(path) = &a.trace {
+        let t = serde_json::to_string(&run::trace(&r))
+            .map_err(|e| CliError::Internal(format!("trace serialisation: {e}")))?;
+        write(path, "--trace", &t)?;
+    }
+    let dtype = a.dtype.clone().unwrap_or_else(|| plan.dtype.clone());
+    let dtype = if be == Backend::Cpu {
+        format!("f32 (plan: {dtype})")
+    } else {
+        dtype
+    };
+    let s = Summary::new(be.as_str(), &plan, &dtype, &r);
+    match a.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&s).map_err(|e| CliError::Internal(e.to_string()))?
+        ),
+        Format::Table => {
+            println!(
+                "{} on {} ({} devices, {} stages, {} micro-batches), {} step(s), dtype {}",
+                s.schedule, s.backend, s.devices, s.stages, s.microbatches, s.steps, s.dtype
+            );
+            println!("step  time_s      loss");
+            for (i, (t, l)) in s.step_times_s.iter().zip(&s.loss_per_step).enumerate() {
+                println!("{i:<5} {t:<11.6} {l:.6}");
+            }
+            println!("mean step time  {:.6} s", s.mean_step_time_s);
+            println!("compute busy    {:.3}", s.compute_busy_fraction);
+        }
+    }
+    Ok(())
+}
+
+fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
+    if let BackendArg::Cuda = a.backend {
+        pplan_exec::cuda::availability()
+            .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
+        return Err(CliError::Input(
+            "--backend cuda: profiling on CUDA is done by the CUDA backend's own profiler; this build profiles --backend cpu".into(),
+        ));
+    }
+    let model = pplan::model::Model::load(&a.model).map_err(|e| CliError::Input(e.to_string()))?;
+    for (flag, v) in [
+        ("--micro-batch", a.micro_batch),
+        ("--repeats", a.repeats as u64),
+        ("--devices", a.devices as u64),
+        ("--threads-per-device", a.threads_per_device as u64),
+    ] {
+        if v == 0 {
+            return Err(CliError::Input(format!("{flag} must be at least 1")));
+        }
+    }
+    if a.seq_len == Some(0) {
+        return Err(CliError::Input("--seq-len must be at least 1".into()));
+    }
+    let req = pplan_exec::profile::ProfileRequest {
+        model,
+        micro_batch: a.micro_batch,
+        seq_len: a.seq_len,
+        repeats: a.repeats,
+        devices: a.devices,
+        threads_per_device: a.threads_per_device,
+    };
+    let out = pplan_exec::profile::profile_cpu(&req).map_err(CliError::Input)?;
+    write(&a.out_profile, "--out-profile", &out.layers.to_json())?;
+    let hw = serde_json::to_string_pretty(&out.hardware)
+        .map_err(|e| CliError::Internal(e.to_string()))?;
+    write(&a.out_hardware, "--out-hardware", &(hw + "\n"))?;
+    match a.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&out.summary)
+                .map_err(|e| CliError::Internal(e.to_string()))?
+        ),
+        Format::Table => print!("{}", out.summary.table()),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Run(a) => cmd_run(a),
+        Command::Profile(a) => cmd_profile(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Input(m)) => {
+            eprintln!("pplan-exec: {m}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Internal(m)) => {
+            eprintln!("pplan-exec: internal error: {m}");
+            ExitCode::from(1)
+        }
+    }
 }

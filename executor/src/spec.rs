@@ -173,6 +173,24 @@ pub fn labels(seed: u64, step: u32, mb: u32, d: &Dims) -> Vec<u32> {
     out
 }
 
+/// Which data a micro-batch of the plan's action lists trains on. The runner walks the action
+/// lists once per pass (`pass` counts the optimizer_step calls before it); micro-batch `k` of
+/// pass `i` is global micro-batch `g = i * microbatches + k`, which is micro-batch
+/// `g % per_step` of optimizer step `g / per_step`. For synchronous schedules `per_step ==
+/// microbatches`, so this is (step `i`, micro-batch `k`); for PipeDream (`per_step = 1`) and
+/// 2BW (`per_step = m`) the lists span several mini-batches. Returns (step, micro-batch) for
+/// [`token_ids`] and [`labels`].
+pub fn data_index(pass: u32, microbatch: u32, microbatches: u32, per_step: u32) -> (u32, u32) {
+    let g = pass as u64 * microbatches as u64 + microbatch as u64;
+    let per = per_step.max(1) as u64;
+    ((g / per) as u32, (g % per) as u32)
+}
+
+/// The factor every token's cross-entropy is multiplied by: `1 / (T * per_step)`.
+pub fn loss_scale(d: &Dims, per_step: u32) -> f32 {
+    1.0 / (d.tokens() as f32 * per_step.max(1) as f32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

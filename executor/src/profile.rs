@@ -1,0 +1,582 @@
+//! `pplan-exec profile`: measures this machine on the CPU backend and writes what the planner
+//! reads — a layer profile (`pplan::profile` format: the embedding, one entry per transformer
+//! layer, the output layer) and a hardware profile (`pplan::hardware` format) whose numbers are
+//! the measured ones. See docs/executor.md for every formula.
+//!
+//! - Layer times: the spec's transformer layer (and the embedding and output layers) at the
+//!   requested shape, on one thread per device (or `threads_per_device`), F, I and W timed
+//!   separately with the host monotonic clock; the median of `repeats` runs. All layers of
+//!   the model have one shape, so one layer is measured and its times written for every layer.
+//! - Bytes (f32 on the CPU): weights `4·params`; a layer's activations `4·(6Th + 2Tf + b·n·s²)`
+//!   (`x, ctx, x1` and `qkv` = 6Th, `u, g` = 2Tf, the attention probabilities b·n·s²); the
+//!   embedding keeps its `T` token ids (4T); the output layer keeps `y` and `dlogits`,
+//!   `4·(Th + TV)`; each layer sends `4·T·h` downstream, the output layer nothing.
+//! - GEMM rate: `2mnk / t` for square GEMMs of a few sizes and the layer's own shapes; peak =
+//!   the best rate; `gemm_efficiency_max` and `gemm_half_dim` fitted to the square sizes with
+//!   the cost model's form `e(n) = e_max (n / (n + d0))³`.
+//! - Memory-bound bandwidth: `y += a·x` over two 32 MiB f32 arrays, bytes = 3 · 4 · n per pass.
+//! - Transfer: a tensor of the activation size handed from one thread to another through the
+//!   same channel and copy the CPU backend uses; ping-pong, one-way time = round trip / 2;
+//!   latency from a 1-element message, bandwidth = bytes / (one-way time − latency).
+
+use crate::cpu::math::gemm;
+use crate::cpu::model::{self, Ctx, StageInput, StageWeights};
+use crate::spec::{self, Dims};
+use pplan::hardware::{Gpu, Hardware, Network, Node};
+use pplan::model::Model;
+use pplan::profile::{LayerProfile, ProfiledLayer};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct ProfileRequest {
+    pub model: Model,
+    pub micro_batch: u64,
+    pub seq_len: Option<u64>,
+    pub repeats: u32,
+    pub devices: u32,
+    pub threads_per_device: usize,
+}
+
+/// One measured GEMM shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct GemmPoint {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub flops_per_s: f64,
+}
+
+/// What `profile` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfileSummary {
+    pub layer_forward_ms: f64,
+    pub layer_backward_input_ms: f64,
+    pub layer_backward_weight_ms: f64,
+    pub embedding_forward_ms: f64,
+    pub output_forward_ms: f64,
+    pub output_backward_ms: f64,
+    pub gemm: Vec<GemmPoint>,
+    pub peak_flops_per_s: f64,
+    pub gemm_efficiency_max: f64,
+    pub gemm_half_dim: f64,
+    pub memory_bandwidth_bytes_per_s: f64,
+    pub transfer_bytes: u64,
+    pub transfer_bandwidth_bytes_per_s: f64,
+    pub transfer_latency_s: f64,
+}
+
+impl ProfileSummary {
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        s += &format!(
+            "layer F / I / W        {:.3} / {:.3} / {:.3} ms\n",
+            self.layer_forward_ms, self.layer_backward_input_ms, self.layer_backward_weight_ms
+        );
+        s += &format!(
+            "embedding F            {:.3} ms\noutput F / B           {:.3} / {:.3} ms\n",
+            self.embedding_forward_ms, self.output_forward_ms, self.output_backward_ms
+        );
+        for g in &self.gemm {
+            s += &format!(
+                "gemm {:>5}x{:<5}x{:<5} {:.2} GFLOP/s\n",
+                g.m,
+                g.n,
+                g.k,
+                g.flops_per_s / 1e9
+            );
+        }
+        s += &format!(
+            "peak (best GEMM)       {:.2} GFLOP/s; fit e_max {:.3}, d0 {:.0}\n",
+            self.peak_flops_per_s / 1e9,
+            self.gemm_efficiency_max,
+            self.gemm_half_dim
+        );
+        s += &format!(
+            "memory bandwidth       {:.2} GB/s\n",
+            self.memory_bandwidth_bytes_per_s / 1e9
+        );
+        s += &format!(
+            "transfer {} B         {:.2} GB/s, latency {:.2} us\n",
+            self.transfer_bytes,
+            self.transfer_bandwidth_bytes_per_s / 1e9,
+            self.transfer_latency_s * 1e6
+        );
+        s
+    }
+}
+
+pub struct ProfileOutput {
+    pub layers: LayerProfile,
+    pub hardware: Hardware,
+    pub summary: ProfileSummary,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// (F, I, W) medians in ms of a stage made of `w` on `input`.
+fn time_stage(
+    c: &Ctx,
+    w: &StageWeights,
+    make_input: &dyn Fn() -> (Option<Vec<u32>>, Option<Vec<f32>>),
+    labels: Option<&[u32]>,
+    dy: Option<&[f32]>,
+    repeats: u32,
+) -> (f64, f64, f64) {
+    let (mut f, mut i, mut wt) = (Vec::new(), Vec::new(), Vec::new());
+    let mut acc = w.zeros_like();
+    // One untimed warm-up run (first touch of the buffers), then `repeats` timed ones.
+    for r in 0..=repeats {
+        let (ids, hidden) = make_input();
+        let input = match (&ids, hidden) {
+            (Some(ids), _) => StageInput::Tokens(ids),
+            (None, Some(x)) => StageInput::Hidden(x),
+            (None, None) => unreachable!("an input is always made"),
+        };
+        let t = Instant::now();
+        let (_, _, mut st) = model::stage_forward(c, w, input, labels, 1.0);
+        let tf = ms_since(t);
+        let t = Instant::now();
+        let _ = model::stage_backward_input(c, w, &mut st, dy.map(<[f32]>::to_vec));
+        let ti = ms_since(t);
+        let t = Instant::now();
+        model::stage_backward_weight(c, &st, &mut acc);
+        let tw = ms_since(t);
+        if r > 0 {
+            f.push(tf);
+            i.push(ti);
+            wt.push(tw);
+        }
+    }
+    (median(f), median(i), median(wt))
+}
+
+fn gemm_rate(m: usize, n: usize, k: usize, threads: usize, repeats: u32) -> f64 {
+    let mut rng = spec::SplitMix64::new(7);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit()).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.next_signed_unit()).collect();
+    let mut c = vec![0.0; m * n];
+    let flops = 2.0 * (m * n * k) as f64;
+    // Enough calls per sample that one sample lasts about 20 ms or more.
+    let t = Instant::now();
+    gemm(m, k, n, &a, false, &b, false, &mut c, 0.0, threads);
+    let once = t.elapsed().as_secs_f64().max(1e-7);
+    let calls = ((0.02 / once).ceil() as usize).clamp(1, 10_000);
+    let mut samples = Vec::new();
+    for _ in 0..repeats {
+        let t = Instant::now();
+        for _ in 0..calls {
+            gemm(m, k, n, &a, false, &b, false, &mut c, 0.0, threads);
+        }
+        samples.push(flops * calls as f64 / t.elapsed().as_secs_f64());
+    }
+    median(samples)
+}
+
+/// Least-squares fit of `e(n) = e_max (n/(n+d0))³` to (n, e) points: d0 on a grid of 1..=4096,
+/// e_max in closed form for each d0.
+pub fn fit_gemm_efficiency(points: &[(f64, f64)]) -> (f64, f64) {
+    let mut best = (f64::INFINITY, 1.0, 1.0);
+    for d0 in 1..=4096 {
+        let d0 = d0 as f64;
+        let fs: Vec<f64> = points.iter().map(|(n, _)| (n / (n + d0)).powi(3)).collect();
+        let num: f64 = points.iter().zip(&fs).map(|((_, e), f)| e * f).sum();
+        let den: f64 = fs.iter().map(|f| f * f).sum();
+        let emax = (num / den).clamp(1e-6, 1.0);
+        let err: f64 = points
+            .iter()
+            .zip(&fs)
+            .map(|((_, e), f)| (e - emax * f).powi(2))
+            .sum();
+        if err < best.0 {
+            best = (err, emax, d0);
+        }
+    }
+    (best.1, best.2)
+}
+
+fn memory_bandwidth(repeats: u32) -> f64 {
+    let n = 8 << 20; // 8 Mi f32 = 32 MiB per array
+    let x = vec![1.0f32; n];
+    let mut y = vec![0.5f32; n];
+    let mut samples = Vec::new();
+    for r in 0..=repeats {
+        let t = Instant::now();
+        for (a, b) in y.iter_mut().zip(&x) {
+            *a += 1e-3 * b;
+        }
+        let s = t.elapsed().as_secs_f64();
+        if r > 0 {
+            samples.push(3.0 * 4.0 * n as f64 / s);
+        }
+    }
+    std::hint::black_box(&y);
+    median(samples)
+}
+
+/// One-way time in seconds of handing `elems` f32 to another thread and back (copying, as the
+/// CPU backend's send does), median over `repeats` samples of many round trips.
+fn transfer_one_way_s(elems: usize, repeats: u32) -> f64 {
+    use std::sync::mpsc::channel;
+    let (to_tx, to_rx) = channel::<Vec<f32>>();
+    let (back_tx, back_rx) = channel::<Vec<f32>>();
+    let echo = std::thread::spawn(move || {
+        while let Ok(v) = to_rx.recv() {
+            if back_tx.send(v.to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let data = vec![1.0f32; elems];
+    let trips = if elems > 100_000 { 20 } else { 2000 };
+    let mut samples = Vec::new();
+    for r in 0..=repeats {
+        let t = Instant::now();
+        for _ in 0..trips {
+            to_tx.send(data.to_vec()).expect("echo thread alive");
+            let back = back_rx.recv().expect("echo thread alive");
+            std::hint::black_box(&back);
+        }
+        if r > 0 {
+            samples.push(t.elapsed().as_secs_f64() / (2 * trips) as f64);
+        }
+    }
+    drop(to_tx);
+    let _ = echo.join();
+    median(samples)
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(16 << 30)
+}
+
+/// Measure everything; errors are messages naming the flag.
+pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
+    let m = &req.model;
+    if m.hidden_size % m.num_heads != 0 {
+        return Err(format!(
+            "--model: hidden size {} is not divisible by {} heads",
+            m.hidden_size, m.num_heads
+        ));
+    }
+    let d = Dims {
+        hidden: m.hidden_size as usize,
+        heads: m.num_heads as usize,
+        ffn: m.ffn_hidden_size as usize,
+        seq: req.seq_len.unwrap_or(m.seq_len) as usize,
+        micro_batch: req.micro_batch as usize,
+        vocab: m.vocab_size as usize,
+    };
+    let (t, h, f, v) = (d.tokens(), d.hidden, d.ffn, d.vocab);
+    // Largest buffer: the output layer's logits (T·V) and the attention probabilities.
+    let biggest = (t * v).max(d.micro_batch * d.heads * d.seq * d.seq) as u128 * 4 * 4;
+    if biggest > host_memory_bytes() as u128 {
+        return Err(format!(
+            "--micro-batch/--seq-len: one layer at this shape needs about {:.1} GB, more than this machine's memory",
+            biggest as f64 / 1e9
+        ));
+    }
+    let c = Ctx {
+        dims: d,
+        threads: req.threads_per_device,
+    };
+    let seed = spec::DEFAULT_SEED;
+    let ids = spec::token_ids(seed, 0, 0, &d);
+    let labels = spec::labels(seed, 0, 0, &d);
+    let mut rng = spec::SplitMix64::new(11);
+    let x: Vec<f32> = (0..t * h).map(|_| rng.next_signed_unit()).collect();
+    let dy: Vec<f32> = (0..t * h).map(|_| rng.next_signed_unit() * 1e-3).collect();
+
+    let layer_w = StageWeights::init(seed, 0, 1, false, false, &d);
+    let (lf, li, lw) = time_stage(
+        &c,
+        &layer_w,
+        &|| (None, Some(x.clone())),
+        None,
+        Some(&dy),
+        req.repeats,
+    );
+    let emb_w = StageWeights::init(seed, 0, 0, true, false, &d);
+    let (ef, ei, ew) = time_stage(
+        &c,
+        &emb_w,
+        &|| (Some(ids.clone()), None),
+        None,
+        Some(&dy),
+        req.repeats,
+    );
+    let out_w = StageWeights::init(seed, 0, 0, false, true, &d);
+    let (of, oi, ow) = time_stage(
+        &c,
+        &out_w,
+        &|| (None, Some(x.clone())),
+        Some(&labels),
+        None,
+        req.repeats,
+    );
+
+    let layer_params = (3 * h * h + h * h + 2 * h * f) as u64;
+    let out_bytes = (4 * t * h) as u64;
+    let entry =
+        |name: String, fw: f64, bi: f64, bw: f64, wb: u64, ab: u64, ob: u64| ProfiledLayer {
+            name,
+            forward_ms: fw,
+            backward_ms: bi + bw,
+            backward_input_ms: Some(bi),
+            backward_weight_ms: Some(bw),
+            weight_bytes: wb,
+            activation_bytes: ab,
+            output_bytes: ob,
+        };
+    let mut layers = vec![entry(
+        "embedding".into(),
+        ef,
+        ei,
+        ew,
+        (4 * v * h) as u64,
+        (4 * t) as u64,
+        out_bytes,
+    )];
+    for l in 0..m.num_layers {
+        layers.push(entry(
+            format!("layer{l}"),
+            lf,
+            li,
+            lw,
+            4 * layer_params,
+            model::layer_activation_bytes(&d),
+            out_bytes,
+        ));
+    }
+    layers.push(entry(
+        "output".into(),
+        of,
+        oi,
+        ow,
+        (4 * h * v) as u64,
+        (4 * (t * h + t * v)) as u64,
+        0,
+    ));
+    let threads = req.threads_per_device;
+    let layer_profile = LayerProfile {
+        source: Some(format!(
+            "pplan-exec profile --backend cpu: measured on {} with {} thread(s) per device, median of {} runs, f32; the executor's spec layer (executor/src/spec.rs: no GQA, no gated MLP, no normalisation) at hidden {h}, heads {}, ffn {f}, seq {}, vocab {v}; one layer measured, its times used for every layer",
+            cpu_name(),
+            threads,
+            req.repeats,
+            d.heads,
+            d.seq
+        )),
+        micro_batch: Some(req.micro_batch),
+        layers,
+    };
+
+    // GEMMs: square sizes for the fit, plus the layer's own shapes.
+    let mut gemm_points = Vec::new();
+    let mut fit_pts = Vec::new();
+    for n in [32usize, 64, 128, 256, 512] {
+        let r = gemm_rate(n, n, n, threads, req.repeats);
+        gemm_points.push(GemmPoint {
+            m: n,
+            n,
+            k: n,
+            flops_per_s: r,
+        });
+        fit_pts.push(n);
+    }
+    for (mm, nn, kk) in [(t, 3 * h, h), (t, f, h), (t, h, f), (t, v, h)] {
+        let r = gemm_rate(mm, nn, kk, threads, req.repeats);
+        gemm_points.push(GemmPoint {
+            m: mm,
+            n: nn,
+            k: kk,
+            flops_per_s: r,
+        });
+    }
+    let peak = gemm_points
+        .iter()
+        .map(|g| g.flops_per_s)
+        .fold(0.0, f64::max);
+    let pts: Vec<(f64, f64)> = gemm_points
+        .iter()
+        .take(fit_pts.len())
+        .map(|g| (g.m as f64, g.flops_per_s / peak))
+        .collect();
+    let (emax, d0) = fit_gemm_efficiency(&pts);
+    let bw = memory_bandwidth(req.repeats);
+    let lat = transfer_one_way_s(1, req.repeats);
+    let big = transfer_one_way_s(t * h, req.repeats);
+    let link_bw = (out_bytes as f64) / (big - lat).max(1e-9);
+
+    let mut sources = BTreeMap::new();
+    let mut src = |k: &str, v: String| {
+        sources.insert(k.to_string(), v);
+    };
+    src("gpu.peak_flops_per_s", format!("measured: best f32 GEMM rate of pplan-exec's CPU backend (matrixmultiply sgemm, {threads} thread(s)) over square sizes 32..512 and the layer's shapes (FLOP/s)"));
+    src(
+        "gpu.memory_bytes",
+        format!("measured: host MemTotal / {} devices (bytes)", req.devices),
+    );
+    src(
+        "gpu.hbm_bandwidth_bytes_per_s",
+        "measured: y += a*x over 32 MiB f32 arrays on one thread, 12 bytes per element (bytes/s)"
+            .into(),
+    );
+    src(
+        "gpu.hbm_efficiency",
+        "1.0: the bandwidth above is already the achieved one (dimensionless)".into(),
+    );
+    src("gpu.gemm_efficiency_max", "FITTED: least squares of e_max (n/(n+d0))^3 to the measured square-GEMM rates over the best rate (dimensionless)".into());
+    src(
+        "gpu.gemm_half_dim",
+        "FITTED: d0 of the same fit (elements)".into(),
+    );
+    src(
+        "node.gpus_per_node",
+        "pipeline devices (threads) this profile is for: --devices (count)".into(),
+    );
+    src("node.nvlink_bandwidth_bytes_per_s", format!("measured: channel handoff (copy + mpsc) of a {out_bytes}-byte activation between two threads, bytes / (one-way time - latency) (bytes/s)"));
+    src(
+        "node.nvlink_efficiency",
+        "1.0: the bandwidth above is already the achieved one (dimensionless)".into(),
+    );
+    src(
+        "node.nvlink_latency_s",
+        "measured: one-way time of a 1-element channel handoff between two threads (s)".into(),
+    );
+    src(
+        "node.nics_per_node",
+        "one host: no network; set equal to the in-node channel (count)".into(),
+    );
+    src(
+        "node.nic_bandwidth_bytes_per_s",
+        "one host: no network; the measured channel bandwidth (bytes/s)".into(),
+    );
+    src("node.nic_efficiency", "1.0 (dimensionless)".into());
+    src(
+        "node.nic_latency_s",
+        "one host: the measured channel latency (s)".into(),
+    );
+    src(
+        "network.oversubscription",
+        "one host: non-blocking (ratio)".into(),
+    );
+    src("network.levels", "one host (count)".into());
+    src("network.nodes_per_leaf_switch", "one host (count)".into());
+    let hardware = Hardware {
+        name: "cpu-measured".into(),
+        description: format!(
+            "Measured by pplan-exec profile --backend cpu on {}: each pipeline device is one OS thread ({} compute thread(s)) of one host; links are in-process channels.",
+            cpu_name(),
+            threads
+        ),
+        gpu: Gpu {
+            name: cpu_name(),
+            peak_flops_per_s: peak,
+            memory_bytes: host_memory_bytes() / req.devices as u64,
+            hbm_bandwidth_bytes_per_s: bw,
+            hbm_efficiency: 1.0,
+            gemm_efficiency_max: emax,
+            gemm_half_dim: d0,
+        },
+        node: Node {
+            gpus_per_node: req.devices,
+            nvlink_bandwidth_bytes_per_s: link_bw,
+            nvlink_efficiency: 1.0,
+            nvlink_latency_s: lat,
+            nics_per_node: 1,
+            nic_bandwidth_bytes_per_s: link_bw,
+            nic_efficiency: 1.0,
+            nic_latency_s: lat,
+        },
+        network: Network {
+            topology: "fat-tree".into(),
+            levels: 1,
+            nodes_per_leaf_switch: 1,
+            oversubscription: 1.0,
+        },
+        sources,
+        fitted: vec!["gpu.gemm_efficiency_max".into(), "gpu.gemm_half_dim".into()],
+    };
+    // The file must read back with the planner's own reader.
+    let text = serde_json::to_string(&hardware).map_err(|e| e.to_string())?;
+    Hardware::from_json(&text, "measured hardware profile")
+        .map_err(|e| format!("internal: measured hardware profile does not validate: {e}"))?;
+    LayerProfile::from_json(&layer_profile.to_json(), "measured layer profile")
+        .map_err(|e| format!("internal: measured layer profile does not validate: {e}"))?;
+    let summary = ProfileSummary {
+        layer_forward_ms: lf,
+        layer_backward_input_ms: li,
+        layer_backward_weight_ms: lw,
+        embedding_forward_ms: ef,
+        output_forward_ms: of,
+        output_backward_ms: oi + ow,
+        gemm: gemm_points,
+        peak_flops_per_s: peak,
+        gemm_efficiency_max: emax,
+        gemm_half_dim: d0,
+        memory_bandwidth_bytes_per_s: bw,
+        transfer_bytes: out_bytes,
+        transfer_bandwidth_bytes_per_s: link_bw,
+        transfer_latency_s: lat,
+    };
+    Ok(ProfileOutput {
+        layers: layer_profile,
+        hardware,
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_known_curve() {
+        let pts: Vec<(f64, f64)> = [32.0, 64.0, 128.0, 256.0, 512.0]
+            .iter()
+            .map(|&n: &f64| (n, 0.8 * (n / (n + 40.0)).powi(3)))
+            .collect();
+        let (e, d0) = fit_gemm_efficiency(&pts);
+        assert!(
+            (e - 0.8).abs() < 1e-3 && (d0 - 40.0).abs() < 0.5,
+            "{e} {d0}"
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! `pplan-exec` as a user runs it: outputs, files, exit codes and messages.
+
+mod common;
+
+use common::*;
+use pplan::generators::ScheduleName;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn exe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pplan-exec"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pplan-exec-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn write_plan(name: &str, plan: &pplan::plan::Plan) -> PathBuf {
+    let p = tmp(name);
+    std::fs::write(&p, plan.to_json()).unwrap();
+    p
+}
+
+#[test]
+fn run_writes_a_measured_trace_and_json_summary() {
+    let plan_path = write_plan("ok.json", &plan(ScheduleName::OneFOneB, 2, 4, 1));
+    let trace_path = tmp("measured.json");
+    let o = exe()
+        .args([
+            "run",
+            "--backend",
+            "cpu",
+            "--steps",
+            "2",
+            "--format",
+            "json",
+            "--plan",
+        ])
+        .arg(&plan_path)
+        .arg("--trace")
+        .arg(&trace_path)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["steps"], 2);
+    assert_eq!(v["step_times_s"].as_array().unwrap().len(), 2);
+    let losses = v["loss_per_step"].as_array().unwrap();
+    // Random tokens over a vocabulary of 32: the loss starts near ln 32.
+    let l0 = losses[0].as_f64().unwrap();
+    assert!((l0 - 32f64.ln()).abs() < 0.5, "{l0}");
+    assert!(v["mean_step_time_s"].as_f64().unwrap() > 0.0);
+
+    let t: pplan::trace::Trace =
+        serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
+    let xs: Vec<_> = t.trace_events.iter().filter(|e| e.ph == "X").collect();
+    // 16 compute actions per step, 2 steps; every event carries its step.
+    let compute: Vec<_> = xs.iter().filter(|e| e.tid == 0).collect();
+    assert_eq!(compute.len(), 32);
+    assert!(xs.iter().all(|e| e.args.as_ref().unwrap().step.is_some()));
+    assert!(compute.iter().any(|e| e.name == "1B3" && e.pid == 1));
+    assert!(xs
+        .iter()
+        .any(|e| e.name == "1RECV_F0" && e.pid == 1 && e.tid == 2));
+    assert!(xs.iter().any(|e| e.name == "OPTIMIZER_STEP" && e.tid == 5));
+    assert!(xs
+        .iter()
+        .all(|e| e.ts.unwrap() >= 0.0 && e.dur.unwrap() >= 0.0));
+}
+
+#[test]
+fn table_output_by_default() {
+    let plan_path = write_plan("table.json", &plan(ScheduleName::GPipe, 2, 2, 1));
+    let o = exe()
+        .args(["run", "--plan"])
+        .arg(&plan_path)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("gpipe on cpu") && out.contains("mean step time"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_plans_exit_2_naming_the_field() {
+    let mut bad = plan(ScheduleName::OneFOneB, 2, 4, 1);
+    bad.stages[1].first_layer += 1;
+    let p = write_plan("bad-field.json", &bad);
+    let o = exe().args(["run", "--plan"]).arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).1.contains("stages[1].first_layer"),
+        "{}",
+        text(&o).1
+    );
+
+    let p = tmp("not-json.json");
+    std::fs::write(&p, "{ nope").unwrap();
+    let o = exe().args(["run", "--plan"]).arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("not a plan file"), "{}", text(&o).1);
+
+    let o = exe()
+        .args(["run", "--plan", "/nonexistent/plan.json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("--plan: cannot read"), "{}", text(&o).1);
+
+    // Valid plan, but a model the executor's spec does not have.
+    let mut gqa = plan(ScheduleName::OneFOneB, 2, 4, 1);
+    gqa.model.num_query_groups = 1;
+    let p = write_plan("gqa.json", &gqa);
+    let o = exe().args(["run", "--plan"]).arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).1.contains("model.num_query_groups"),
+        "{}",
+        text(&o).1
+    );
+
+    let p = write_plan("steps.json", &plan(ScheduleName::OneFOneB, 2, 2, 1));
+    let o = exe()
+        .args(["run", "--steps", "0", "--plan"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("--steps"), "{}", text(&o).1);
+}
+
+#[test]
+fn cuda_without_a_gpu_exits_2_with_a_reason() {
+    let p = write_plan("cuda.json", &plan(ScheduleName::OneFOneB, 2, 2, 1));
+    let o = exe()
+        .args(["run", "--backend", "cuda", "--plan"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    if o.status.success() {
+        return; // a machine with a GPU and the real backend
+    }
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    let err = text(&o).1;
+    assert!(
+        err.contains("--backend cuda") && err.to_lowercase().contains("cuda"),
+        "{err}"
+    );
+}
+
+#[test]
+fn profile_writes_files_the_planner_reads() {
+    let model = tmp("tiny-model.json");
+    std::fs::write(
+        &model,
+        r#"{"num_layers": 3, "hidden_size": 16, "num_attention_heads": 2, "ffn_hidden_size": 32, "seq_length": 8, "vocab_size": 32}"#,
+    )
+    .unwrap();
+    let (lp, hp) = (tmp("layers.json"), tmp("hw.json"));
+    let o = exe()
+        .args([
+            "profile",
+            "--backend",
+            "cpu",
+            "--micro-batch",
+            "2",
+            "--repeats",
+            "1",
+            "--format",
+            "json",
+            "--model",
+        ])
+        .arg(&model)
+        .arg("--out-profile")
+        .arg(&lp)
+        .arg("--out-hardware")
+        .arg(&hp)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["peak_flops_per_s"].as_f64().unwrap() > 0.0);
+    let prof = pplan::profile::LayerProfile::from_json(
+        &std::fs::read_to_string(&lp).unwrap(),
+        "layers.json",
+    )
+    .unwrap();
+    assert_eq!(prof.layers.len(), 3 + 2);
+    assert_eq!(prof.layers[0].name, "embedding");
+    assert_eq!(prof.layers[4].name, "output");
+    // T = 2 * 8 tokens, h = 16, f = 32, 2 heads: 4 (6Th + 2Tf + b n s^2) bytes.
+    assert_eq!(
+        prof.layers[1].activation_bytes,
+        4 * (6 * 16 * 16 + 2 * 16 * 32 + 2 * 2 * 8 * 8)
+    );
+    assert_eq!(prof.layers[1].output_bytes, 4 * 16 * 16);
+    assert_eq!(prof.layers[1].weight_bytes, 4 * (4 * 16 * 16 + 2 * 16 * 32));
+    let hw =
+        pplan::hardware::Hardware::from_json(&std::fs::read_to_string(&hp).unwrap(), "hw.json")
+            .unwrap();
+    assert_eq!(hw.node.gpus_per_node, 2);
+    assert!(hw.gpu.peak_flops_per_s > 0.0 && hw.node.nvlink_bandwidth_bytes_per_s > 0.0);
+
+    let o = exe()
+        .args([
+            "profile",
+            "--micro-batch",
+            "0",
+            "--model",
+            "gpt-1.7b",
+            "--out-profile",
+            "/tmp/x",
+            "--out-hardware",
+            "/tmp/y",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("--micro-batch"));
+}

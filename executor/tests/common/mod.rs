@@ -1,0 +1,124 @@
+//! Tiny plans and sequential references shared by the executor's tests.
+#![allow(dead_code)]
+
+use pplan::generators::{generate, GenParams, ScheduleName};
+use pplan::plan::{
+    even_split, stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT,
+    PLAN_VERSION,
+};
+use pplan_exec::cpu::model::{self, Ctx, StageInput, StageWeights};
+use pplan_exec::spec::{self, Dims};
+
+pub const LAYERS: u32 = 4;
+
+pub fn tiny_model(layers: u32) -> PlanModel {
+    PlanModel {
+        name: "tiny".into(),
+        num_layers: layers,
+        hidden_size: 16,
+        num_attention_heads: 2,
+        num_query_groups: 2,
+        ffn_hidden_size: 32,
+        seq_length: 8,
+        vocab_size: 32,
+        gated_mlp: false,
+    }
+}
+
+/// A plan for schedule `name` on `p` devices, `m` micro-batches of 2 sequences, `v` chunks,
+/// `steps` mini-batches in the action lists (asynchronous schedules), `layers` layers.
+pub fn plan_with(name: ScheduleName, params: GenParams, layers: u32) -> Plan {
+    let sch = generate(name, params).expect("generator accepts the test's parameters");
+    let p = params.devices;
+    let stages = sch.num_stages;
+    let v = stages / p;
+    Plan {
+        format: PLAN_FORMAT.into(),
+        version: PLAN_VERSION,
+        model: tiny_model(layers),
+        hardware: "cpu".into(),
+        parallelism: Parallelism {
+            gpus: p as u64,
+            tp: 1,
+            pp: p as u64,
+            dp: 1,
+            micro_batch: 2,
+            global_batch: 2 * params.microbatches as u64,
+            chunks: v as u64,
+            recompute: "none".into(),
+            sequence_parallel: false,
+            zero1: false,
+        },
+        dtype: "f32".into(),
+        stages: stages_from_counts(&even_split(layers, stages), sch.placement, p),
+        schedule: PlanSchedule::from_schedule(name.as_str(), &sch),
+        predicted: None,
+    }
+}
+
+pub fn plan(name: ScheduleName, p: u32, m: u32, v: u32) -> Plan {
+    let plan = plan_with(name, GenParams::new(p, m).chunks(v), LAYERS);
+    // Round trip through the file format and its validator, as the binary reads it.
+    Plan::from_json(&plan.to_json(), "test plan").expect("test plan validates")
+}
+
+pub fn dims(plan: &Plan) -> Dims {
+    Dims::from_plan(plan)
+}
+
+/// The plain sequential reference: all layers on one stage, micro-batches one after another
+/// (F then I then W), SGD after each step's `m` micro-batches. Returns the flat weights
+/// (embedding, layers, output) and the loss per step.
+pub fn sequential(
+    d: &Dims,
+    layers: u32,
+    m: u32,
+    steps: u32,
+    lr: f32,
+    seed: u64,
+) -> (Vec<f32>, Vec<f64>) {
+    let c = Ctx {
+        dims: *d,
+        threads: 1,
+    };
+    let mut w = StageWeights::init(seed, 0, layers, true, true, d);
+    let mut grads = w.zeros_like();
+    let mut losses = Vec::new();
+    for step in 0..steps {
+        let mut loss = 0.0;
+        for k in 0..m {
+            let ids = spec::token_ids(seed, step, k, d);
+            let labels = spec::labels(seed, step, k, d);
+            let (_, l, mut st) = model::stage_forward(
+                &c,
+                &w,
+                StageInput::Tokens(&ids),
+                Some(&labels),
+                spec::loss_scale(d, m),
+            );
+            loss += l;
+            model::stage_backward_input(&c, &w, &mut st, None);
+            model::stage_backward_weight(&c, &st, &mut grads);
+        }
+        w.sgd(lr, &grads);
+        grads.zero();
+        losses.push(loss);
+    }
+    (w.flat(), losses)
+}
+
+/// Max |a - b| over two equally long vectors.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "weight vectors differ in length");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// All stages' weights concatenated in stage order.
+pub fn concat(weights: &[(u32, Vec<f32>)]) -> Vec<f32> {
+    let mut w = weights.to_vec();
+    w.sort_by_key(|(s, _)| *s);
+    w.into_iter().flat_map(|(_, v)| v).collect()
+}
