@@ -221,6 +221,15 @@ impl Opnd {
     }
 }
 
+/// (GEMM input X, output gradient dY, matrix index, rows, cols) of one `dW += Xᵀ·dY`.
+type WeightGemm<'a> = (
+    &'a Option<CudaSlice<f32>>,
+    &'a Option<CudaSlice<f32>>,
+    usize,
+    usize,
+    usize,
+);
+
 struct PendingSpan {
     span: Span,
     start: CudaEvent,
@@ -440,6 +449,7 @@ impl CudaWorker {
         self.retired.retain(|(_, ev)| !ev.is_complete());
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn span(
         &self,
         stream: SpanStream,
@@ -1305,13 +1315,7 @@ impl CudaWorker {
         let w = &self.weights[&stage].layers[li];
         let cs = &self.compute;
         let missing = || ExecError::Backend(format!("stage {stage}: W before I"));
-        let pairs: [(
-            &Option<CudaSlice<f32>>,
-            &Option<CudaSlice<f32>>,
-            usize,
-            usize,
-            usize,
-        ); 4] = [
+        let pairs: [WeightGemm<'_>; 4] = [
             (&la.x, &la.dqkv, 0, h, 3 * h),
             (&la.ctx, &la.dx1, 1, h, h),
             (&la.x1, &la.du, 2, h, f),
@@ -1364,6 +1368,7 @@ impl CudaWorker {
     }
 
     fn do_forward(&mut self, stage: u32, mb: u32, spans: &mut Vec<Span>) -> Result<(), ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
         let (_, nl, emb, out) = self.stage_info(stage)?;
         let d = self.p.dims;
         let (t, h) = (d.tokens(), d.hidden);
@@ -1614,6 +1619,8 @@ impl CudaWorker {
         part: BackwardPart,
         spans: &mut Vec<Span>,
     ) -> Result<(), ExecError> {
+        // Runner threads have no current context; raw cuBLAS/driver calls need one.
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
         let (_, _, emb, out) = self.stage_info(stage)?;
         let kind = match part {
             BackwardPart::Full => Kind::B,
@@ -1693,6 +1700,7 @@ impl CudaWorker {
     }
 
     fn sync_all(&mut self) -> Result<(), ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
         self.compute.synchronize().map_err(drv)?;
         for st in self.recv.values().chain(self.send.values()) {
             st.synchronize().map_err(drv)?;
@@ -1738,6 +1746,7 @@ impl DeviceWorker for CudaWorker {
     }
 
     fn optimizer_step(&mut self, spans: &mut Vec<Span>) -> Result<(), ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
         let gpu = self.gpu.clone();
         let serial = lock(&gpu);
         let (e0, e1) = (self.timing_event()?, self.timing_event()?);
@@ -1826,6 +1835,7 @@ impl DeviceWorker for CudaWorker {
     }
 
     fn take_loss(&mut self) -> f64 {
+        let _ = self.gpu.ctx.bind_to_thread();
         let v = self
             .compute
             .clone_dtoh(&self.loss)

@@ -390,6 +390,7 @@ mod tests {
                 assert!(desc.contains("CUDA device"), "{desc}");
             }
             Err(ExecError::Unavailable(msg)) => {
+                eprintln!("availability(): {msg}");
                 let names_a_library = ["libcuda", "cuBLAS", "NVRTC", "cuInit", "no CUDA device"]
                     .iter()
                     .any(|w| msg.contains(w));
