@@ -623,9 +623,10 @@ mod tests {
                 // Only one device's action at a time on the GPU.
                 let mut all = compute.clone();
                 all.sort_by_key(|s| s.start_ns);
+                // Different workers' clocks agree to the origin-sync latency: allow 50 µs.
                 for w in all.windows(2) {
                     assert!(
-                        w[1].start_ns + 1_000 >= w[0].end_ns,
+                        w[1].start_ns + 50_000 >= w[0].end_ns,
                         "serialize: {:?} overlaps {:?}",
                         w[0],
                         w[1]
