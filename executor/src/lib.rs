@@ -4,7 +4,7 @@
 //! - [`backend`]: the interface between the runner and a backend;
 //! - [`run`]: the backend-independent runner (a thread per device) and the measured trace;
 //! - [`cpu`]: the CPU backend (f32 math, channels between device threads);
-//! - [`cuda`]: the CUDA backend;
+//! - [`cuda`]: the CUDA backend (GPUs, through cudarc; builds without CUDA);
 //! - [`profile`]: measures layer and hardware profiles on a backend.
 
 pub mod backend;
