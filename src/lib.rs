@@ -5,6 +5,7 @@
 
 pub mod cost;
 pub mod csv;
+pub mod emit;
 pub mod gantt;
 pub mod generators;
 pub mod hardware;
