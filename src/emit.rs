@@ -356,7 +356,10 @@ fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitError>
                     );
                 }
                 schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
-                parallelism.push(format!("pipeline_parallel_schedule_csv = {}", toml_str(path)));
+                parallelism.push(format!(
+                    "pipeline_parallel_schedule_csv = {}",
+                    toml_str(path)
+                ));
                 // torchtitan reads a CSV with _PipelineScheduleRuntime; the schedule name then
                 // only says how many stages each rank holds.
                 if par.chunks > 1 {

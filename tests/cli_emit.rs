@@ -132,8 +132,14 @@ fn megatron_notes_what_it_cannot_express() {
     );
     assert!(!out.contains("--bf16"), "{out}");
     assert!(!out.contains("--num-layers-per-virtual-pipeline-stage"));
-    assert!(out.contains("# cannot express exactly: uneven stages (1, 3, 3, 1)"), "{out}");
-    assert!(err.contains("warning: --target megatron cannot express exactly"), "{err}");
+    assert!(
+        out.contains("# cannot express exactly: uneven stages (1, 3, 3, 1)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("warning: --target megatron cannot express exactly"),
+        "{err}"
+    );
 
     for (name, v, what) in [
         (ScheduleName::ZbH1, 1, "zero-bubble"),
@@ -148,7 +154,10 @@ fn megatron_notes_what_it_cannot_express() {
         let comment = out
             .lines()
             .find(|l| l.starts_with("# cannot express exactly:") && l.contains(what));
-        assert!(comment.is_some(), "{name}: no note containing '{what}':\n{out}");
+        assert!(
+            comment.is_some(),
+            "{name}: no note containing '{what}':\n{out}"
+        );
         // Every non-comment line is a flag.
         assert!(out
             .lines()
@@ -260,7 +269,10 @@ fn bad_plans_exit_2_naming_file_and_field() {
     let path = write_plan("ok.json", &plan(ScheduleName::OneFOneB, 2, 1, 4, None));
     let (code, _, err) = emit(&path, "deepspeed");
     assert_eq!(code, 2);
-    assert!(err.contains("--target") && err.contains("torchtitan"), "{err}");
+    assert!(
+        err.contains("--target") && err.contains("torchtitan"),
+        "{err}"
+    );
 
     let (code, _, err) = emit("no/such/plan.json", "csv");
     assert_eq!(code, 2);
