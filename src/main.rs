@@ -113,6 +113,11 @@ struct PredictArgs {
     /// scatter/gather optimisation.
     #[arg(long)]
     no_scatter_gather: bool,
+    /// A measured layer profile (JSON): transformer layers' forward/backward times and
+    /// activation bytes come from it instead of the cost model (num_layers entries, or
+    /// num_layers + 2 with the embedding first and the output layer last).
+    #[arg(long)]
+    profile: Option<PathBuf>,
     /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
@@ -169,6 +174,17 @@ struct ScheduleArgs {
 struct SimulateArgs {
     #[command(flatten)]
     schedule: ScheduleArgs,
+    /// Stage costs from a measured layer profile (JSON) instead of unit costs: each stage's
+    /// F/I/W times are sums over its layers (ms); excludes --forward/--backward/--p2p.
+    #[arg(long, conflicts_with_all = ["forward", "backward", "backward_input", "backward_weight", "p2p"])]
+    profile: Option<PathBuf>,
+    /// With --profile: first layer of each of the P·V stages, e.g. 0,5,9 (default: even split).
+    #[arg(long, requires = "profile")]
+    boundaries: Option<String>,
+    /// With --profile: a hardware profile (a100-80gb, h100-80gb, h200 or a JSON file) whose
+    /// links time each transfer (last layer's output_bytes / bandwidth + latency); default: free.
+    #[arg(long, requires = "profile")]
+    hardware: Option<String>,
     /// Time of one micro-batch's forward through one device's whole share of the model
     /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
@@ -486,6 +502,11 @@ fn write_output(path: &Path, flag: &str, contents: &[u8]) -> Result<(), CliError
 fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
     let loaded = load_schedule(&args.schedule)?;
     let s = &loaded.schedule;
+    if let Some(path) = &args.profile {
+        let profile = load_profile(path)?;
+        let costs = simulate_profile_costs(&args, &profile, s)?;
+        return run_simulation(&args, &loaded, &costs, 1_000_000, true);
+    }
     let scale = ns_per_unit(s.chunks());
     let unit = UnitCosts {
         forward_ns: units_to_ns("--forward", args.forward, scale)?,
@@ -501,10 +522,69 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
     };
     let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
+    run_simulation(&args, &loaded, &costs, scale, false)
+}
+
+/// `simulate --profile`: stage costs from the profile's layers, cut evenly or at --boundaries.
+fn simulate_profile_costs(
+    args: &SimulateArgs,
+    profile: &pplan::profile::LayerProfile,
+    s: &Schedule,
+) -> Result<Costs, CliError> {
+    let layers = profile.layers.len().min(u32::MAX as usize) as u32;
+    let boundaries = match &args.boundaries {
+        None => {
+            if layers < s.num_stages {
+                return input(format!(
+                    "--profile has {layers} layers, fewer than the schedule's {} stages; every stage needs a layer",
+                    s.num_stages
+                ));
+            }
+            pplan::profile::even_boundaries(layers, s.num_stages)
+        }
+        Some(text) => {
+            let b = text
+                .split(',')
+                .map(|x| x.trim().parse::<u32>())
+                .collect::<Result<Vec<u32>, _>>()
+                .map_err(|e| {
+                    CliError::Input(format!(
+                        "--boundaries '{text}': {e}; expected comma-separated layer indices, e.g. 0,5,9"
+                    ))
+                })?;
+            pplan::profile::check_boundaries(&b, layers, s.num_stages)
+                .map_err(|e| CliError::Input(format!("--boundaries '{text}': {e}")))?;
+            b
+        }
+    };
+    let hw = args
+        .hardware
+        .as_deref()
+        .map(pplan::hardware::Hardware::load)
+        .transpose()
+        .map_err(|e| CliError::Input(format!("--hardware: {e}")))?;
+    Ok(pplan::profile::stage_costs(
+        profile,
+        &boundaries,
+        s.num_devices(),
+        |st| s.device_of(st),
+        hw.as_ref(),
+    ))
+}
+
+/// Simulate `loaded` with `costs` (`scale` ns per reported unit) and print or write the results.
+fn run_simulation(
+    args: &SimulateArgs,
+    loaded: &Loaded,
+    costs: &Costs,
+    scale: u64,
+    memory_known: bool,
+) -> Result<(), CliError> {
+    let s = &loaded.schedule;
     let record = args.trace.is_some() || args.gantt.is_some();
     let r = sim::simulate(
         s,
-        &costs,
+        costs,
         SimOptions {
             record_timeline: record,
             max_events: None,
@@ -532,7 +612,7 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         );
         write_gantt(tl, title, unit_label, 1e6, path)?;
     }
-    let rep = report(&loaded.label, s, &r, scale, false);
+    let rep = report(&loaded.label, s, &r, scale, memory_known);
     match args.format {
         Format::Json => println!(
             "{}",
@@ -724,8 +804,14 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         ..CostOptions::default()
     };
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
+    let profile = args.profile.as_deref().map(load_profile).transpose()?;
+    req.profile = profile.as_ref();
     let pred = predict(&req).map_err(|e| match e {
         PredictError::Internal(m) => CliError::Internal(m),
+        PredictError::Profile(m) => CliError::Input(format!(
+            "--profile '{}': {m}",
+            args.profile.as_deref().unwrap_or(Path::new("")).display()
+        )),
         other => CliError::Input(other.to_string()),
     })?;
     if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
@@ -972,4 +1058,13 @@ fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// Read a `--profile` file; errors name the file and the field.
+fn load_profile(path: &Path) -> Result<pplan::profile::LayerProfile, CliError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Input(format!("cannot read --profile file '{origin}': {e}")))?;
+    pplan::profile::LayerProfile::from_json(&text, &origin)
+        .map_err(|e| CliError::Input(format!("--profile: {e}")))
 }
