@@ -227,8 +227,13 @@ pub fn stage_costs(
     let mut static_bytes = vec![0u64; devices as usize];
     let mut out_bytes = Vec::with_capacity(boundaries.len());
     for (s, &first) in boundaries.iter().enumerate() {
-        let end = boundaries.get(s + 1).map_or(n, |&b| b as usize);
-        let sum = sum_layers(&profile.layers[first as usize..end]);
+        // Clamped so that unchecked boundaries give empty stages, never a panic.
+        let first = (first as usize).min(n);
+        let end = boundaries
+            .get(s + 1)
+            .map_or(n, |&b| b as usize)
+            .clamp(first, n);
+        let sum = sum_layers(&profile.layers[first..end]);
         let (i, w) = (ns(sum.backward_input_ms), ns(sum.backward_weight_ms));
         stages.push(crate::sim::StageCost {
             forward_ns: ns(sum.forward_ms),
