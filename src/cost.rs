@@ -185,6 +185,16 @@ pub fn all_gather_s(bytes: f64, n: u64, bw_bytes_per_s: f64, latency_s: f64) -> 
     all_reduce_s(bytes, n, bw_bytes_per_s, latency_s) / 2.0
 }
 
+/// One point-to-point transfer of `bytes`: bytes / link bandwidth + latency, over NVLink when
+/// both GPUs share a node, else over the GPU's share of the node's NICs.
+pub fn p2p_link_s(hw: &Hardware, bytes: f64, same_node: bool) -> f64 {
+    if same_node {
+        bytes / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s
+    } else {
+        bytes / hw.nic_bytes_per_s_per_gpu(false) + hw.node.nic_latency_s
+    }
+}
+
 /// Time of one piece of work, split by what bounds it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Part {
@@ -513,6 +523,13 @@ impl CostModel<'_> {
     /// tensor-parallel ranks uses its own NIC: with scatter/gather each sends `1/t` of the
     /// tensor and the receivers all-gather over NVLink; without it each sends all of it. With
     /// sequence parallelism the tensor is already split `1/t` per rank.
+    /// `bytes` (per GPU, as a layer profile's `output_bytes` gives them) sent from pipeline rank
+    /// `from` to `to`: NVLink inside a node, the NICs between nodes; no scatter/gather.
+    pub fn p2p_bytes_s(&self, from: u64, to: u64, bytes: f64) -> f64 {
+        let (ra, rb) = (self.rank(0, from), self.rank(0, to));
+        p2p_link_s(self.hw, bytes, self.node_of(ra) == self.node_of(rb))
+    }
+
     pub fn p2p_s(&self, from: u64, to: u64) -> f64 {
         let (b, s, h, _, _, t, _) = self.dims();
         let bytes = 2.0 * b * s * h;

@@ -55,6 +55,12 @@ pub struct GanttOptions {
     pub show_transfers: bool,
     /// Print a summary line (devices, makespan, bubble fraction) under the title.
     pub show_summary: bool,
+    /// One label per timeline row instead of "device N" (empty: the default labels). Used by
+    /// the predicted-against-measured overlay, which draws two rows per device.
+    pub row_labels: Vec<String>,
+    /// Pipeline devices that stage numbers refer to, for chunk shading (`chunk = stage / p`);
+    /// 0: the timeline's device count.
+    pub pipeline_devices: u32,
 }
 
 impl Default for GanttOptions {
@@ -66,6 +72,8 @@ impl Default for GanttOptions {
             width_px: 0,
             show_transfers: true,
             show_summary: true,
+            row_labels: Vec::new(),
+            pipeline_devices: 0,
         }
     }
 }
@@ -376,6 +384,13 @@ impl Layout {
         ensure_font()?;
 
         let p = tl.num_devices;
+        let pipeline_p = pipeline_devices(tl, opts);
+        // Room for the widest row label left of the plot.
+        let margin_left_px = (0..p.min(4096))
+            .map(|d| text_width(LABEL_FONT_PX, &row_label(opts, d)) + 16)
+            .max()
+            .unwrap_or(0)
+            .max(MARGIN_LEFT_PX);
         let mut t_end_ns = tl.makespan_ns;
         let mut chunks = 1u32;
         let mut kinds_present = [false; 4];
@@ -405,7 +420,7 @@ impl Layout {
             t_end_ns = t_end_ns.max(s.end_ns);
             match s.stream {
                 Stream::Compute => {
-                    chunks = chunks.max(s.action.stage / p + 1);
+                    chunks = chunks.max(s.action.stage / pipeline_p + 1);
                     kinds_present[kind_index(s.action.kind)] = true;
                     let d = s.end_ns - s.start_ns;
                     busy_ns += d as u128;
@@ -425,7 +440,7 @@ impl Layout {
         let width_px = if opts.width_px > 0 {
             opts.width_px.clamp(MIN_WIDTH_PX, MAX_SIDE_PX)
         } else {
-            let margins = (MARGIN_LEFT_PX + MARGIN_RIGHT_PX) as f64;
+            let margins = (margin_left_px + MARGIN_RIGHT_PX) as f64;
             let plot = if min_compute_ns == u64::MAX {
                 AUTO_PLOT_MIN_PX
             } else {
@@ -434,7 +449,7 @@ impl Layout {
             };
             (plot + margins).round() as u32
         };
-        let plot_x0 = MARGIN_LEFT_PX;
+        let plot_x0 = margin_left_px;
         let plot_x1 = width_px as i32 - MARGIN_RIGHT_PX;
 
         let mut y = MARGIN_TOP_PX;
@@ -516,7 +531,7 @@ impl Layout {
         if chunks > 1 {
             items.push(LegendItem {
                 swatches: Vec::new(),
-                label: format!("chunk = stage / {p}; lighter shade = later chunk"),
+                label: format!("chunk = stage / {pipeline_p}; lighter shade = later chunk"),
                 outlined: false,
             });
         }
@@ -629,6 +644,23 @@ impl Layout {
     }
 }
 
+/// The label of row `d`.
+fn row_label(opts: &GanttOptions, d: u32) -> String {
+    opts.row_labels
+        .get(d as usize)
+        .cloned()
+        .unwrap_or_else(|| format!("device {d}"))
+}
+
+/// The `p` of `chunk = stage / p`.
+fn pipeline_devices(tl: &Timeline, opts: &GanttOptions) -> u32 {
+    if opts.pipeline_devices > 0 {
+        opts.pipeline_devices
+    } else {
+        tl.num_devices.max(1)
+    }
+}
+
 fn kind_index(kind: Kind) -> usize {
     match kind {
         Kind::F => 0,
@@ -712,7 +744,7 @@ fn draw_chart<DB: DrawingBackend>(
         ))
         .map_err(e)?;
         root.draw_text(
-            &format!("device {d}"),
+            &row_label(opts, d),
             &label,
             (layout.plot_x0 - 8, (top + bottom) / 2),
         )
@@ -763,7 +795,7 @@ fn draw_chart<DB: DrawingBackend>(
         if s.stream != Stream::Compute {
             continue;
         }
-        let chunk = s.action.stage / p.max(1);
+        let chunk = s.action.stage / pipeline_devices(tl, opts);
         let fill = compute_rgb(s.action.kind, chunk, layout.chunks);
         let (x0, x1) = span_x(layout, s);
         let (top, bottom) = layout.lane_y(s.device, Stream::Compute);

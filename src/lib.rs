@@ -3,8 +3,10 @@
 //! The crate is a library first; `src/main.rs` is a thin CLI over it. The map of modules and
 //! the invariants each keeps are in `docs/ARCHITECTURE.md`.
 
+pub mod compare;
 pub mod cost;
 pub mod csv;
+pub mod emit;
 pub mod gantt;
 pub mod generators;
 pub mod hardware;

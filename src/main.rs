@@ -47,6 +47,12 @@ enum Command {
     /// Predict one training step of a model on a cluster: step time, TFLOP/s per GPU, MFU,
     /// bubble and peak memory, by simulating the whole step with the cost model's durations.
     Predict(PredictArgs),
+    /// Write a plan file for the system that runs it: the executor's plan JSON, Megatron-LM
+    /// arguments, a torchtitan TOML config, or the schedule as a PyTorch CSV.
+    Emit(EmitArgs),
+    /// Compare a predicted trace (pplan simulate/predict --trace) with a measured one (the
+    /// executor's): step time, per-action and per-kind errors, bubble, start-time error.
+    Validate(ValidateArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -107,6 +113,11 @@ struct PredictArgs {
     /// scatter/gather optimisation.
     #[arg(long)]
     no_scatter_gather: bool,
+    /// A measured layer profile (JSON): transformer layers' forward/backward times and
+    /// activation bytes come from it instead of the cost model (num_layers entries, or
+    /// num_layers + 2 with the embedding first and the output layer last).
+    #[arg(long)]
+    profile: Option<PathBuf>,
     /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
@@ -163,6 +174,17 @@ struct ScheduleArgs {
 struct SimulateArgs {
     #[command(flatten)]
     schedule: ScheduleArgs,
+    /// Stage costs from a measured layer profile (JSON) instead of unit costs: each stage's
+    /// F/I/W times are sums over its layers (ms); excludes --forward/--backward/--p2p.
+    #[arg(long, conflicts_with_all = ["forward", "backward", "backward_input", "backward_weight", "p2p"])]
+    profile: Option<PathBuf>,
+    /// With --profile: first layer of each of the P·V stages, e.g. 0,5,9 (default: even split).
+    #[arg(long, requires = "profile")]
+    boundaries: Option<String>,
+    /// With --profile: a hardware profile (a100-80gb, h100-80gb, h200 or a JSON file) whose
+    /// links time each transfer (last layer's output_bytes / bandwidth + latency); default: free.
+    #[arg(long, requires = "profile")]
+    hardware: Option<String>,
     /// Time of one micro-batch's forward through one device's whole share of the model
     /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
@@ -266,6 +288,8 @@ fn main() -> ExitCode {
         Command::Generate(args) => cmd_generate(args),
         Command::ScheduleSearch(args) => cmd_schedule_search(args),
         Command::Predict(args) => cmd_predict(args),
+        Command::Emit(args) => cmd_emit(args),
+        Command::Validate(args) => cmd_validate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -478,6 +502,11 @@ fn write_output(path: &Path, flag: &str, contents: &[u8]) -> Result<(), CliError
 fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
     let loaded = load_schedule(&args.schedule)?;
     let s = &loaded.schedule;
+    if let Some(path) = &args.profile {
+        let profile = load_profile(path)?;
+        let costs = simulate_profile_costs(&args, &profile, s)?;
+        return run_simulation(&args, &loaded, &costs, 1_000_000, true);
+    }
     let scale = ns_per_unit(s.chunks());
     let unit = UnitCosts {
         forward_ns: units_to_ns("--forward", args.forward, scale)?,
@@ -493,10 +522,69 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
     };
     let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
+    run_simulation(&args, &loaded, &costs, scale, false)
+}
+
+/// `simulate --profile`: stage costs from the profile's layers, cut evenly or at --boundaries.
+fn simulate_profile_costs(
+    args: &SimulateArgs,
+    profile: &pplan::profile::LayerProfile,
+    s: &Schedule,
+) -> Result<Costs, CliError> {
+    let layers = profile.layers.len().min(u32::MAX as usize) as u32;
+    let boundaries = match &args.boundaries {
+        None => {
+            if layers < s.num_stages {
+                return input(format!(
+                    "--profile has {layers} layers, fewer than the schedule's {} stages; every stage needs a layer",
+                    s.num_stages
+                ));
+            }
+            pplan::profile::even_boundaries(layers, s.num_stages)
+        }
+        Some(text) => {
+            let b = text
+                .split(',')
+                .map(|x| x.trim().parse::<u32>())
+                .collect::<Result<Vec<u32>, _>>()
+                .map_err(|e| {
+                    CliError::Input(format!(
+                        "--boundaries '{text}': {e}; expected comma-separated layer indices, e.g. 0,5,9"
+                    ))
+                })?;
+            pplan::profile::check_boundaries(&b, layers, s.num_stages)
+                .map_err(|e| CliError::Input(format!("--boundaries '{text}': {e}")))?;
+            b
+        }
+    };
+    let hw = args
+        .hardware
+        .as_deref()
+        .map(pplan::hardware::Hardware::load)
+        .transpose()
+        .map_err(|e| CliError::Input(format!("--hardware: {e}")))?;
+    Ok(pplan::profile::stage_costs(
+        profile,
+        &boundaries,
+        s.num_devices(),
+        |st| s.device_of(st),
+        hw.as_ref(),
+    ))
+}
+
+/// Simulate `loaded` with `costs` (`scale` ns per reported unit) and print or write the results.
+fn run_simulation(
+    args: &SimulateArgs,
+    loaded: &Loaded,
+    costs: &Costs,
+    scale: u64,
+    memory_known: bool,
+) -> Result<(), CliError> {
+    let s = &loaded.schedule;
     let record = args.trace.is_some() || args.gantt.is_some();
     let r = sim::simulate(
         s,
-        &costs,
+        costs,
         SimOptions {
             record_timeline: record,
             max_events: None,
@@ -524,7 +612,7 @@ fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         );
         write_gantt(tl, title, unit_label, 1e6, path)?;
     }
-    let rep = report(&loaded.label, s, &r, scale, false);
+    let rep = report(&loaded.label, s, &r, scale, memory_known);
     match args.format {
         Format::Json => println!(
             "{}",
@@ -716,8 +804,14 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         ..CostOptions::default()
     };
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
+    let profile = args.profile.as_deref().map(load_profile).transpose()?;
+    req.profile = profile.as_ref();
     let pred = predict(&req).map_err(|e| match e {
         PredictError::Internal(m) => CliError::Internal(m),
+        PredictError::Profile(m) => CliError::Input(format!(
+            "--profile '{}': {m}",
+            args.profile.as_deref().unwrap_or(Path::new("")).display()
+        )),
         other => CliError::Input(other.to_string()),
     })?;
     if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
@@ -774,4 +868,203 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+#[derive(clap::Args)]
+struct EmitArgs {
+    /// The plan file (plan.json from `pplan predict/search --output`).
+    #[arg(long)]
+    plan: PathBuf,
+    /// executor (plan JSON), megatron (Megatron-LM arguments), torchtitan (TOML) or csv
+    /// (PyTorch compute_only schedule).
+    #[arg(long)]
+    target: String,
+    /// Output file (default: standard output).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    /// torchtitan: where to write the schedule CSV when no PyTorch schedule class runs the
+    /// plan's order (default: beside --output, named OUTPUT_STEM.schedule.csv).
+    #[arg(long)]
+    schedule_csv: Option<PathBuf>,
+}
+
+fn cmd_emit(args: EmitArgs) -> Result<(), CliError> {
+    use pplan::emit::{emit, EmitError, Target};
+    let target: Target = args
+        .target
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--target: {e}")))?;
+    let origin = args.plan.display().to_string();
+    let text = std::fs::read_to_string(&args.plan)
+        .map_err(|e| CliError::Input(format!("cannot read --plan file '{origin}': {e}")))?;
+    let plan = pplan::plan::Plan::from_json(&text, &origin)
+        .map_err(|e| CliError::Input(format!("--plan: {e}")))?;
+    let csv_path = args.schedule_csv.clone().or_else(|| {
+        args.output
+            .as_ref()
+            .map(|o| o.with_extension("schedule.csv"))
+    });
+    let csv_str = csv_path.as_ref().map(|p| p.display().to_string());
+    let out = emit(&plan, target, csv_str.as_deref()).map_err(|e| match e {
+        EmitError::Plan(e) => CliError::Input(format!("--plan: {e}")),
+        e => CliError::Input(e.to_string()),
+    })?;
+    for n in &out.notes {
+        eprintln!(
+            "warning: --target {} cannot express exactly: {n}",
+            args.target
+        );
+    }
+    if let (Some(csv), Some(path)) = (&out.schedule_csv, &csv_path) {
+        write_output(path, "--schedule-csv", csv.as_bytes())?;
+        eprintln!("note: wrote the schedule CSV to '{}'", path.display());
+    }
+    match &args.output {
+        Some(path) => write_output(path, "--output", out.text.as_bytes()),
+        None => {
+            print!("{}", out.text);
+            Ok(())
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct ValidateArgs {
+    /// The predicted Chrome trace (pplan simulate/predict --trace).
+    #[arg(long)]
+    predicted: PathBuf,
+    /// The measured Chrome trace (events of several steps carry args.step).
+    #[arg(long)]
+    measured: PathBuf,
+    /// Warm-up steps to discard from each trace (default: 1 when a trace has several steps).
+    #[arg(long)]
+    skip_steps: Option<usize>,
+    /// Compare the common actions even when the two schedules' compute actions differ.
+    #[arg(long)]
+    allow_unmatched: bool,
+    /// Draw predicted (upper lane) against measured (lower lane) per device: FILE.svg or FILE.png.
+    #[arg(long)]
+    gantt: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
+    use pplan::compare::{compare, parse_events, CompareOptions};
+    let read = |flag: &str, path: &Path| -> Result<Vec<pplan::trace::TraceEvent>, CliError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::Input(format!("cannot read {flag} file '{origin}': {e}")))?;
+        parse_events(&text, &origin).map_err(|e| CliError::Input(format!("{flag}: {e}")))
+    };
+    let pred = read("--predicted", &args.predicted)?;
+    let meas = read("--measured", &args.measured)?;
+    let c = compare(
+        &pred,
+        &args.predicted.display().to_string(),
+        &meas,
+        &args.measured.display().to_string(),
+        CompareOptions {
+            skip_steps: args.skip_steps,
+            allow_unmatched: args.allow_unmatched,
+        },
+    )
+    .map_err(|e| CliError::Input(e.to_string()))?;
+    for w in &c.warnings {
+        eprintln!("warning: {w}");
+    }
+    if let Some(path) = &args.gantt {
+        let longest = c.step_time_predicted_s.max(c.step_time_measured_s);
+        let (unit, ns_per_unit) = if longest >= 1.0 {
+            ("s", 1e9)
+        } else if longest >= 1e-3 {
+            ("ms", 1e6)
+        } else {
+            ("us", 1e3)
+        };
+        let opts = GanttOptions {
+            title: format!(
+                "predicted (upper) vs measured (lower): step {:.4} vs {:.4} {unit} ({:+.1}%)",
+                c.step_time_predicted_s * 1e9 / ns_per_unit,
+                c.step_time_measured_s * 1e9 / ns_per_unit,
+                c.step_time_error * 100.0
+            ),
+            unit_label: unit.to_string(),
+            ns_per_unit,
+            show_summary: false,
+            row_labels: c.overlay_labels.clone(),
+            pipeline_devices: c.pipeline_devices,
+            ..GanttOptions::default()
+        };
+        pplan::gantt::write_file(&c.overlay, &opts, path).map_err(|e| match e {
+            GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
+                CliError::Internal(format!("--gantt: {e}"))
+            }
+            e => CliError::Input(format!("--gantt: {e}")),
+        })?;
+    }
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string(&c).map_err(|e| CliError::Internal(e.to_string()))?
+        ),
+        Format::Table => {
+            println!("predicted {} vs measured {}", c.predicted, c.measured);
+            println!(
+                "steps: predicted {} ({} skipped), measured {} ({} skipped as warm-up)",
+                c.steps_predicted,
+                c.steps_skipped_predicted,
+                c.steps_measured,
+                c.steps_skipped_measured
+            );
+            println!(
+                "step time      predicted {:.6} s  measured {:.6} s  error {:+.2}%",
+                c.step_time_predicted_s,
+                c.step_time_measured_s,
+                c.step_time_error * 100.0
+            );
+            println!(
+                "bubble         predicted {:.4}  measured {:.4}",
+                c.bubble_predicted, c.bubble_measured
+            );
+            println!(
+                "actions        {} matched, {} only predicted, {} only measured",
+                c.actions_matched,
+                c.actions_unmatched.predicted_only,
+                c.actions_unmatched.measured_only
+            );
+            println!(
+                "duration error mean |e| {:.2}%  signed mean {:+.2}%",
+                c.action_error_mean_abs * 100.0,
+                c.action_error_mean * 100.0
+            );
+            println!(
+                "start error    mean {:.4}  max {:.4} (fraction of the step)",
+                c.start_error_mean_abs, c.start_error_max_abs
+            );
+            println!();
+            println!("kind             count  predicted_ms   measured_ms     error");
+            for (k, e) in &c.by_kind {
+                let err = e
+                    .error
+                    .map(|x| format!("{:+.2}%", x * 100.0))
+                    .unwrap_or_else(|| "n/a".to_string());
+                println!(
+                    "{:<15} {:>6} {:>13.4} {:>13.4} {:>9}",
+                    k, e.count, e.predicted_ms, e.measured_ms, err
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read a `--profile` file; errors name the file and the field.
+fn load_profile(path: &Path) -> Result<pplan::profile::LayerProfile, CliError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Input(format!("cannot read --profile file '{origin}': {e}")))?;
+    pplan::profile::LayerProfile::from_json(&text, &origin)
+        .map_err(|e| CliError::Input(format!("--profile: {e}")))
 }

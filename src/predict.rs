@@ -10,11 +10,12 @@
 //!
 //! No IO; the caller loads the model and hardware.
 
-use crate::cost::{BlockCost, CostModel, CostOptions, Layout, Recompute};
+use crate::cost::{BlockCost, CostModel, CostOptions, Layout, Part, Recompute};
 use crate::generators::{generate, GenParams, ScheduleName};
 use crate::hardware::Hardware;
 use crate::memory::{self, ActDims};
 use crate::model::Model;
+use crate::profile::{sum_layers, LayerProfile, ProfiledLayer};
 use crate::sim::{simulate, Costs, SimOptions, StageCost, Timeline, TpCommNs};
 use serde::Serialize;
 
@@ -38,6 +39,10 @@ pub struct PredictRequest<'a> {
     pub options: CostOptions,
     /// Keep the simulator's timeline (for Gantt charts and traces).
     pub record_timeline: bool,
+    /// Measured per-layer costs: when given, transformer layers' F/I/W times and activation
+    /// bytes (and the embedding's and output layer's, if the profile has them) come from it,
+    /// and p2p transfers carry the stage's last layer's `output_bytes`.
+    pub profile: Option<&'a LayerProfile>,
 }
 
 impl<'a> PredictRequest<'a> {
@@ -58,6 +63,7 @@ impl<'a> PredictRequest<'a> {
             sequence_parallel: false,
             options: CostOptions::default(),
             record_timeline: false,
+            profile: None,
         }
     }
 }
@@ -133,6 +139,8 @@ pub enum PredictError {
     Schedule(String),
     #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
     TooLarge { gpus: u64, what: String },
+    #[error("--profile: {0}")]
+    Profile(String),
     #[error("internal error while simulating: {0}")]
     Internal(String),
 }
@@ -312,10 +320,41 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
     let layers = model.num_layers as u64;
     let layers_of = |s: u64| layers / num_stages + u64::from(s < layers % num_stages);
     let layer = cm.layer();
-    let embedding = cm.embedding();
-    let output = cm.output_layer();
     let dims = ActDims::new(model, req.micro_batch, req.tp);
     let layer_act = memory::layer_activation_bytes(dims, req.recompute, req.sequence_parallel);
+    // The one place a measured profile replaces the cost model (docs/cost-model.md).
+    let prof = match req.profile {
+        None => None,
+        Some(p) => {
+            if let Some(b) = p.micro_batch.filter(|&b| b != req.micro_batch) {
+                return Err(PredictError::Profile(format!(
+                    "measured at micro-batch {b}, but --micro-batch is {}",
+                    req.micro_batch
+                )));
+            }
+            Some(
+                p.for_model(model.num_layers)
+                    .map_err(PredictError::Profile)?,
+            )
+        }
+    };
+    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
+    let embedding = prof
+        .and_then(|mp| profiled(mp.embedding))
+        .unwrap_or(cm.embedding());
+    let output = prof
+        .and_then(|mp| profiled(mp.output))
+        .unwrap_or(cm.output_layer());
+    let embedding_act = match prof.and_then(|mp| mp.embedding) {
+        Some(l) => l.activation_bytes,
+        None => memory::embedding_activation_bytes(dims, req.sequence_parallel),
+    };
+    let output_act = match prof.and_then(|mp| mp.output) {
+        Some(l) => l.activation_bytes,
+        None => memory::output_activation_bytes(dims, model.vocab_size),
+    };
+    let mut first_layer = 0usize;
+    let mut stage_output_bytes = Vec::with_capacity(num_stages as usize);
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
     let params_embedding = (model.vocab_size * model.hidden_size) as f64 / req.tp as f64;
 
@@ -325,20 +364,25 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
     let mut stage_params = Vec::with_capacity(num_stages as usize);
     for s in 0..num_stages {
         let n = layers_of(s) as f64;
-        let mut c: BlockCost = layer.scale(n);
-        let mut act = layer_act.saturating_mul(layers_of(s));
+        let (mut c, mut act): (BlockCost, u64) = match prof {
+            None => (layer.scale(n), layer_act.saturating_mul(layers_of(s))),
+            Some(mp) => {
+                let run = &mp.layers[first_layer..first_layer + layers_of(s) as usize];
+                let sum = sum_layers(run);
+                stage_output_bytes.push(sum.output_bytes);
+                (profiled_block(run), sum.activation_bytes)
+            }
+        };
+        first_layer += layers_of(s) as usize;
         let mut params = params_layer * n;
         if s == 0 {
             c = c.plus(embedding);
-            act = act.saturating_add(memory::embedding_activation_bytes(
-                dims,
-                req.sequence_parallel,
-            ));
+            act = act.saturating_add(embedding_act);
             params += params_embedding;
         }
         if s + 1 == num_stages {
             c = c.plus(output);
-            act = act.saturating_add(memory::output_activation_bytes(dims, model.vocab_size));
+            act = act.saturating_add(output_act);
             // Untied output weights, or the tied copy Megatron keeps on the last stage when
             // the first and last stages differ.
             if !model.tied_embeddings || num_stages > 1 {
@@ -375,7 +419,12 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
         stage_params.push(params);
     }
     let send: Vec<u64> = (0..num_stages.saturating_sub(1))
-        .map(|s| ns(cm.p2p_s(s % p, (s + 1) % p)))
+        .map(|s| match prof {
+            None => ns(cm.p2p_s(s % p, (s + 1) % p)),
+            Some(_) => {
+                ns(cm.p2p_bytes_s(s % p, (s + 1) % p, stage_output_bytes[s as usize] as f64))
+            }
+        })
         .collect();
     let device_of = |s: u64| schedule.device_of(s as u32) as usize;
     let mut device_params = vec![0.0f64; p as usize];
@@ -467,6 +516,21 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
         model_state_bytes: model_state_max,
         timeline: result.timeline,
     })
+}
+
+/// A run of profiled layers as a [`BlockCost`]: measured times, no tensor-parallel part shown
+/// separately (the measurement includes whatever collectives ran).
+fn profiled_block(layers: &[ProfiledLayer]) -> BlockCost {
+    let s = sum_layers(layers);
+    let part = |ms: f64| Part {
+        gemm_s: ms / 1e3,
+        ..Part::default()
+    };
+    BlockCost {
+        forward: part(s.forward_ms),
+        backward_input: part(s.backward_input_ms),
+        backward_weight: part(s.backward_weight_ms),
+    }
 }
 
 /// The best micro-batch size and chunk count for a fixed (t, p, d): every `b` dividing the

@@ -85,7 +85,7 @@ impl LayerProfile {
             ];
             for (name, v) in times {
                 if let Some(v) = v {
-                    if !v.is_finite() || v < 0.0 || v > 1e9 {
+                    if !v.is_finite() || !(0.0..=1e9).contains(&v) {
                         return Err(err(format!(
                             "layers[{i}].{name} is {v}; valid: a finite number of milliseconds in [0, 1e9]"
                         )));
@@ -120,6 +120,186 @@ impl LayerProfile {
     }
 }
 
+/// A profile lined up with a model of `num_layers` transformer layers (see
+/// [`LayerProfile::for_model`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelProfile<'a> {
+    /// The input embedding, when the profile has `num_layers + 2` entries.
+    pub embedding: Option<&'a ProfiledLayer>,
+    /// One entry per transformer layer: profile layer i is model layer i.
+    pub layers: &'a [ProfiledLayer],
+    /// The output layer (and loss), when the profile has `num_layers + 2` entries.
+    pub output: Option<&'a ProfiledLayer>,
+}
+
+/// Sums over a run of profiled layers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerSum {
+    pub forward_ms: f64,
+    pub backward_input_ms: f64,
+    pub backward_weight_ms: f64,
+    pub weight_bytes: u64,
+    pub activation_bytes: u64,
+    /// `output_bytes` of the last layer of the run (what goes to the next stage); 0 if empty.
+    pub output_bytes: u64,
+}
+
+/// Sum the layers' times and bytes (`backward_split_ms` for I and W).
+pub fn sum_layers(layers: &[ProfiledLayer]) -> LayerSum {
+    let mut s = LayerSum::default();
+    for l in layers {
+        let (i, w) = l.backward_split_ms();
+        s.forward_ms += l.forward_ms;
+        s.backward_input_ms += i;
+        s.backward_weight_ms += w;
+        s.weight_bytes = s.weight_bytes.saturating_add(l.weight_bytes);
+        s.activation_bytes = s.activation_bytes.saturating_add(l.activation_bytes);
+    }
+    s.output_bytes = layers.last().map_or(0, |l| l.output_bytes);
+    s
+}
+
+/// First layer of each stage for `stages` stages over `layers` layers, split evenly (the first
+/// `layers % stages` stages get one more, as `plan::even_split`).
+pub fn even_boundaries(layers: u32, stages: u32) -> Vec<u32> {
+    let mut first = 0;
+    crate::plan::even_split(layers, stages)
+        .into_iter()
+        .map(|n| {
+            let f = first;
+            first += n;
+            f
+        })
+        .collect()
+}
+
+/// Check first-layer indices of stages: `stages` entries, starting at 0, strictly increasing,
+/// each below `layers`.
+pub fn check_boundaries(b: &[u32], layers: u32, stages: u32) -> Result<(), String> {
+    if b.len() != stages as usize {
+        return Err(format!(
+            "{} boundaries given for {stages} stages; give one first-layer index per stage, e.g. {}",
+            b.len(),
+            list(&even_boundaries(layers, stages))
+        ));
+    }
+    if b.first() != Some(&0) {
+        return Err("the first stage must start at layer 0".to_string());
+    }
+    for (i, w) in b.windows(2).enumerate() {
+        if w[1] <= w[0] {
+            return Err(format!(
+                "entry {} ({}) is not after entry {i} ({}): boundaries must increase (every stage holds a layer)",
+                i + 1,
+                w[1],
+                w[0]
+            ));
+        }
+    }
+    if let Some(&last) = b.last() {
+        if last >= layers {
+            return Err(format!(
+                "the last stage starts at layer {last}, but the profile has {layers} layers (0 to {})",
+                layers.saturating_sub(1)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Simulator costs for stages cut at `boundaries` (first layer of each stage, checked with
+/// [`check_boundaries`]), stage `s` on device `device_of(s)` of `devices`: per stage the sums of
+/// its layers' F, I, W times (B = I + W) and activation bytes; a third of the activations is
+/// held until W (as `predict` assumes); static memory is the weights of a device's stages. With
+/// `hardware`, the transfer after stage s carries its last layer's `output_bytes` over NVLink
+/// (devices in one node, `gpus_per_node` consecutive devices per node) or the NICs
+/// ([`crate::cost::p2p_link_s`]); without, transfers take no time.
+pub fn stage_costs(
+    profile: &LayerProfile,
+    boundaries: &[u32],
+    devices: u32,
+    device_of: impl Fn(u32) -> u32,
+    hardware: Option<&crate::hardware::Hardware>,
+) -> crate::sim::Costs {
+    let ns = |ms: f64| (ms * 1e6).round().min(1e18) as u64;
+    let n = profile.layers.len();
+    let mut stages = Vec::with_capacity(boundaries.len());
+    let mut static_bytes = vec![0u64; devices as usize];
+    let mut out_bytes = Vec::with_capacity(boundaries.len());
+    for (s, &first) in boundaries.iter().enumerate() {
+        // Clamped so that unchecked boundaries give empty stages, never a panic.
+        let first = (first as usize).min(n);
+        let end = boundaries
+            .get(s + 1)
+            .map_or(n, |&b| b as usize)
+            .clamp(first, n);
+        let sum = sum_layers(&profile.layers[first..end]);
+        let (i, w) = (ns(sum.backward_input_ms), ns(sum.backward_weight_ms));
+        stages.push(crate::sim::StageCost {
+            forward_ns: ns(sum.forward_ms),
+            backward_ns: i + w,
+            backward_input_ns: i,
+            backward_weight_ns: w,
+            activation_bytes: sum.activation_bytes,
+            weight_grad_bytes: sum.activation_bytes / 3,
+        });
+        if let Some(b) = static_bytes.get_mut(device_of(s as u32) as usize) {
+            *b = b.saturating_add(sum.weight_bytes);
+        }
+        out_bytes.push(sum.output_bytes);
+    }
+    let send: Vec<u64> = (0..boundaries.len().saturating_sub(1))
+        .map(|s| match hardware {
+            None => 0,
+            Some(hw) => {
+                let gpn = hw.node.gpus_per_node.max(1);
+                let same_node = device_of(s as u32) / gpn == device_of(s as u32 + 1) / gpn;
+                let secs = crate::cost::p2p_link_s(hw, out_bytes[s] as f64, same_node);
+                (secs * 1e9).round().min(1e18) as u64
+            }
+        })
+        .collect();
+    crate::sim::Costs {
+        stages,
+        send_forward_ns: send.clone(),
+        send_backward_ns: send,
+        static_bytes,
+        ..crate::sim::Costs::default()
+    }
+}
+
+fn list(v: &[u32]) -> String {
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+impl LayerProfile {
+    /// Line the profile up with a model of `num_layers` transformer layers: exactly
+    /// `num_layers` entries (the transformer layers; embedding and output layer come from
+    /// elsewhere) or `num_layers + 2` (the embedding first, the output layer last).
+    pub fn for_model(&self, num_layers: u32) -> Result<ModelProfile<'_>, String> {
+        let n = self.layers.len();
+        let l = num_layers as usize;
+        if n == l {
+            Ok(ModelProfile {
+                embedding: None,
+                layers: &self.layers,
+                output: None,
+            })
+        } else if n == l + 2 {
+            Ok(ModelProfile {
+                embedding: Some(&self.layers[0]),
+                layers: &self.layers[1..n - 1],
+                output: Some(&self.layers[n - 1]),
+            })
+        } else {
+            Err(format!(
+                "the profile has {n} layers but the model has {l} transformer layers; valid: {l} entries (one per transformer layer) or {} (the embedding, the {l} layers, the output layer)",
+                l + 2
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +326,63 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn lines_up_with_a_model_and_checks_boundaries() {
+        let layer = |name: &str, f: f64| ProfiledLayer {
+            name: name.into(),
+            forward_ms: f,
+            backward_ms: 2.0 * f,
+            backward_input_ms: None,
+            backward_weight_ms: None,
+            weight_bytes: 10,
+            activation_bytes: 100,
+            output_bytes: 7,
+        };
+        let p = LayerProfile {
+            source: None,
+            micro_batch: None,
+            layers: vec![
+                layer("emb", 0.5),
+                layer("l0", 1.0),
+                layer("l1", 2.0),
+                layer("out", 3.0),
+            ],
+        };
+        let m = p.for_model(2).unwrap();
+        assert_eq!(m.embedding.unwrap().name, "emb");
+        assert_eq!(m.output.unwrap().name, "out");
+        assert_eq!(m.layers.len(), 2);
+        assert_eq!(p.for_model(4).unwrap().layers.len(), 4);
+        let e = p.for_model(3).unwrap_err();
+        assert!(
+            e.contains("4 layers") && e.contains("3 transformer layers") && e.contains("5"),
+            "{e}"
+        );
+        let s = sum_layers(m.layers);
+        assert_eq!(
+            (s.forward_ms, s.backward_input_ms, s.backward_weight_ms),
+            (3.0, 3.0, 3.0)
+        );
+        assert_eq!(
+            (s.weight_bytes, s.activation_bytes, s.output_bytes),
+            (20, 200, 7)
+        );
+
+        assert_eq!(even_boundaries(10, 3), vec![0, 4, 7]);
+        assert!(check_boundaries(&[0, 4, 7], 10, 3).is_ok());
+        assert!(check_boundaries(&[0, 4], 10, 3)
+            .unwrap_err()
+            .contains("0,4,7"));
+        assert!(check_boundaries(&[1, 4, 7], 10, 3)
+            .unwrap_err()
+            .contains("layer 0"));
+        assert!(check_boundaries(&[0, 4, 4], 10, 3)
+            .unwrap_err()
+            .contains("increase"));
+        assert!(check_boundaries(&[0, 4, 10], 10, 3)
+            .unwrap_err()
+            .contains("10 layers"));
     }
 }

@@ -1,0 +1,286 @@
+//! `pplan emit`: every target from plans built here with the plan types and the generators;
+//! the Megatron-LM output byte for byte; bad plans and flags exit 2 naming the file and field.
+
+mod common;
+use common::pplan;
+use pplan::generators::{generate, GenParams, ScheduleName};
+use pplan::ir::Placement;
+use pplan::plan::{
+    even_split, stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT,
+    PLAN_VERSION,
+};
+use std::path::PathBuf;
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pplan-emit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn model() -> PlanModel {
+    PlanModel {
+        name: "tiny-gqa".into(),
+        num_layers: 8,
+        hidden_size: 512,
+        num_attention_heads: 8,
+        num_query_groups: 2,
+        ffn_hidden_size: 1536,
+        seq_length: 1024,
+        vocab_size: 32000,
+        gated_mlp: true,
+    }
+}
+
+/// A plan for schedule `name` on p devices with v chunks, m micro-batches per step, the
+/// layers split by `counts` (or evenly).
+fn plan(name: ScheduleName, p: u32, v: u32, m: u32, counts: Option<&[u32]>) -> Plan {
+    let sch = generate(name, GenParams::new(p, m).chunks(v)).unwrap();
+    let model = model();
+    let counts = counts
+        .map(<[u32]>::to_vec)
+        .unwrap_or_else(|| even_split(model.num_layers, p * v));
+    let dp = 2;
+    Plan {
+        format: PLAN_FORMAT.into(),
+        version: PLAN_VERSION,
+        model,
+        hardware: "h100-80gb".into(),
+        parallelism: Parallelism {
+            gpus: 2 * p as u64 * dp,
+            tp: 2,
+            pp: p as u64,
+            dp,
+            micro_batch: 2,
+            global_batch: 2 * m as u64 * dp,
+            chunks: v as u64,
+            recompute: "full".into(),
+            sequence_parallel: true,
+            zero1: true,
+        },
+        dtype: "bf16".into(),
+        stages: stages_from_counts(&counts, name.placement(), p),
+        schedule: PlanSchedule::from_schedule(name.as_str(), &sch),
+        predicted: None,
+    }
+}
+
+fn write_plan(file: &str, plan: &Plan) -> String {
+    let path = tmp(file);
+    std::fs::write(&path, plan.to_json()).unwrap();
+    path.display().to_string()
+}
+
+fn emit(plan_path: &str, target: &str) -> (i32, String, String) {
+    pplan(&["emit", "--plan", plan_path, "--target", target])
+}
+
+#[test]
+fn megatron_interleaved_exact_output() {
+    let p = plan(ScheduleName::Interleaved1F1B, 2, 2, 4, None);
+    let path = write_plan("interleaved.json", &p);
+    let (code, out, err) = emit(&path, "megatron");
+    assert_eq!(code, 0, "{err}");
+    let expected = "\
+# Megatron-LM arguments for model 'tiny-gqa' with schedule 'interleaved-1f1b' (pplan emit --target megatron).
+# Flags as in Megatron-LM megatron/training/arguments.py (Megatron-Core 0.15).
+# Launch on 8 GPUs: tp 2 x pp 2 x dp 2; Megatron-LM derives dp from the world size.
+# Vocabulary (32000) comes from the tokenizer flags; add data, tokenizer and optimizer flags.
+# Use: torchrun ... pretrain_gpt.py $(grep -v '^#' THIS_FILE) ...
+--tensor-model-parallel-size 2
+--pipeline-model-parallel-size 2
+--num-layers-per-virtual-pipeline-stage 2
+--micro-batch-size 2
+--global-batch-size 16
+--num-layers 8
+--hidden-size 512
+--num-attention-heads 8
+--group-query-attention
+--num-query-groups 2
+--ffn-hidden-size 1536
+--swiglu
+--seq-length 1024
+--max-position-embeddings 1024
+--recompute-granularity full
+--recompute-method uniform
+--recompute-num-layers 1
+--sequence-parallel
+--use-distributed-optimizer
+--bf16
+";
+    assert_eq!(out, expected);
+    assert!(err.is_empty(), "no warnings expected: {err}");
+    // Same input, same bytes.
+    assert_eq!(emit(&path, "megatron").1, out);
+}
+
+#[test]
+fn megatron_notes_what_it_cannot_express() {
+    // Uneven stages: a layout string, and a comment saying which version needs it.
+    let mut p = plan(ScheduleName::OneFOneB, 4, 1, 8, Some(&[1, 3, 3, 1]));
+    p.parallelism.recompute = "selective".into();
+    p.dtype = "f32".into();
+    let path = write_plan("uneven.json", &p);
+    let (code, out, err) = emit(&path, "megatron");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--pipeline-model-parallel-layout Et|t*3|t*3|tL\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--recompute-granularity selective\n") && !out.contains("--recompute-method"),
+        "{out}"
+    );
+    assert!(!out.contains("--bf16"), "{out}");
+    assert!(!out.contains("--num-layers-per-virtual-pipeline-stage"));
+    assert!(
+        out.contains("# cannot express exactly: uneven stages (1, 3, 3, 1)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("warning: --target megatron cannot express exactly"),
+        "{err}"
+    );
+
+    for (name, v, what) in [
+        (ScheduleName::ZbH1, 1, "zero-bubble"),
+        (ScheduleName::ZbV, 2, "V placement"),
+        (ScheduleName::PipeDream, 1, "asynchronous weight updates"),
+        (ScheduleName::GPipe, 1, "'gpipe' is not in Megatron-LM core"),
+    ] {
+        let p = plan(name, 2, v, 4, None);
+        let path = write_plan(&format!("{}.json", name.as_str()), &p);
+        let (code, out, err) = emit(&path, "megatron");
+        assert_eq!(code, 0, "{name}: {err}");
+        let comment = out
+            .lines()
+            .find(|l| l.starts_with("# cannot express exactly:") && l.contains(what));
+        assert!(
+            comment.is_some(),
+            "{name}: no note containing '{what}':\n{out}"
+        );
+        // Every non-comment line is a flag.
+        assert!(out
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .all(|l| l.starts_with("--")));
+    }
+}
+
+#[test]
+fn torchtitan_named_schedule_and_csv_schedule() {
+    let p = plan(ScheduleName::ZbV, 2, 2, 4, None);
+    let path = write_plan("zbv.json", &p);
+    let (code, out, err) = emit(&path, "torchtitan");
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "[training]\n",
+        "local_batch_size = 8\n",
+        "global_batch_size = 16\n",
+        "seq_len = 1024\n",
+        "mixed_precision_param = \"bfloat16\"\n",
+        "[parallelism]\n",
+        "data_parallel_replicate_degree = 1\n",
+        "data_parallel_shard_degree = 2\n",
+        "tensor_parallel_degree = 2\n",
+        "pipeline_parallel_degree = 2\n",
+        "pipeline_parallel_schedule = \"ZBVZeroBubble\"\n",
+        "pipeline_parallel_microbatch_size = 2\n",
+        "module_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\", \"layers.1\"], [\"layers.2\", \"layers.3\"], [\"layers.4\", \"layers.5\"], [\"layers.6\", \"layers.7\", \"norm\", \"output\"]]\n",
+        "[activation_checkpoint]\n",
+        "mode = \"full\"\n",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in\n{out}");
+    }
+    assert!(!out.contains("pipeline_parallel_schedule_csv"), "{out}");
+
+    // ZB-H1 has no PyTorch class with one stage per rank: a CSV next to the TOML.
+    let p = plan(ScheduleName::ZbH1, 4, 1, 8, None);
+    let path = write_plan("zbh1.json", &p);
+    let toml = tmp("zbh1.toml");
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        &path,
+        "--target",
+        "torchtitan",
+        "--output",
+        toml.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty());
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let csv_path = tmp("zbh1.schedule.csv");
+    assert!(
+        text.contains(&format!(
+            "pipeline_parallel_schedule_csv = \"{}\"\n",
+            csv_path.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("pipeline_parallel_schedule = \"PipelineScheduleSingle\"\n"));
+    let csv = std::fs::read_to_string(&csv_path).unwrap();
+    let (_, expected_csv, _) = emit(&path, "csv");
+    assert_eq!(csv, expected_csv);
+    // Without --output there is nowhere to put the CSV: exit 2 saying so.
+    let (code, _, err) = emit(&path, "torchtitan");
+    assert_eq!(code, 2);
+    assert!(err.contains("--schedule-csv"), "{err}");
+}
+
+#[test]
+fn executor_and_csv_targets() {
+    let p = plan(ScheduleName::OneFOneB, 4, 1, 8, None);
+    let path = write_plan("1f1b.json", &p);
+    let (code, out, err) = emit(&path, "executor");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, p.to_json());
+    assert_eq!(Plan::from_json(&out, "stdout").unwrap(), p);
+
+    let (code, out, err) = emit(&path, "csv");
+    assert_eq!(code, 0, "{err}");
+    let sch = generate(ScheduleName::OneFOneB, GenParams::new(4, 8)).unwrap();
+    assert_eq!(out, pplan::csv::write_torch(&sch));
+    assert!(out.starts_with("0F0,0F1,0F2,0F3,0B0,"), "{out}");
+    assert_eq!(
+        pplan::csv::parse(&out, Placement::Loop).unwrap().devices,
+        sch.devices
+    );
+}
+
+#[test]
+fn bad_plans_exit_2_naming_file_and_field() {
+    let mut p = plan(ScheduleName::OneFOneB, 2, 1, 4, None);
+    p.stages[1].first_layer += 1;
+    let path = write_plan("bad-stage.json", &p);
+    let (code, _, err) = emit(&path, "megatron");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad-stage.json") && err.contains("stages[1].first_layer"),
+        "{err}"
+    );
+
+    let mut p = plan(ScheduleName::OneFOneB, 2, 1, 4, None);
+    p.parallelism.recompute = "sometimes".into();
+    let path = write_plan("bad-recompute.json", &p);
+    let (code, _, err) = emit(&path, "executor");
+    assert_eq!(code, 2);
+    assert!(err.contains("parallelism.recompute"), "{err}");
+
+    let path = write_plan("ok.json", &plan(ScheduleName::OneFOneB, 2, 1, 4, None));
+    let (code, _, err) = emit(&path, "deepspeed");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--target") && err.contains("torchtitan"),
+        "{err}"
+    );
+
+    let (code, _, err) = emit("no/such/plan.json", "csv");
+    assert_eq!(code, 2);
+    assert!(err.contains("no/such/plan.json"), "{err}");
+
+    let garbage = tmp("garbage.json");
+    std::fs::write(&garbage, "{\"format\": \"pplan-plan\", \"version\": 7}").unwrap();
+    let (code, _, err) = emit(garbage.to_str().unwrap(), "csv");
+    assert_eq!(code, 2);
+    assert!(err.contains("version 7"), "{err}");
+}
