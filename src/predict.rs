@@ -690,4 +690,28 @@ mod tests {
         r.recompute = Recompute::Selective;
         assert_eq!(predict(&r).unwrap(), predict(&r).unwrap());
     }
+
+    #[test]
+    fn stage_layers_override_the_even_split() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-18.4b").unwrap();
+        let even = predict(&base(&m, &hw)).unwrap();
+        assert_eq!(even.stage_layers, vec![10, 10, 10, 10]);
+        let mut r = base(&m, &hw);
+        r.stage_layers = Some(vec![10, 10, 10, 10]);
+        assert_eq!(predict(&r).unwrap(), even);
+        r.stage_layers = Some(vec![7, 11, 11, 11]);
+        let uneven = predict(&r).unwrap();
+        assert_eq!(uneven.stage_layers, vec![7, 11, 11, 11]);
+        assert!(
+            uneven.step_time_s > even.step_time_s,
+            "a heavier stage bounds the pipeline"
+        );
+        r.stage_layers = Some(vec![10, 10, 20]);
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(
+            e.contains("need 4 counts") && e.contains("40 layers"),
+            "{e}"
+        );
+    }
 }

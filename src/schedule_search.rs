@@ -294,9 +294,10 @@ fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Policy)
             }
         };
         out[d].push(action);
-        for e in d.saturating_sub(1)..(d + 2).min(pu) {
-            choice[e] = st.choose(e);
-            ready.set(e, choice[e].map(|(t, _)| t));
+        let lo = d.saturating_sub(1);
+        for (e, c) in choice.iter_mut().enumerate().take(d + 2).skip(lo) {
+            *c = st.choose(e);
+            ready.set(e, c.map(|(t, _)| t));
         }
     }
     Schedule {

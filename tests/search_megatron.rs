@@ -12,7 +12,10 @@ use pplan::validation::{megatron_rows, row_model};
 fn check_rows(max_gpus: u64) {
     let hw = Hardware::bundled("a100-80gb").unwrap();
     let mut checked = 0;
-    for row in megatron_rows().into_iter().filter(|r| r.gpus_total <= max_gpus) {
+    for row in megatron_rows()
+        .into_iter()
+        .filter(|r| r.gpus_total <= max_gpus)
+    {
         let model = row_model(&row).unwrap();
         let mut paper = PredictRequest::new(&model, &hw);
         paper.gpus = row.gpus_total;
