@@ -354,7 +354,7 @@ pub enum SearchError {
     },
     #[error("{0}")]
     Pin(String),
-    #[error("no configuration of {model} on --gpus {gpus} (--global-batch {global_batch}) fits: {summary}")]
+    #[error("no feasible configuration of {model} on --gpus {gpus} (--global-batch {global_batch}): {summary}")]
     Infeasible {
         model: String,
         gpus: u64,

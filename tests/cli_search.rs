@@ -189,6 +189,11 @@ fn impossible_requests_exit_2_and_name_the_constraint() {
         ],
         &["too_few_microbatches", "m >= 2p"],
     );
+    // 29 GPUs: t = 29 crosses nodes, p = 29 exceeds the 24 layers, d = 29 does not divide B.
+    assert_exit2(
+        &["search", "--gpus", "29", "--model", "gpt-1.7b"],
+        &["tp_across_nodes", "too_many_stages", "batch_not_divisible"],
+    );
     // A pin that does not divide the GPU count.
     assert_exit2(
         &["search", "--gpus", "64", "--tp", "3"],
