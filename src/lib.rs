@@ -17,6 +17,7 @@ pub mod plan;
 pub mod predict;
 pub mod profile;
 pub mod schedule_search;
+pub mod search;
 pub mod sim;
 pub mod trace;
 pub mod validate;

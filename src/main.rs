@@ -53,6 +53,10 @@ enum Command {
     /// Compare a predicted trace (pplan simulate/predict --trace) with a measured one (the
     /// executor's): step time, per-action and per-kind errors, bubble, start-time error.
     Validate(ValidateArgs),
+    /// Find the fastest configuration that fits: every (t, p, d), micro-batch, schedule,
+    /// chunk count, recomputation, sequence parallelism and ZeRO-1 setting is checked against
+    /// the memory model, and the feasible ones are simulated best-first (docs/search.md).
+    Search(PlanSearchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -125,6 +129,69 @@ struct PredictArgs {
     /// Write the simulated step as a Chrome trace (open in Perfetto).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Write the configuration as a plan file (plan.json) for `pplan emit` and the executor.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(clap::Args)]
+struct PlanSearchArgs {
+    /// Total GPUs n; every layout has t x p x d = n.
+    #[arg(long)]
+    gpus: u64,
+    /// A bundled model or a Hugging Face / Megatron-style JSON file (default: the Megatron-LM
+    /// paper's 1T model).
+    #[arg(long, default_value = "gpt-1t")]
+    model: String,
+    /// A bundled hardware profile or a JSON profile.
+    #[arg(long, default_value = "a100-80gb")]
+    hardware: String,
+    /// Global batch size B in sequences.
+    #[arg(long, default_value_t = 3072)]
+    global_batch: u64,
+    /// Override the model's sequence length.
+    #[arg(long)]
+    seq_len: Option<u64>,
+    /// How many ranked configurations to show.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Pin the tensor-parallel size t (unpinned: t divides a node's GPUs and the heads).
+    #[arg(long)]
+    tp: Option<u64>,
+    /// Pin the pipeline-parallel size p.
+    #[arg(long)]
+    pp: Option<u64>,
+    /// Pin the data-parallel size d.
+    #[arg(long)]
+    dp: Option<u64>,
+    /// Pin the micro-batch size b.
+    #[arg(long)]
+    micro_batch: Option<u64>,
+    /// Pin the schedule (unpinned: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv,
+    /// dualpipev, looped-bfs; pipedream and pipedream-2bw only when pinned).
+    #[arg(long)]
+    schedule: Option<String>,
+    /// Pin the chunks per device v.
+    #[arg(long)]
+    chunks: Option<u64>,
+    /// Pin recomputation: none, selective or full.
+    #[arg(long)]
+    recompute: Option<String>,
+    /// Pin sequence parallelism.
+    #[arg(long, value_enum)]
+    sequence_parallel: Option<OnOff>,
+    /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group).
+    #[arg(long, value_enum)]
+    zero1: Option<OnOff>,
+    /// Simulate every feasible candidate (no pruning by the lower bound).
+    #[arg(long)]
+    exhaustive: bool,
+    /// Write the best configuration as a plan file (plan.json).
+    #[arg(long)]
+    output: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -290,6 +357,7 @@ fn main() -> ExitCode {
         Command::Predict(args) => cmd_predict(args),
         Command::Emit(args) => cmd_emit(args),
         Command::Validate(args) => cmd_validate(args),
+        Command::Search(args) => cmd_search(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -831,6 +899,9 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         );
         write_gantt(tl, title, "s".to_string(), 1e9, path)?;
     }
+    if let Some(path) = &args.output {
+        write_plan(path, &model, &args.hardware, &pred)?;
+    }
     match args.format {
         Format::Json => println!(
             "{}",
@@ -1060,6 +1131,108 @@ fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Write `pred` as a plan file; the schedule is regenerated from its name, p, m and v.
+fn write_plan(
+    path: &Path,
+    model: &pplan::model::Model,
+    hardware: &str,
+    pred: &pplan::predict::Prediction,
+) -> Result<(), CliError> {
+    let name: ScheduleName = pred
+        .schedule
+        .parse()
+        .map_err(|e: String| CliError::Internal(e))?;
+    let schedule = generators::generate(
+        name,
+        GenParams::new(pred.pp as u32, pred.microbatches as u32).chunks(pred.chunks as u32),
+    )
+    .map_err(|e| CliError::Internal(format!("--output: {e}")))?;
+    let plan = pplan::plan::plan_from_prediction(model, hardware, pred, &schedule);
+    write_output(path, "--output", plan.to_json().as_bytes())
+}
+
+fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
+    use pplan::search::{search, Pins, SearchError, SearchRequest};
+    use std::io::IsTerminal;
+    use std::sync::OnceLock;
+    let started = std::time::Instant::now();
+    let mut model =
+        pplan::model::Model::load(&args.model).map_err(|e| CliError::Input(e.to_string()))?;
+    if let Some(len) = args.seq_len {
+        model.seq_len = len;
+        model
+            .check()
+            .map_err(|e| CliError::Input(format!("--seq-len {len}: {e}")))?;
+    }
+    let hw = pplan::hardware::Hardware::load(&args.hardware)
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let pins = Pins {
+        tp: args.tp,
+        pp: args.pp,
+        dp: args.dp,
+        micro_batch: args.micro_batch,
+        schedule: args
+            .schedule
+            .as_deref()
+            .map(|s| s.parse::<ScheduleName>())
+            .transpose()
+            .map_err(|e| CliError::Input(format!("--schedule: {e}")))?,
+        chunks: args.chunks,
+        recompute: args
+            .recompute
+            .as_deref()
+            .map(|s| s.parse())
+            .transpose()
+            .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?,
+        sequence_parallel: args.sequence_parallel.map(|x| x == OnOff::On),
+        zero1: args.zero1.map(|x| x == OnOff::On),
+    };
+    let mut req = SearchRequest::new(&model, &hw, args.gpus, args.global_batch);
+    req.top = args.top;
+    req.pins = pins;
+    req.exhaustive = args.exhaustive;
+    // A progress bar only for searches that outlast a second, and only on a terminal.
+    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
+    let terminal = std::io::stderr().is_terminal();
+    let progress = |done: u64, total: u64| {
+        if terminal && started.elapsed().as_secs_f64() > 1.0 {
+            let b = bar.get_or_init(|| {
+                let b = indicatif::ProgressBar::with_draw_target(
+                    Some(total),
+                    indicatif::ProgressDrawTarget::stderr(),
+                );
+                b.set_message("simulating feasible candidates (best lower bound first)");
+                b
+            });
+            b.set_position(done);
+        }
+    };
+    let outcome = search(&req, Some(&progress)).map_err(|e| match e {
+        SearchError::Internal(m) => CliError::Internal(m),
+        other => CliError::Input(other.to_string()),
+    })?;
+    if let Some(b) = bar.get() {
+        b.finish_and_clear();
+    }
+    let elapsed_s = started.elapsed().as_secs_f64();
+    if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
+        write_plan(path, &model, &args.hardware, &best.prediction)?;
+    }
+    match args.format {
+        Format::Json => {
+            let mut v =
+                serde_json::to_value(&outcome).map_err(|e| CliError::Internal(e.to_string()))?;
+            v["elapsed_s"] = serde_json::json!(elapsed_s);
+            println!(
+                "{}",
+                serde_json::to_string(&v).map_err(|e| CliError::Internal(e.to_string()))?
+            );
+        }
+        Format::Table => print_search_table(&outcome, elapsed_s),
+    }
+    Ok(())
+}
+
 /// Read a `--profile` file; errors name the file and the field.
 fn load_profile(path: &Path) -> Result<pplan::profile::LayerProfile, CliError> {
     let origin = path.display().to_string();
@@ -1067,4 +1240,56 @@ fn load_profile(path: &Path) -> Result<pplan::profile::LayerProfile, CliError> {
         .map_err(|e| CliError::Input(format!("cannot read --profile file '{origin}': {e}")))?;
     pplan::profile::LayerProfile::from_json(&text, &origin)
         .map_err(|e| CliError::Input(format!("--profile: {e}")))
+}
+
+fn print_search_table(o: &pplan::search::SearchOutcome, elapsed_s: f64) {
+    println!(
+        "{} on {} x {}, global batch {}: {} candidates checked in {} (t, p, d) layouts, {} feasible, {} simulated, {} pruned by the lower bound",
+        o.model, o.gpus, o.hardware, o.global_batch, o.evaluated, o.layouts, o.feasible, o.simulated, o.pruned
+    );
+    println!();
+    println!(
+        "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
+        "rank", "p", "t", "d", "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
+    );
+    for r in &o.results {
+        let p = &r.prediction;
+        let on = |b: bool| if b { "on" } else { "off" };
+        println!(
+            "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
+            r.rank,
+            p.pp,
+            p.tp,
+            p.dp,
+            p.micro_batch,
+            p.microbatches,
+            p.schedule,
+            r.candidate.chunks,
+            p.recompute,
+            on(p.sequence_parallel),
+            on(p.zero1),
+            p.step_time_s,
+            p.tflops_per_gpu,
+            p.mfu,
+            p.bubble_fraction,
+            p.peak_memory_bytes as f64 / 1e9,
+            (p.memory_limit_bytes as f64 - p.peak_memory_bytes as f64) / 1e9
+        );
+    }
+    println!();
+    println!("rejected:");
+    for r in &o.rejected {
+        println!(
+            "  {:>9} {}{} [{}]: {}",
+            r.count,
+            r.level,
+            if r.count == 1 { "" } else { "s" },
+            r.reason.code(),
+            r.constraint
+        );
+    }
+    println!(
+        "searched in {elapsed_s:.2} s ({} schedules summarised for the memory check)",
+        o.schedules_summarised
+    );
 }

@@ -244,6 +244,52 @@ pub fn even_split(layers: u32, stages: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The plan for a prediction (from `pplan predict` or `pplan search`): the model, the layout
+/// the prediction was made for, its stages (`pred.stage_layers`, placed as the schedule
+/// places them), the schedule's action lists and the predicted headline figures. `hardware`
+/// is the name or path the user gave. `schedule` must be the schedule that was simulated.
+pub fn plan_from_prediction(
+    model: &Model,
+    hardware: &str,
+    pred: &crate::predict::Prediction,
+    schedule: &Schedule,
+) -> Plan {
+    let p = schedule.num_devices();
+    let counts = if pred.stage_layers.len() == schedule.num_stages as usize {
+        pred.stage_layers.clone()
+    } else {
+        even_split(model.num_layers, schedule.num_stages)
+    };
+    Plan {
+        format: PLAN_FORMAT.to_string(),
+        version: PLAN_VERSION,
+        model: PlanModel::from_model(model),
+        hardware: hardware.to_string(),
+        parallelism: Parallelism {
+            gpus: pred.gpus,
+            tp: pred.tp,
+            pp: pred.pp,
+            dp: pred.dp,
+            micro_batch: pred.micro_batch,
+            global_batch: pred.global_batch,
+            chunks: schedule.chunks() as u64,
+            recompute: pred.recompute.clone(),
+            sequence_parallel: pred.sequence_parallel,
+            zero1: pred.zero1,
+        },
+        dtype: "bf16".to_string(),
+        stages: stages_from_counts(&counts, schedule.placement, p),
+        schedule: PlanSchedule::from_schedule(&pred.schedule, schedule),
+        predicted: Some(PlanPrediction {
+            step_time_s: pred.step_time_s,
+            tflops_per_gpu: pred.tflops_per_gpu,
+            mfu: pred.mfu,
+            bubble_fraction: pred.bubble_fraction,
+            peak_memory_bytes: pred.peak_memory_bytes,
+        }),
+    }
+}
+
 impl Plan {
     /// The schedule's IR, checked by the validator.
     pub fn schedule_ir(&self) -> Result<Schedule, PlanError> {

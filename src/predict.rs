@@ -13,10 +13,11 @@
 use crate::cost::{BlockCost, CostModel, CostOptions, Layout, Part, Recompute};
 use crate::generators::{generate, GenParams, ScheduleName};
 use crate::hardware::Hardware;
+use crate::ir::Placement;
 use crate::memory::{self, ActDims};
 use crate::model::Model;
 use crate::profile::{sum_layers, LayerProfile, ProfiledLayer};
-use crate::sim::{simulate, Costs, SimOptions, StageCost, Timeline, TpCommNs};
+use crate::sim::{simulate, Costs, SimOptions, SimResult, StageCost, Timeline, TpCommNs};
 use serde::Serialize;
 
 /// One configuration to predict.
@@ -43,6 +44,10 @@ pub struct PredictRequest<'a> {
     /// bytes (and the embedding's and output layer's, if the profile has them) come from it,
     /// and p2p transfers carry the stage's last layer's `output_bytes`.
     pub profile: Option<&'a LayerProfile>,
+    /// Layers of each of the `pp x chunks` stages, in stage order (`None`: the even split,
+    /// the first `layers % stages` stages one layer more). Lets a partitioner plug in an
+    /// uneven split.
+    pub stage_layers: Option<Vec<u32>>,
 }
 
 impl<'a> PredictRequest<'a> {
@@ -64,6 +69,7 @@ impl<'a> PredictRequest<'a> {
             options: CostOptions::default(),
             record_timeline: false,
             profile: None,
+            stage_layers: None,
         }
     }
 }
@@ -94,8 +100,14 @@ pub struct Prediction {
     pub chunks: u64,
     pub recompute: String,
     pub sequence_parallel: bool,
+    /// Optimizer state sharded over the data-parallel group (ZeRO-1).
+    pub zero1: bool,
+    pub global_batch: u64,
     /// Bytes of weights, gradients and optimizer state on the fullest GPU.
     pub model_state_bytes: u64,
+    /// Layers of each stage, in stage order.
+    #[serde(skip)]
+    pub stage_layers: Vec<u32>,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
 }
@@ -137,6 +149,8 @@ pub enum PredictError {
     TooManyStages { pp: u64, chunks: u64, layers: u64 },
     #[error("--schedule/--chunks: {0}")]
     Schedule(String),
+    #[error("stage layer counts: {0}")]
+    StageLayers(String),
     #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
     TooLarge { gpus: u64, what: String },
     #[error("--profile: {0}")]
@@ -182,8 +196,8 @@ fn ns(seconds: f64) -> u64 {
     }
 }
 
-/// Check the request and fill in the data-parallel size.
-fn check(req: &PredictRequest) -> Result<u64, PredictError> {
+/// Check the request and return the data-parallel size.
+pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
     for (flag, value) in [
         ("--gpus", req.gpus),
         ("--tp", req.tp),
@@ -280,45 +294,74 @@ fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             what: "--micro-batch above 2^20".to_string(),
         });
     }
+    if let Some(counts) = &req.stage_layers {
+        let total: u64 = counts.iter().map(|&c| c as u64).sum();
+        if counts.len() as u64 != stages || total != m.num_layers as u64 || counts.contains(&0) {
+            return Err(PredictError::StageLayers(format!(
+                "{} counts summing to {total}; need {stages} counts (pp x chunks), each at least 1, summing to the model's {} layers",
+                counts.len(),
+                m.num_layers
+            )));
+        }
+    }
     Ok(dp)
 }
 
-/// Predict one configuration.
-pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
-    let dp = check(req)?;
-    let model = req.model;
-    let hw = req.hardware;
-    let p = req.pp;
-    let v = req.chunks;
-    let microbatches = req.global_batch / dp / req.micro_batch;
-    let name = req.schedule.unwrap_or(if v > 1 {
+/// The schedule `req` asks for: `interleaved-1f1b` when `chunks > 1`, else `1f1b`, unless named.
+pub fn schedule_name(req: &PredictRequest) -> ScheduleName {
+    req.schedule.unwrap_or(if req.chunks > 1 {
         ScheduleName::Interleaved1F1B
     } else {
         ScheduleName::OneFOneB
-    });
-    let schedule = generate(
-        name,
-        GenParams::new(p as u32, microbatches as u32).chunks(v as u32),
-    )
-    .map_err(|e| PredictError::Schedule(e.to_string()))?;
+    })
+}
+
+/// Everything the simulator needs for one step of a checked request, and what the
+/// prediction reports besides the simulation.
+#[derive(Debug, Clone)]
+pub struct StepCosts {
+    pub costs: Costs,
+    pub dp: u64,
+    pub microbatches: u64,
+    /// Some stage's activations exceed the clamp: the configuration never fits.
+    pub too_big: bool,
+    /// Weights, gradients and optimizer state on the fullest GPU.
+    pub model_state_max_bytes: u64,
+    pub stage_layers: Vec<u32>,
+}
+
+/// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
+/// `placement` over `req.pp` devices. The request must have passed [`check`] (which gives `dp`).
+/// Shared by [`predict`] and the planner's search, so both see exactly the same costs.
+pub fn step_costs(
+    req: &PredictRequest,
+    dp: u64,
+    num_stages: u32,
+    placement: Placement,
+) -> Result<StepCosts, PredictError> {
+    let model = req.model;
+    let p = req.pp;
     let layout = Layout {
         tp: req.tp,
         pp: p,
         dp,
         micro_batch: req.micro_batch,
-        chunks: v,
+        chunks: req.chunks,
         sequence_parallel: req.sequence_parallel,
         recompute: req.recompute,
     };
     let cm = CostModel {
         model,
-        hw,
+        hw: req.hardware,
         layout,
         options: req.options,
     };
-    let num_stages = schedule.num_stages as u64;
-    let layers = model.num_layers as u64;
-    let layers_of = |s: u64| layers / num_stages + u64::from(s < layers % num_stages);
+    let num_stages = num_stages as u64;
+    let stage_layers: Vec<u32> = match &req.stage_layers {
+        Some(c) if c.len() as u64 == num_stages => c.clone(),
+        _ => crate::plan::even_split(model.num_layers, num_stages as u32),
+    };
+    let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
     let dims = ActDims::new(model, req.micro_batch, req.tp);
     let layer_act = memory::layer_activation_bytes(dims, req.recompute, req.sequence_parallel);
@@ -426,7 +469,7 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
             }
         })
         .collect();
-    let device_of = |s: u64| schedule.device_of(s as u32) as usize;
+    let device_of = |s: u64| placement.device_of(s as u32, p as u32) as usize;
     let mut device_params = vec![0.0f64; p as usize];
     for (s, &prm) in stage_params.iter().enumerate() {
         device_params[device_of(s as u64)] += prm;
@@ -440,7 +483,7 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
                 .min(1 << 60)
         })
         .collect();
-    let model_state_max = device_params
+    let model_state_max_bytes = device_params
         .iter()
         .map(|&prm| memory::model_state_bytes(prm.ceil() as u64, dp, req.options.zero1))
         .max()
@@ -462,16 +505,63 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
             .map(|&prm| ns(cm.optimizer_s(prm)))
             .collect(),
     };
+    Ok(StepCosts {
+        costs,
+        dp,
+        microbatches: req.global_batch / dp / req.micro_batch,
+        too_big,
+        model_state_max_bytes,
+        stage_layers,
+    })
+}
+
+/// Predict one configuration.
+pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
+    let dp = check(req)?;
+    let microbatches = req.global_batch / dp / req.micro_batch;
+    let name = schedule_name(req);
+    let schedule = generate(
+        name,
+        GenParams::new(req.pp as u32, microbatches as u32).chunks(req.chunks as u32),
+    )
+    .map_err(|e| PredictError::Schedule(e.to_string()))?;
+    let step = step_costs(req, dp, schedule.num_stages, schedule.placement)?;
     let result = simulate(
         &schedule,
-        &costs,
+        &step.costs,
         SimOptions {
             record_timeline: req.record_timeline,
             max_events: None,
         },
     )
     .map_err(|e| PredictError::Internal(e.to_string()))?;
+    Ok(prediction_from(req, name, step, result))
+}
 
+/// The prediction for `req` from its step costs and the simulation of its schedule.
+pub fn prediction_from(
+    req: &PredictRequest,
+    name: ScheduleName,
+    step: StepCosts,
+    result: SimResult,
+) -> Prediction {
+    let model = req.model;
+    let hw = req.hardware;
+    let layers = model.num_layers as u64;
+    let cm = CostModel {
+        model,
+        hw,
+        layout: Layout {
+            tp: req.tp,
+            pp: req.pp,
+            dp: step.dp,
+            micro_batch: req.micro_batch,
+            chunks: req.chunks,
+            sequence_parallel: req.sequence_parallel,
+            recompute: req.recompute,
+        },
+        options: req.options,
+    };
     let step_time_s = result.makespan_ns as f64 / 1e9;
     let samples = req.global_batch as f64;
     let layer_fwd = cm.layer_forward_flops() / req.micro_batch as f64;
@@ -491,7 +581,7 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
         .max()
         .unwrap_or(0);
     let limit = hw.gpu.memory_bytes;
-    Ok(Prediction {
+    Prediction {
         step_time_s,
         tflops_per_gpu: per_gpu(hardware_flops),
         model_tflops_per_gpu: per_gpu(model_flops),
@@ -499,23 +589,26 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
-        fits: !too_big && peak_memory_bytes <= limit,
+        fits: !step.too_big && peak_memory_bytes <= limit,
         memory_limit_bytes: limit,
         model: model.name.clone(),
         hardware: hw.name.clone(),
         gpus: req.gpus,
         tp: req.tp,
-        pp: p,
-        dp,
+        pp: req.pp,
+        dp: step.dp,
         micro_batch: req.micro_batch,
-        microbatches,
+        microbatches: step.microbatches,
         schedule: name.as_str().to_string(),
-        chunks: v,
+        chunks: req.chunks,
         recompute: req.recompute.as_str().to_string(),
         sequence_parallel: req.sequence_parallel,
-        model_state_bytes: model_state_max,
+        zero1: req.options.zero1,
+        global_batch: req.global_batch,
+        model_state_bytes: step.model_state_max_bytes,
+        stage_layers: step.stage_layers,
         timeline: result.timeline,
-    })
+    }
 }
 
 /// A run of profiled layers as a [`BlockCost`]: measured times, no tensor-parallel part shown
@@ -660,5 +753,29 @@ mod tests {
         r.sequence_parallel = true;
         r.recompute = Recompute::Selective;
         assert_eq!(predict(&r).unwrap(), predict(&r).unwrap());
+    }
+
+    #[test]
+    fn stage_layers_override_the_even_split() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-18.4b").unwrap();
+        let even = predict(&base(&m, &hw)).unwrap();
+        assert_eq!(even.stage_layers, vec![10, 10, 10, 10]);
+        let mut r = base(&m, &hw);
+        r.stage_layers = Some(vec![10, 10, 10, 10]);
+        assert_eq!(predict(&r).unwrap(), even);
+        r.stage_layers = Some(vec![7, 11, 11, 11]);
+        let uneven = predict(&r).unwrap();
+        assert_eq!(uneven.stage_layers, vec![7, 11, 11, 11]);
+        assert!(
+            uneven.step_time_s > even.step_time_s,
+            "a heavier stage bounds the pipeline"
+        );
+        r.stage_layers = Some(vec![10, 10, 20]);
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(
+            e.contains("need 4 counts") && e.contains("40 layers"),
+            "{e}"
+        );
     }
 }

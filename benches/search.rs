@@ -1,0 +1,49 @@
+//! How long the default `pplan search --gpus 3072` takes (the Megatron-LM paper's 1T model on
+//! a100-80gb, B = 3072), against one `pplan predict` of the paper's own configuration in the
+//! same run (t = 8, p = 64, d = 6, b = 1, interleaved v = 2) as the baseline.
+//!
+//! `cargo bench --bench search`. divan's throughput column for `search_default_3072_gpus` is
+//! candidates evaluated per second (every enumerated candidate is checked; the memory-feasible
+//! ones are ordered by a proven lower bound and simulated best first). The counts are printed
+//! once on stderr so the rates of each stage can be derived.
+
+use pplan::hardware::Hardware;
+use pplan::model::Model;
+use pplan::predict::{predict, PredictRequest};
+use pplan::search::{search, SearchRequest};
+
+fn main() {
+    let hw = Hardware::bundled("a100-80gb").unwrap();
+    let m = Model::preset("gpt-1t").unwrap();
+    let o = search(&SearchRequest::new(&m, &hw, 3072, 3072), None).unwrap();
+    eprintln!(
+        "default search: {} layouts, {} candidates evaluated, {} rejected by memory, {} feasible, {} simulated, {} pruned by the bound, {} schedules summarised",
+        o.layouts, o.evaluated, o.memory_rejected, o.feasible, o.simulated, o.pruned, o.schedules_summarised
+    );
+    divan::main();
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn search_default_3072_gpus(bencher: divan::Bencher) {
+    let hw = Hardware::bundled("a100-80gb").unwrap();
+    let m = Model::preset("gpt-1t").unwrap();
+    let req = SearchRequest::new(&m, &hw, 3072, 3072);
+    let evaluated = search(&req, None).unwrap().evaluated;
+    bencher
+        .counter(divan::counter::ItemsCount::new(evaluated as usize))
+        .bench(|| search(divan::black_box(&req), None).unwrap());
+}
+
+#[divan::bench(sample_count = 20)]
+fn predict_gpt_1t_paper_config_baseline(bencher: divan::Bencher) {
+    let hw = Hardware::bundled("a100-80gb").unwrap();
+    let m = Model::preset("gpt-1t").unwrap();
+    let mut r = PredictRequest::new(&m, &hw);
+    r.gpus = 3072;
+    r.tp = 8;
+    r.pp = 64;
+    r.global_batch = 3072;
+    r.micro_batch = 1;
+    r.chunks = 2;
+    bencher.bench(|| predict(divan::black_box(&r)).unwrap());
+}
