@@ -158,7 +158,7 @@ impl Problem {
         self.device_speeds.get(d).copied().unwrap_or(1.0)
     }
 
-    fn check(&self) -> Result<(), PartitionError> {
+    fn check_shape(&self) -> Result<(), PartitionError> {
         let n = self.layers.len();
         let p = self.stages;
         let bad =
@@ -235,6 +235,12 @@ impl Problem {
                 devices: self.devices,
             });
         }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), PartitionError> {
+        self.check_shape()?;
+        let (n, p) = (self.layers.len(), self.stages);
         // A layer alone on the stage with the fewest micro-batches in flight that it can be on.
         if let Some(limit) = self.memory_limit_bytes {
             let pre = Prefix::new(self);
@@ -436,7 +442,7 @@ pub fn evaluate(
     boundaries: &[usize],
     replicas: &[usize],
 ) -> Result<Partition, PartitionError> {
-    pb.check()?;
+    pb.check_shape()?;
     let c = Costs::new(pb);
     evaluate_with(&c, boundaries, replicas)
 }
