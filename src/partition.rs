@@ -615,11 +615,10 @@ fn min_peak_memory(pb: &Problem) -> u128 {
     for s in (0..p).rev() {
         let rest = p - 1 - s;
         for i in s..=n - 1 - rest {
-            let mut best = u128::MAX;
-            for j in i + 1..=n - rest {
-                let v = pre.memory(pb, i, j, s).max(g[s + 1][j]);
-                best = best.min(v);
-            }
+            let best = (i + 1..=n - rest)
+                .map(|j| pre.memory(pb, i, j, s).max(g[s + 1][j]))
+                .min()
+                .unwrap_or(u128::MAX);
             g[s][i] = best;
         }
     }
@@ -791,12 +790,12 @@ pub fn ilp(pb: &Problem, opts: &IlpOptions) -> Result<IlpOutcome, PartitionError
         };
         // Greedy from the left: the furthest stage s can end.
         let mut start = 0;
-        for s in 0..p {
+        for (s, h) in hi.iter_mut().enumerate() {
             let mut j = start + 1;
             while j < n && fits(start, j + 1, s) {
                 j += 1;
             }
-            hi[s] = hi[s].min(j - 1);
+            *h = (*h).min(j - 1);
             start = j;
             if start >= n {
                 break;
@@ -929,8 +928,8 @@ pub fn ilp(pb: &Problem, opts: &IlpOptions) -> Result<IlpOutcome, PartitionError
     }
     let mut placements: Vec<(usize, usize, Variable)> = Vec::new();
     if !replicated {
-        for s in 0..p {
-            let rhs = compute_expr(s) * (1.0 / speeds[s]) + comm_expr(s, c.boundary_link(s + 1));
+        for (s, &speed) in speeds.iter().enumerate().take(p) {
+            let rhs = compute_expr(s) * (1.0 / speed) + comm_expr(s, c.boundary_link(s + 1));
             cons.push(rhs.leq(t_var));
         }
     } else {
@@ -1004,11 +1003,10 @@ pub fn ilp(pb: &Problem, opts: &IlpOptions) -> Result<IlpOutcome, PartitionError
     let sol = solve(opts, vars, t_var, cons, init)?;
 
     // Read the solver's split back.
-    let mut ends = Vec::with_capacity(p);
-    for s in 0..p {
-        let count: f64 = (0..n).map(|i| sol.eval(&x[s][i])).sum();
-        ends.push(count.round() as usize);
-    }
+    let ends: Vec<usize> = x
+        .iter()
+        .map(|row| row.iter().map(|e| sol.eval(e)).sum::<f64>().round() as usize)
+        .collect();
     let mut boundaries = vec![0];
     boundaries.extend(ends[..p - 1].iter().copied());
     let mut replicas = vec![1; p];

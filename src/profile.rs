@@ -85,7 +85,7 @@ impl LayerProfile {
             ];
             for (name, v) in times {
                 if let Some(v) = v {
-                    if !v.is_finite() || v < 0.0 || v > 1e9 {
+                    if !v.is_finite() || !(0.0..=1e9).contains(&v) {
                         return Err(err(format!(
                             "layers[{i}].{name} is {v}; valid: a finite number of milliseconds in [0, 1e9]"
                         )));
