@@ -912,8 +912,8 @@ pub fn ilp(pb: &Problem, opts: &IlpOptions) -> Result<IlpOutcome, PartitionError
         ex
     };
     if let Some(limit) = pb.memory_limit_bytes {
-        // Scaled by the limit so the row's coefficients are O(1).
-        let lim = limit as f64;
+        // Scaled by the limit so the row's coefficients are O(1) (a zero limit is not divided by).
+        let lim = (limit as f64).max(1.0);
         for s in 0..p {
             let k = pb.in_flight_of(s) as f64;
             let mut ex = Expression::with_capacity(n);
@@ -923,7 +923,7 @@ pub fn ilp(pb: &Problem, opts: &IlpOptions) -> Result<IlpOutcome, PartitionError
                     / lim;
                 ex.add_mul(coef, z(s, i));
             }
-            cons.push(ex.leq(1.0));
+            cons.push(ex.leq(limit as f64 / lim));
         }
     }
     let mut placements: Vec<(usize, usize, Variable)> = Vec::new();

@@ -68,7 +68,7 @@ fn brute_force(pb: &Problem) -> Option<(f64, Vec<usize>, Vec<usize>)> {
 
 /// A random small problem: uneven layers, optional replication, speeds, links, memory limit.
 fn problem() -> impl Strategy<Value = Problem> {
-    (1usize..=7, 1usize..=3, 0usize..=2, any::<u64>()).prop_map(|(n, p0, extra, seed)| {
+    (1usize..=8, 1usize..=4, 0usize..=2, any::<u64>()).prop_map(|(n, p0, extra, seed)| {
         let p = p0.min(n);
         // A small deterministic generator so one seed gives the whole instance.
         let mut x = seed | 1;
@@ -148,7 +148,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     /// The ILP proves the DP's bottleneck (within TIE_TOLERANCE relative) and, after the
     /// canonical re-derivation, prints the same split; with and without the DP's seed.
