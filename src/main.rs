@@ -947,7 +947,8 @@ fn cmd_partition(args: PartitionArgs) -> Result<(), CliError> {
         "layers" => "--profile",
         _ => "--hardware",
     };
-    let map_err = |e: PartitionError| match e {
+    let map_err = |e: PartitionError| {
+        match e {
         PartitionError::Solver(m) => CliError::Internal(format!("partition: {m}")),
         PartitionError::Invalid { field, reason } => {
             CliError::Input(format!("{}: {reason}", flag_of(field)))
@@ -961,7 +962,11 @@ fn cmd_partition(args: PartitionArgs) -> Result<(), CliError> {
         PartitionError::LayerExceedsMemory { .. } | PartitionError::NoSplitFitsMemory { .. } => {
             CliError::Input(format!("--memory-limit: {e}"))
         }
+        PartitionError::NoIncumbent { .. } => CliError::Input(format!(
+            "--time-limit: {e}; raise --time-limit or drop --no-seed (the DP's warm start is always feasible)"
+        )),
         e => CliError::Input(e.to_string()),
+    }
     };
     let rep = match args.method {
         PartitionMethod::Dp => {

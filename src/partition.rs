@@ -299,6 +299,10 @@ pub enum PartitionError {
     },
     #[error("split does not match the problem: {0}")]
     BadSplit(String),
+    /// The time limit ran out before the solver had any feasible split (possible only
+    /// without the DP's warm start).
+    #[error("the ILP found no feasible split within the time limit of {time_limit_s} s")]
+    NoIncumbent { time_limit_s: f64 },
     /// The ILP solver failed (an internal error, not a property of the input).
     #[error("ILP solver: {0}")]
     Solver(String),
@@ -1087,7 +1091,14 @@ fn solve(
 ) -> Result<Solved, PartitionError> {
     use good_lp::solvers::{Solution, SolverModel, WithInitialSolution, WithTimeLimit};
     let all: Vec<good_lp::Variable> = vars.iter_variables_with_def().map(|(v, _)| v).collect();
-    let err = |e: good_lp::ResolutionError| PartitionError::Solver(e.to_string());
+    let err = |e: good_lp::ResolutionError| match e {
+        good_lp::ResolutionError::Other(m) if m.contains("Time limit") => {
+            PartitionError::NoIncumbent {
+                time_limit_s: opts.time_limit_s,
+            }
+        }
+        e => PartitionError::Solver(e.to_string()),
+    };
     let collect = |get: &dyn Fn(good_lp::Variable) -> f64| {
         all.iter()
             .map(|&v| (v, get(v)))

@@ -153,6 +153,21 @@ fn errors_exit_2_naming_the_constraint() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(out.is_empty());
     }
+    let (code, _, err) = pplan(&[
+        "partition",
+        "--profile",
+        TOY,
+        "--stages",
+        "4",
+        "--method",
+        "ilp",
+        "--solver",
+        "highs",
+    ]);
+    if !cfg!(feature = "highs") {
+        assert_eq!(code, 2);
+        assert!(err.contains("--solver: 'highs' is not built in"), "{err}");
+    }
     let (code, _, err) = pplan(&["partition", "--profile", "missing.json", "--stages", "2"]);
     assert_eq!(code, 2);
     assert!(err.contains("missing.json"), "{err}");
