@@ -13,6 +13,7 @@ pub mod hardware;
 pub mod ir;
 pub mod memory;
 pub mod model;
+pub mod partition;
 pub mod plan;
 pub mod predict;
 pub mod profile;
