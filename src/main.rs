@@ -345,7 +345,19 @@ fn input<T>(msg: impl Into<String>) -> Result<T, CliError> {
     Err(CliError::Input(msg.into()))
 }
 
+/// Writing to a closed pipe (`pplan ... | head`) ends the process quietly, as other Unix tools
+/// do, instead of panicking inside `println!` (Rust ignores SIGPIPE by default).
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any other thread exists; setting a signal's
+    // disposition to its default has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -469,3 +469,24 @@ fn gantt_svg_and_png_from_the_cli() {
         &["--gantt", "chart.jpg", ".svg, .png"],
     );
 }
+
+/// `pplan ... | head`: a reader that closes the pipe early must not make pplan panic.
+#[cfg(unix)]
+#[test]
+fn closed_stdout_pipe_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pplan"))
+        .args(["generate", "--schedule", "1f1b", "--stages", "64", "--microbatches", "4096"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run pplan");
+    drop(child.stdout.take()); // the reader goes away before pplan has written anything
+    let out = child.wait_with_output().expect("wait for pplan");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Killed by SIGPIPE, as `seq 1 1000000 | head -1` is; never Rust's panic exit code 101.
+    assert_eq!(out.status.signal(), Some(13), "status {:?}, stderr {stderr}", out.status);
+}

@@ -136,6 +136,12 @@ fn cmd_run(a: RunArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::Input(format!("--plan: cannot read '{origin}': {e}")))?;
     let plan = pplan::plan::Plan::from_json(&text, &origin)
         .map_err(|e| CliError::Input(format!("--plan: {e}")))?;
+    if plan.parallelism.recompute != "none" {
+        eprintln!(
+            "note: {origin}: parallelism.recompute is '{}', but the executor keeps activations from F to B (no recomputation), so its backward does less work than the plan's; predict with --recompute none to compare like with like",
+            plan.parallelism.recompute
+        );
+    }
     if a.steps == 0 {
         return Err(CliError::Input("--steps must be at least 1".into()));
     }
@@ -245,7 +251,19 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Writing to a closed pipe (`pplan ... | head`) ends the process quietly, as other Unix tools
+/// do, instead of panicking inside `println!` (Rust ignores SIGPIPE by default).
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any other thread exists; setting a signal's
+    // disposition to its default has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Run(a) => cmd_run(a),

@@ -5,7 +5,9 @@
 //!
 //! - Layer times: the spec's transformer layer (and the embedding and output layers) at the
 //!   requested shape, on one thread per device (or `threads_per_device`), F, I and W timed
-//!   separately with the host monotonic clock; the median of `repeats` runs. All layers of
+//!   separately with the host monotonic clock; the median of `repeats` runs, timed on
+//!   `--devices` threads at once (as in a pipelined run, where every device computes at the
+//!   same time and they share memory bandwidth and caches). All layers of
 //!   the model have one shape, so one layer is measured and its times written for every layer.
 //! - Bytes (f32 on the CPU): weights `4·params`; a layer's activations `4·(6Th + 2Tf + b·n·s²)`
 //!   (`x, ctx, x1` and `qkv` = 6Th, `u, g` = 2Tf, the attention probabilities b·n·s²); the
@@ -133,7 +135,7 @@ fn ms_since(t: Instant) -> f64 {
 fn time_stage(
     c: &Ctx,
     w: &StageWeights,
-    make_input: &dyn Fn() -> (Option<Vec<u32>>, Option<Vec<f32>>),
+    make_input: &(dyn Fn() -> (Option<Vec<u32>>, Option<Vec<f32>>) + Sync),
     labels: Option<&[u32]>,
     dy: Option<&[f32]>,
     repeats: u32,
@@ -164,6 +166,35 @@ fn time_stage(
         }
     }
     (median(f), median(i), median(wt))
+}
+
+/// [`time_stage`] on `devices` threads at once, each with its own input and accumulators, and
+/// the median over threads of their medians: in a pipelined run all devices compute at the same
+/// time and share the memory system and caches, so a layer timed alone on an idle machine is
+/// faster than the same layer inside the run.
+fn time_stage_concurrent(
+    devices: u32,
+    c: &Ctx,
+    w: &StageWeights,
+    make_input: &(dyn Fn() -> (Option<Vec<u32>>, Option<Vec<f32>>) + Sync),
+    labels: Option<&[u32]>,
+    dy: Option<&[f32]>,
+    repeats: u32,
+) -> (f64, f64, f64) {
+    let per: Vec<(f64, f64, f64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..devices.max(1))
+            .map(|_| scope.spawn(|| time_stage(c, w, make_input, labels, dy, repeats)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or((f64::NAN, f64::NAN, f64::NAN)))
+            .collect()
+    });
+    (
+        median(per.iter().map(|x| x.0).collect()),
+        median(per.iter().map(|x| x.1).collect()),
+        median(per.iter().map(|x| x.2).collect()),
+    )
 }
 
 fn gemm_rate(m: usize, n: usize, k: usize, threads: usize, repeats: u32) -> f64 {
@@ -324,7 +355,8 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
     let dy: Vec<f32> = (0..t * h).map(|_| rng.next_signed_unit() * 1e-3).collect();
 
     let layer_w = StageWeights::init(seed, 0, 1, false, false, &d);
-    let (lf, li, lw) = time_stage(
+    let (lf, li, lw) = time_stage_concurrent(
+        req.devices,
         &c,
         &layer_w,
         &|| (None, Some(x.clone())),
@@ -342,7 +374,8 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
         req.repeats,
     );
     let out_w = StageWeights::init(seed, 0, 0, false, true, &d);
-    let (of, oi, ow) = time_stage(
+    let (of, oi, ow) = time_stage_concurrent(
+        req.devices,
         &c,
         &out_w,
         &|| (None, Some(x.clone())),

@@ -38,6 +38,12 @@ struct Msg {
     /// The producing action's kind (F, or B/I for gradients), for the trace.
     kind: Kind,
     data: Vec<f32>,
+    /// The transfer's interval on the run's clock (the sender's copy into the channel), which
+    /// the receiver records as its receive span: the simulator's model, where one transfer
+    /// occupies the sender's send stream and the receiver's receive stream at the same time.
+    /// Time the receiver spends blocked before the data arrives is idle time, not transfer.
+    sent_start_ns: u64,
+    sent_end_ns: u64,
 }
 
 /// The receiving end of one boundary, with the messages that arrived early.
@@ -324,7 +330,6 @@ impl CpuWorker {
         mb: u32,
         spans: &mut Vec<Span>,
     ) -> Result<Vec<f32>, ExecError> {
-        let start = self.now_ns();
         let device = self.device;
         let stage = self.stages[i].stage;
         let inbox = if forward {
@@ -367,16 +372,17 @@ impl CpuWorker {
             } else {
                 (format!("{stage}RECV_B{mb}"), stage + 1)
             };
-            let s = self.span(
-                SpanStream::Recv,
+            spans.push(Span {
+                device,
+                stream: SpanStream::Recv,
                 name,
-                Some(from),
-                Some(mb),
-                Some(msg.kind),
-                Some(peer),
-                start,
-            );
-            spans.push(s);
+                stage: Some(from),
+                microbatch: Some(mb),
+                kind: Some(msg.kind),
+                peer: Some(peer),
+                start_ns: msg.sent_start_ns,
+                end_ns: msg.sent_end_ns,
+            });
         }
         Ok(msg.data)
     }
@@ -403,10 +409,13 @@ impl CpuWorker {
         })?;
         let peer = outbox.peer;
         // The copy is the transfer: the receiver gets its own buffer.
+        let data = data.to_vec();
         let msg = Msg {
             microbatch: mb,
             kind,
-            data: data.to_vec(),
+            data,
+            sent_start_ns: start,
+            sent_end_ns: self.now_ns(),
         };
         outbox.tx.send(msg).map_err(|_| ExecError::Peer {
             device,
