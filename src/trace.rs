@@ -61,7 +61,8 @@ pub struct Trace {
     pub display_time_unit: String,
 }
 
-fn meta(name: &str, pid: u32, tid: u32, value: String) -> TraceEvent {
+/// A metadata event (`"ph":"M"`): `process_name`, `process_sort_index`, `thread_name`.
+pub fn meta(name: &str, pid: u32, tid: u32, value: String) -> TraceEvent {
     TraceEvent {
         name: name.to_string(),
         ph: "M".to_string(),

@@ -285,32 +285,16 @@ fn stream_of(s: SpanStream) -> Stream {
 /// microbatch / kind / peer / step), events sorted by (device, stream, start, end).
 pub fn trace(r: &RunResult) -> Trace {
     let mut events = Vec::new();
-    let meta = |name: &str, pid: u32, tid: u32, value: String| TraceEvent {
-        name: name.into(),
-        ph: "M".into(),
-        ts: None,
-        dur: None,
-        pid,
-        tid,
-        args: Some(TraceArgs {
-            stage: None,
-            microbatch: None,
-            kind: None,
-            peer: None,
-            name: Some(value),
-            step: None,
-        }),
-    };
     for d in 0..r.devices {
-        events.push(meta("process_name", d, 0, format!("device {d}")));
-        events.push(meta("process_sort_index", d, 0, d.to_string()));
+        events.push(pplan::trace::meta("process_name", d, 0, format!("device {d}")));
+        events.push(pplan::trace::meta("process_sort_index", d, 0, d.to_string()));
         for s in [
             Stream::Compute,
             Stream::Send,
             Stream::Recv,
             Stream::Optimizer,
         ] {
-            events.push(meta("thread_name", d, stream_tid(s), s.as_str().into()));
+            events.push(pplan::trace::meta("thread_name", d, stream_tid(s), s.as_str().into()));
         }
     }
     let mut spans: Vec<&StepSpan> = r.spans.iter().collect();
