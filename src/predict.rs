@@ -994,4 +994,73 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn balanced_split_is_never_slower_and_sometimes_faster() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let mut strictly_faster = 0;
+        for name in ["gpt-1.7b", "gpt-18.4b"] {
+            let m = Model::preset(name).unwrap();
+            for pp in [2, 4, 8] {
+                for (recompute, b) in [(Recompute::Full, 1), (Recompute::None, 4)] {
+                    let mut r = PredictRequest::new(&m, &hw);
+                    r.gpus = 8 * pp;
+                    r.tp = 8;
+                    r.pp = pp;
+                    r.global_batch = 64;
+                    r.micro_batch = b;
+                    r.recompute = recompute;
+                    if name == "gpt-1.7b" {
+                        r.tp = 1;
+                        r.gpus = pp;
+                    }
+                    let even = predict(&r).unwrap();
+                    r.partition = Split::Balanced;
+                    let bal = predict(&r).unwrap();
+                    assert!(
+                        bal.step_time_s <= even.step_time_s,
+                        "{name} p={pp}: balanced {:?} {} s > even {} s",
+                        bal.stage_layers,
+                        bal.step_time_s,
+                        even.step_time_s
+                    );
+                    assert_eq!(bal.stage_layers.iter().sum::<u32>(), m.num_layers);
+                    assert!(bal.stage_layers.iter().all(|&c| c >= 1));
+                    if bal.step_time_s < even.step_time_s {
+                        assert_eq!(bal.split, "balanced");
+                        strictly_faster += 1;
+                    } else {
+                        assert_eq!(bal.stage_layers, even.stage_layers);
+                        assert_eq!(bal.split, "even");
+                    }
+                }
+            }
+        }
+        // gpt-1.7b without recomputation: the output layer (vocabulary 51200, hidden 2304)
+        // costs more than a transformer layer, so the last stage sheds layers.
+        assert!(strictly_faster >= 1, "balancing never helped");
+    }
+
+    #[test]
+    fn gpt_1t_p64_even_split_is_already_optimal() {
+        // 128 layers over 64 stages: 2 each. The output layer costs less than one transformer
+        // layer, so moving a layer off the last stage makes some other stage 3 layers deep:
+        // the even split is optimal and balancing keeps it.
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-1t").unwrap();
+        let mut r = PredictRequest::new(&m, &hw);
+        r.gpus = 512;
+        r.tp = 8;
+        r.pp = 64;
+        r.global_batch = 64;
+        let dp = check(&r).unwrap();
+        let pb = balance_problem(&r, dp, 64).unwrap();
+        let layer = pb.layers[1].compute_ns;
+        let output = pb.layers[127].compute_ns - layer;
+        assert!(output < layer, "output {output} ns vs layer {layer} ns");
+        assert_eq!(
+            balanced_split(&r, dp, 64, Placement::Loop).unwrap(),
+            vec![2; 64]
+        );
+    }
 }

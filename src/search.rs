@@ -1383,4 +1383,39 @@ mod tests {
             assert!(pruned.simulated < all.simulated, "{name}: nothing pruned");
         }
     }
+
+    #[test]
+    fn balanced_splits_keep_pruning_exact_and_deterministic() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-1.7b").unwrap();
+        let mut req = SearchRequest::new(&m, &hw, 16, 32);
+        req.partition = PartitionMode::Both;
+        let pruned = search(&req, None).unwrap();
+        assert_eq!(pruned, search(&req, None).unwrap(), "deterministic");
+        let mut even = req.clone();
+        even.partition = PartitionMode::Even;
+        let even = search(&even, None).unwrap();
+        assert!(
+            pruned.evaluated > even.evaluated,
+            "some balanced split differs from the even one"
+        );
+        assert!(pruned.results[0].step_time_ns <= even.results[0].step_time_ns);
+        req.exhaustive = true;
+        let all = search(&req, None).unwrap();
+        assert_eq!(pruned.results, all.results);
+        assert_eq!(all.simulated, all.feasible);
+        assert!(pruned.simulated < all.simulated, "nothing pruned");
+        // Every balanced result reports a split that differs from the even one and that
+        // predict reproduces.
+        for r in all
+            .results
+            .iter()
+            .filter(|r| r.candidate.split == Split::Balanced)
+        {
+            assert_eq!(r.prediction.split, "balanced");
+            let mut pr = r.candidate.request(&req);
+            pr.stage_layers = None;
+            assert_eq!(crate::predict::predict(&pr).unwrap(), r.prediction);
+        }
+    }
 }
