@@ -126,6 +126,10 @@ struct PredictArgs {
     /// num_layers + 2 with the embedding first and the output layer last).
     #[arg(long)]
     profile: Option<PathBuf>,
+    /// How layers are split over the stages: even, or balanced (the partitioner's DP on the
+    /// per-layer costs; kept only where it beats the even split).
+    #[arg(long, default_value = "even")]
+    partition: String,
     /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
@@ -193,6 +197,10 @@ struct PlanSearchArgs {
     /// Simulate every feasible candidate (no pruning by the lower bound).
     #[arg(long)]
     exhaustive: bool,
+    /// Layer splits to search: even, balanced (the partitioner's), or both (a balanced split
+    /// that differs from the even one is an extra candidate).
+    #[arg(long, default_value = "even")]
+    partition: String,
     /// Write the best configuration as a plan file (plan.json).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -891,6 +899,10 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let profile = args.profile.as_deref().map(load_profile).transpose()?;
     req.profile = profile.as_ref();
+    req.partition = args
+        .partition
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
     let pred = predict(&req).map_err(|e| match e {
         PredictError::Internal(m) => CliError::Internal(m),
         PredictError::Profile(m) => CliError::Input(format!(
@@ -953,6 +965,10 @@ fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
                 pred.memory_limit_bytes as f64 / 1e9
             );
             println!("fits                 {}", pred.fits);
+            println!(
+                "split                {} {:?}",
+                pred.split, pred.stage_layers
+            );
         }
     }
     Ok(())
@@ -1208,6 +1224,10 @@ fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.top = args.top;
     req.pins = pins;
     req.exhaustive = args.exhaustive;
+    req.partition = args
+        .partition
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
     // A progress bar only for searches that outlast a second, and only on a terminal.
     let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
     let terminal = std::io::stderr().is_terminal();
@@ -1266,14 +1286,14 @@ fn print_search_table(o: &pplan::search::SearchOutcome, elapsed_s: f64) {
     );
     println!();
     println!(
-        "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
-        "rank", "p", "t", "d", "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
+        "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
+        "rank", "p", "t", "d", "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
     );
     for r in &o.results {
         let p = &r.prediction;
         let on = |b: bool| if b { "on" } else { "off" };
         println!(
-            "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
+            "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
             r.rank,
             p.pp,
             p.tp,
@@ -1285,6 +1305,7 @@ fn print_search_table(o: &pplan::search::SearchOutcome, elapsed_s: f64) {
             p.recompute,
             on(p.sequence_parallel),
             on(p.zero1),
+            p.split,
             p.step_time_s,
             p.tflops_per_gpu,
             p.mfu,

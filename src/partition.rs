@@ -505,9 +505,13 @@ struct Table<'a> {
 }
 
 impl<'a> Table<'a> {
+    /// Stage `s` starts at a device `d` in `[s, s + N - p]` (each earlier stage has at least
+    /// one), so the table stores `d - s` in `N - p + 1` slots: with one device per stage the
+    /// device dimension vanishes.
     fn idx(&self, s: usize, i: usize, d: usize) -> usize {
-        let (n, nd) = (self.c.pb.layers.len(), self.c.pb.devices);
-        (s * (n + 1) + i) * (nd + 1) + d
+        let (n, nd, p) = (self.c.pb.layers.len(), self.c.pb.devices, self.c.pb.stages);
+        debug_assert!(d >= s && d - s <= nd - p);
+        (s * (n + 1) + i) * (nd - p + 1) + (d - s)
     }
 
     fn get(&self, s: usize, i: usize, d: usize) -> f64 {
@@ -519,7 +523,7 @@ impl<'a> Table<'a> {
         let (n, p, nd) = (pb.layers.len(), pb.stages, pb.devices);
         let mut t = Table {
             c,
-            f: vec![f64::INFINITY; (p + 1) * (n + 1) * (nd + 1)],
+            f: vec![f64::INFINITY; (p + 1) * (n + 1) * (nd - p + 1)],
         };
         let end = t.idx(p, n, nd);
         t.f[end] = 0.0;

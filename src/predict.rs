@@ -48,6 +48,40 @@ pub struct PredictRequest<'a> {
     /// the first `layers % stages` stages one layer more). Lets a partitioner plug in an
     /// uneven split.
     pub stage_layers: Option<Vec<u32>>,
+    /// How layers are split when `stage_layers` is `None`: the even split, or the
+    /// partitioner's balanced split ([`balanced_split`]).
+    pub partition: Split,
+}
+
+/// How the layers are spread over the stages (`--partition`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Split {
+    /// `plan::even_split`: the first `layers % stages` stages one layer more.
+    #[default]
+    Even,
+    /// `partition::dp` over the per-layer costs of [`balance_problem`], kept only when it is
+    /// strictly better than the even split ([`balanced_split`]).
+    Balanced,
+}
+
+impl Split {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Even => "even",
+            Split::Balanced => "balanced",
+        }
+    }
+}
+
+impl std::str::FromStr for Split {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "even" => Ok(Split::Even),
+            "balanced" => Ok(Split::Balanced),
+            _ => Err(format!("unknown partition '{s}' (valid: even, balanced)")),
+        }
+    }
 }
 
 impl<'a> PredictRequest<'a> {
@@ -70,6 +104,7 @@ impl<'a> PredictRequest<'a> {
             record_timeline: false,
             profile: None,
             stage_layers: None,
+            partition: Split::Even,
         }
     }
 }
@@ -106,8 +141,10 @@ pub struct Prediction {
     /// Bytes of weights, gradients and optimizer state on the fullest GPU.
     pub model_state_bytes: u64,
     /// Layers of each stage, in stage order.
-    #[serde(skip)]
     pub stage_layers: Vec<u32>,
+    /// `even` when `stage_layers` is the even split, `balanced` when the partitioner's
+    /// split differs from it, `custom` for any other given split.
+    pub split: String,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
 }
@@ -359,6 +396,9 @@ pub fn step_costs(
     let num_stages = num_stages as u64;
     let stage_layers: Vec<u32> = match &req.stage_layers {
         Some(c) if c.len() as u64 == num_stages => c.clone(),
+        _ if req.partition == Split::Balanced => {
+            balanced_split(req, dp, num_stages as u32, placement)?
+        }
         _ => crate::plan::even_split(model.num_layers, num_stages as u32),
     };
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
@@ -606,8 +646,184 @@ pub fn prediction_from(
         zero1: req.options.zero1,
         global_batch: req.global_batch,
         model_state_bytes: step.model_state_max_bytes,
+        split: split_label(req, &step.stage_layers).to_string(),
         stage_layers: step.stage_layers,
         timeline: result.timeline,
+    }
+}
+
+/// `even`, `balanced` or `custom` for the stage layer counts of `req` (see
+/// [`Prediction::split`]).
+pub fn split_label(req: &PredictRequest, counts: &[u32]) -> &'static str {
+    if counts == crate::plan::even_split(req.model.num_layers, counts.len() as u32) {
+        "even"
+    } else if req.partition == Split::Balanced {
+        "balanced"
+    } else {
+        "custom"
+    }
+}
+
+/// The partitioner's problem for a checked request over `num_stages` stages
+/// (docs/partition.md, "Used by the search"): one partitioner layer per transformer layer
+/// with the forward + backward time `step_costs` gives it (recomputation included; from the
+/// profile when there is one); the embedding's time added to layer 0 and the output layer's
+/// to the last layer, so they stay on the first and last stage. With blocking sends every
+/// boundary costs the largest point-to-point transfer `x` of the schedule's boundaries, once
+/// forward and once backward; the partitioner charges `2x` to every stage but the last, the
+/// simulator `x` to each end stage and `2x` to the others, so `x` moves from layer 0 to the
+/// last layer. One device per stage; no memory limit (the caller checks memory exactly).
+pub fn balance_problem(
+    req: &PredictRequest,
+    dp: u64,
+    num_stages: u32,
+) -> Result<crate::partition::Problem, PredictError> {
+    use crate::partition::{Layer, Link, Problem};
+    let model = req.model;
+    let p = req.pp;
+    let cm = CostModel {
+        model,
+        hw: req.hardware,
+        layout: Layout {
+            tp: req.tp,
+            pp: p,
+            dp,
+            micro_batch: req.micro_batch,
+            chunks: req.chunks,
+            sequence_parallel: req.sequence_parallel,
+            recompute: req.recompute,
+        },
+        options: req.options,
+    };
+    let prof = match req.profile {
+        None => None,
+        Some(pr) => Some(
+            pr.for_model(model.num_layers)
+                .map_err(PredictError::Profile)?,
+        ),
+    };
+    let fb_ns = |c: BlockCost| {
+        ns(c.forward.total_s()) + ns(c.backward_input.total_s()) + ns(c.backward_weight.total_s())
+    };
+    let n = model.num_layers as usize;
+    let mut compute: Vec<u64> = match prof {
+        None => vec![fb_ns(cm.layer()); n],
+        Some(mp) => mp
+            .layers
+            .iter()
+            .map(|l| fb_ns(profiled_block(std::slice::from_ref(l))))
+            .collect(),
+    };
+    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
+    let embedding = prof
+        .and_then(|mp| profiled(mp.embedding))
+        .unwrap_or(cm.embedding());
+    let output = prof
+        .and_then(|mp| profiled(mp.output))
+        .unwrap_or(cm.output_layer());
+    compute[0] += fb_ns(embedding);
+    compute[n - 1] += fb_ns(output);
+    let stages = num_stages as u64;
+    let mut x_ns = 0u64;
+    if req.options.blocking_p2p && stages > 1 {
+        let max_bytes = prof.map(|mp| mp.layers.iter().map(|l| l.output_bytes).max().unwrap_or(0));
+        for s in 0..stages - 1 {
+            let t = match max_bytes {
+                None => cm.p2p_s(s % p, (s + 1) % p),
+                Some(b) => cm.p2p_bytes_s(s % p, (s + 1) % p, b as f64),
+            };
+            x_ns = x_ns.max(ns(t));
+        }
+        compute[0] = compute[0].saturating_sub(x_ns);
+        compute[n - 1] += x_ns;
+    }
+    let layers = compute
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| Layer {
+            name: format!("layer{i}"),
+            compute_ns: c,
+            weight_bytes: 0,
+            activation_bytes: 0,
+            output_bytes: 0,
+        })
+        .collect();
+    let link = Link {
+        bandwidth_bytes_per_s: f64::INFINITY,
+        latency_s: x_ns as f64 / 1e9,
+    };
+    Ok(Problem {
+        layers,
+        stages: num_stages as usize,
+        devices: num_stages as usize,
+        device_speeds: Vec::new(),
+        memory_limit_bytes: None,
+        weight_memory_factor: crate::partition::DEFAULT_WEIGHT_MEMORY_FACTOR,
+        in_flight: crate::partition::InFlight::OneFOneB,
+        microbatches: req.global_batch / dp / req.micro_batch,
+        gpus_per_node: 1,
+        intra_node: link,
+        inter_node: link,
+    })
+}
+
+/// The balanced split of a checked request over the schedule's `num_stages` stages placed by
+/// `placement`: `partition::dp` on [`balance_problem`] (every stage at least one transformer
+/// layer), kept only when it is strictly better than the even split by (slowest device's
+/// summed stage time, slowest stage), both evaluated on the same problem; otherwise the even
+/// split. With `v > 1` chunks the DP minimises the slowest of the `p v` stages, not the
+/// slowest device (an approximation; the device comparison only guards against a worse
+/// result).
+pub fn balanced_split(
+    req: &PredictRequest,
+    dp: u64,
+    num_stages: u32,
+    placement: Placement,
+) -> Result<Vec<u32>, PredictError> {
+    let layers = req.model.num_layers;
+    let even = crate::plan::even_split(layers, num_stages);
+    if num_stages <= 1 || num_stages >= layers {
+        return Ok(even);
+    }
+    let pb = balance_problem(req, dp, num_stages)?;
+    let part = crate::partition::dp(&pb).map_err(|e| PredictError::Internal(e.to_string()))?;
+    let bounds = |counts: &[u32]| -> Vec<usize> {
+        let mut b = Vec::with_capacity(counts.len());
+        let mut at = 0usize;
+        for &c in counts {
+            b.push(at);
+            at += c as usize;
+        }
+        b
+    };
+    let ones = vec![1usize; num_stages as usize];
+    let even_eval = crate::partition::evaluate(&pb, &bounds(&even), &ones)
+        .map_err(|e| PredictError::Internal(e.to_string()))?;
+    let p = req.pp as u32;
+    let score = |times: &[f64]| {
+        let mut dev = vec![0.0f64; p as usize];
+        for (s, t) in times.iter().enumerate() {
+            dev[placement.device_of(s as u32, p) as usize] += t;
+        }
+        let d = dev.iter().copied().fold(0.0, f64::max);
+        let st = times.iter().copied().fold(0.0, f64::max);
+        (d, st)
+    };
+    let (de, se) = score(&even_eval.stage_times_ms);
+    let (db, sb) = score(&part.stage_times_ms);
+    if db < de || (db == de && sb < se) {
+        let mut counts = Vec::with_capacity(num_stages as usize);
+        for (s, &b) in part.boundaries.iter().enumerate() {
+            let end = part
+                .boundaries
+                .get(s + 1)
+                .copied()
+                .unwrap_or(layers as usize);
+            counts.push((end - b) as u32);
+        }
+        Ok(counts)
+    } else {
+        Ok(even)
     }
 }
 
@@ -776,6 +992,75 @@ mod tests {
         assert!(
             e.contains("need 4 counts") && e.contains("40 layers"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn balanced_split_is_never_slower_and_sometimes_faster() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let mut strictly_faster = 0;
+        for name in ["gpt-1.7b", "gpt-18.4b"] {
+            let m = Model::preset(name).unwrap();
+            for pp in [2, 4, 8] {
+                for (recompute, b) in [(Recompute::Full, 1), (Recompute::None, 4)] {
+                    let mut r = PredictRequest::new(&m, &hw);
+                    r.gpus = 8 * pp;
+                    r.tp = 8;
+                    r.pp = pp;
+                    r.global_batch = 64;
+                    r.micro_batch = b;
+                    r.recompute = recompute;
+                    if name == "gpt-1.7b" {
+                        r.tp = 1;
+                        r.gpus = pp;
+                    }
+                    let even = predict(&r).unwrap();
+                    r.partition = Split::Balanced;
+                    let bal = predict(&r).unwrap();
+                    assert!(
+                        bal.step_time_s <= even.step_time_s,
+                        "{name} p={pp}: balanced {:?} {} s > even {} s",
+                        bal.stage_layers,
+                        bal.step_time_s,
+                        even.step_time_s
+                    );
+                    assert_eq!(bal.stage_layers.iter().sum::<u32>(), m.num_layers);
+                    assert!(bal.stage_layers.iter().all(|&c| c >= 1));
+                    if bal.step_time_s < even.step_time_s {
+                        assert_eq!(bal.split, "balanced");
+                        strictly_faster += 1;
+                    } else {
+                        assert_eq!(bal.stage_layers, even.stage_layers);
+                        assert_eq!(bal.split, "even");
+                    }
+                }
+            }
+        }
+        // gpt-1.7b without recomputation: the output layer (vocabulary 51200, hidden 2304)
+        // costs more than a transformer layer, so the last stage sheds layers.
+        assert!(strictly_faster >= 1, "balancing never helped");
+    }
+
+    #[test]
+    fn gpt_1t_p64_even_split_is_already_optimal() {
+        // 128 layers over 64 stages: 2 each. The output layer costs less than one transformer
+        // layer, so moving a layer off the last stage makes some other stage 3 layers deep:
+        // the even split is optimal and balancing keeps it.
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-1t").unwrap();
+        let mut r = PredictRequest::new(&m, &hw);
+        r.gpus = 512;
+        r.tp = 8;
+        r.pp = 64;
+        r.global_batch = 64;
+        let dp = check(&r).unwrap();
+        let pb = balance_problem(&r, dp, 64).unwrap();
+        let layer = pb.layers[1].compute_ns;
+        let output = pb.layers[127].compute_ns - layer;
+        assert!(output < layer, "output {output} ns vs layer {layer} ns");
+        assert_eq!(
+            balanced_split(&r, dp, 64, Placement::Loop).unwrap(),
+            vec![2; 64]
         );
     }
 }

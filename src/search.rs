@@ -33,7 +33,8 @@ use crate::hardware::Hardware;
 use crate::ir::{Kind, Placement, Schedule};
 use crate::model::Model;
 use crate::predict::{
-    check, divisors, prediction_from, step_costs, PredictRequest, Prediction, MAX_SIMULATED_ACTIONS,
+    balanced_split, check, divisors, prediction_from, step_costs, PredictRequest, Prediction,
+    Split, MAX_SIMULATED_ACTIONS,
 };
 use crate::sim::{simulate, Costs, SimOptions};
 use rayon::prelude::*;
@@ -70,6 +71,32 @@ pub struct SearchRequest<'a> {
     pub options: CostOptions,
     /// Simulate every feasible candidate instead of pruning by the lower bound.
     pub exhaustive: bool,
+    /// Which layer splits to search (`--partition`).
+    pub partition: PartitionMode,
+}
+
+/// `--partition`: the even split only, the balanced split only, or both (a balanced split
+/// that differs from the even one is a distinct candidate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PartitionMode {
+    #[default]
+    Even,
+    Balanced,
+    Both,
+}
+
+impl std::str::FromStr for PartitionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "even" => Ok(PartitionMode::Even),
+            "balanced" => Ok(PartitionMode::Balanced),
+            "both" => Ok(PartitionMode::Both),
+            _ => Err(format!(
+                "unknown partition '{s}' (valid: even, balanced, both)"
+            )),
+        }
+    }
 }
 
 impl<'a> SearchRequest<'a> {
@@ -83,6 +110,7 @@ impl<'a> SearchRequest<'a> {
             pins: Pins::default(),
             options: CostOptions::default(),
             exhaustive: false,
+            partition: PartitionMode::default(),
         }
     }
 }
@@ -101,6 +129,9 @@ pub struct Candidate {
     pub recompute: Recompute,
     pub sequence_parallel: bool,
     pub zero1: bool,
+    /// Even split, or the partitioner's balanced split (which then differs from the even one,
+    /// except with `--partition balanced`).
+    pub split: Split,
 }
 
 fn schedule_index(s: ScheduleName) -> usize {
@@ -119,7 +150,7 @@ fn recompute_index(r: Recompute) -> usize {
 
 impl Candidate {
     /// The documented tie order after step time and peak memory.
-    pub fn tie_key(&self) -> (u64, u64, u64, u64, usize, u64, usize, bool, bool) {
+    pub fn tie_key(&self) -> (u64, u64, u64, u64, usize, u64, usize, bool, bool, Split) {
         (
             self.pp,
             self.tp,
@@ -130,7 +161,32 @@ impl Candidate {
             recompute_index(self.recompute),
             self.sequence_parallel,
             self.zero1,
+            self.split,
         )
+    }
+
+    /// What the balanced split depends on.
+    fn balance_key(&self) -> BalanceKey {
+        (
+            self.tp,
+            self.pp,
+            self.dp,
+            self.micro_batch,
+            recompute_index(self.recompute),
+            self.sequence_parallel,
+            self.chunks,
+            self.schedule.placement() == Placement::V,
+        )
+    }
+
+    /// The `predict` request with the balanced split taken from `splits` (computed once per
+    /// [`BalanceKey`]).
+    fn request_in<'a>(&self, req: &SearchRequest<'a>, splits: &Splits) -> PredictRequest<'a> {
+        let mut r = self.request(req);
+        if self.split == Split::Balanced {
+            r.stage_layers = splits.get(&self.balance_key()).map(|c| c.to_vec());
+        }
+        r
     }
 
     fn schedule_key(&self) -> ScheduleKey {
@@ -159,12 +215,75 @@ impl Candidate {
             zero1: self.zero1,
             ..req.options
         };
+        r.partition = self.split;
         r
     }
 }
 
 /// (schedule index, p, m, v).
 type ScheduleKey = (usize, u64, u64, u64);
+
+/// (t, p, d, b, recompute index, sequence parallel, v, V placement).
+type BalanceKey = (u64, u64, u64, u64, usize, bool, u64, bool);
+
+/// Balanced stage layer counts per [`BalanceKey`].
+type Splits = BTreeMap<BalanceKey, Arc<[u32]>>;
+
+/// Apply `--partition` to the structurally valid candidates: compute the balanced split once
+/// per [`BalanceKey`] (in parallel), then keep the even candidates, replace them by balanced
+/// ones, or add a balanced candidate wherever its split differs from the even one. Returns
+/// the candidates, the splits, and how many balanced candidates were added.
+fn apply_partition(
+    req: &SearchRequest,
+    cands: Vec<Candidate>,
+) -> Result<(Vec<Candidate>, Splits, u64), SearchError> {
+    if req.partition == PartitionMode::Even {
+        return Ok((cands, Splits::new(), 0));
+    }
+    let keys: BTreeMap<BalanceKey, Candidate> =
+        cands.iter().map(|c| (c.balance_key(), *c)).collect();
+    let computed: Vec<(BalanceKey, Result<Vec<u32>, String>)> = keys
+        .par_iter()
+        .map(|(k, c)| {
+            let r = c.request(req);
+            let counts = check(&r).map_err(|e| e.to_string()).and_then(|dp| {
+                balanced_split(&r, dp, (c.pp * c.chunks) as u32, c.schedule.placement())
+                    .map_err(|e| e.to_string())
+            });
+            (*k, counts)
+        })
+        .collect();
+    let mut splits = Splits::new();
+    for (k, counts) in computed {
+        let counts = counts.map_err(|e| SearchError::Internal(format!("balanced split: {e}")))?;
+        splits.insert(k, counts.into());
+    }
+    let layers = req.model.num_layers;
+    let differs = |c: &Candidate| {
+        let counts = &splits[&c.balance_key()];
+        **counts != *crate::plan::even_split(layers, counts.len() as u32)
+    };
+    let mut out = Vec::with_capacity(cands.len());
+    let mut added = 0u64;
+    for c in cands {
+        let balanced = Candidate {
+            split: Split::Balanced,
+            ..c
+        };
+        match req.partition {
+            PartitionMode::Balanced => out.push(balanced),
+            _ => {
+                let d = differs(&c);
+                out.push(c);
+                if d {
+                    out.push(balanced);
+                    added += 1;
+                }
+            }
+        }
+    }
+    Ok((out, splits, added))
+}
 
 /// Why a layout or candidate was excluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -627,6 +746,7 @@ fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u64, Vec<Cand
                                         recompute,
                                         sequence_parallel: sp,
                                         zero1: z,
+                                        split: Split::Even,
                                     });
                                 }
                             }
@@ -920,6 +1040,8 @@ pub fn search(
     check_inputs(req)?;
     let mut tally = Tally::new();
     let (layouts, layouts_valid, evaluated, cands) = enumerate(req, &mut tally);
+    let (cands, splits, added) = apply_partition(req, cands)?;
+    let evaluated = evaluated + added;
     let limit = req.hardware.gpu.memory_bytes;
 
     // Model state: static bytes alone must fit (exact: the peak is at least the static bytes).
@@ -927,7 +1049,7 @@ pub fn search(
     let step1: Vec<Step1> = cands
         .par_iter()
         .map(|c| {
-            let r = c.request(req);
+            let r = c.request_in(req, &splits);
             let dp = check(&r).map_err(|_| Reason::TooLarge)?;
             let placement = c.schedule.placement();
             let step = step_costs(&r, dp, (c.pp * c.chunks) as u32, placement)
@@ -970,7 +1092,7 @@ pub fn search(
     let step2: Vec<Result<Feasible, Reason>> = survivors
         .par_iter()
         .map(|c| {
-            let r = c.request(req);
+            let r = c.request_in(req, &splits);
             let dp = check(&r).map_err(|_| Reason::TooLarge)?;
             let sum = &by_key[&c.schedule_key()];
             let step =
@@ -1063,7 +1185,7 @@ pub fn search(
             .par_iter()
             .map(|f| {
                 let c = f.cand;
-                let r = c.request(req);
+                let r = c.request_in(req, &splits);
                 let dp = check(&r).map_err(|e| SearchError::Internal(e.to_string()))?;
                 let s = &sched[&c.schedule_key()];
                 let step = step_costs(&r, dp, s.num_stages, s.placement)
@@ -1259,6 +1381,41 @@ mod tests {
             assert_eq!(pruned.results, all.results, "{name}");
             assert_eq!(all.simulated, all.feasible);
             assert!(pruned.simulated < all.simulated, "{name}: nothing pruned");
+        }
+    }
+
+    #[test]
+    fn balanced_splits_keep_pruning_exact_and_deterministic() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-1.7b").unwrap();
+        let mut req = SearchRequest::new(&m, &hw, 16, 32);
+        req.partition = PartitionMode::Both;
+        let pruned = search(&req, None).unwrap();
+        assert_eq!(pruned, search(&req, None).unwrap(), "deterministic");
+        let mut even = req.clone();
+        even.partition = PartitionMode::Even;
+        let even = search(&even, None).unwrap();
+        assert!(
+            pruned.evaluated > even.evaluated,
+            "some balanced split differs from the even one"
+        );
+        assert!(pruned.results[0].step_time_ns <= even.results[0].step_time_ns);
+        req.exhaustive = true;
+        let all = search(&req, None).unwrap();
+        assert_eq!(pruned.results, all.results);
+        assert_eq!(all.simulated, all.feasible);
+        assert!(pruned.simulated < all.simulated, "nothing pruned");
+        // Every balanced result reports a split that differs from the even one and that
+        // predict reproduces.
+        for r in all
+            .results
+            .iter()
+            .filter(|r| r.candidate.split == Split::Balanced)
+        {
+            assert_eq!(r.prediction.split, "balanced");
+            let mut pr = r.candidate.request(&req);
+            pr.stage_layers = None;
+            assert_eq!(crate::predict::predict(&pr).unwrap(), r.prediction);
         }
     }
 }
