@@ -2,7 +2,7 @@
 # Calibration loop on the CPU backend, end to end, with 2 pipeline devices (one thread each):
 #   measure this machine -> predict each schedule with the measured profiles -> run it -> compare.
 # Usage: benches/cpu_validate.sh [MODEL] [MICROBATCHES] [STEPS] [SCHEDULES...]
-#   defaults: examples/models/tiny-gpt-cpu.json 8 6 gpipe 1f1b interleaved-1f1b zb-h1
+#   defaults: examples/models/tiny-gpt-cpu.json 8 8 gpipe 1f1b interleaved-1f1b zb-h1
 # Writes everything under $OUT (default target/cpu-validate) and prints one line per schedule:
 #   schedule, predicted step, measured step (median after 1 warm-up step), error, bubbles.
 # Needs 2 idle cores: another busy process on the machine shows up as prediction error.
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-examples/models/tiny-gpt-cpu.json}
 M=${2:-8}
-STEPS=${3:-6}
+STEPS=${3:-8}
 shift $(( $# < 3 ? $# : 3 ))
 SCHEDULES=("$@")
 [ ${#SCHEDULES[@]} -eq 0 ] && SCHEDULES=(gpipe 1f1b interleaved-1f1b zb-h1)
@@ -21,7 +21,7 @@ BIN=target/release
 
 echo "== profile: $MODEL, micro-batch 1, one thread per device"
 "$BIN/pplan-exec" profile --model "$MODEL" --micro-batch 1 --backend cpu \
-  --out-profile "$OUT/layers.json" --out-hardware "$OUT/hw.json" --repeats 5 --devices 2
+  --out-profile "$OUT/layers.json" --out-hardware "$OUT/hw.json" --repeats 25 --devices 2
 
 printf '%-18s %12s %12s %9s %9s %9s\n' schedule predicted_s measured_s error bub_pred bub_meas
 for S in "${SCHEDULES[@]}"; do
