@@ -477,7 +477,15 @@ fn closed_stdout_pipe_is_not_a_panic() {
     use std::os::unix::process::ExitStatusExt;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_pplan"))
-        .args(["generate", "--schedule", "1f1b", "--stages", "64", "--microbatches", "4096"])
+        .args([
+            "generate",
+            "--schedule",
+            "1f1b",
+            "--stages",
+            "64",
+            "--microbatches",
+            "4096",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -488,5 +496,10 @@ fn closed_stdout_pipe_is_not_a_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     // Killed by SIGPIPE, as `seq 1 1000000 | head -1` is; never Rust's panic exit code 101.
-    assert_eq!(out.status.signal(), Some(13), "status {:?}, stderr {stderr}", out.status);
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "status {:?}, stderr {stderr}",
+        out.status
+    );
 }

@@ -123,16 +123,8 @@ fn slower_forwards_on_device_0_give_the_exact_per_kind_error() {
     close(f(&v, "by_kind.F.mean_abs_error"), 8.0 / 3.0 / 32.0, "F |e|");
     close(f(&v, "by_kind.B.error"), 0.0, "B error");
     // Over the 64 matched compute actions (transfers are left out of the headline mean).
-    close(
-        f(&v, "action_error_mean_abs"),
-        8.0 / 3.0 / 64.0,
-        "mean |e|",
-    );
-    close(
-        f(&v, "action_error_mean"),
-        -8.0 / 3.0 / 64.0,
-        "signed mean",
-    );
+    close(f(&v, "action_error_mean_abs"), 8.0 / 3.0 / 64.0, "mean |e|");
+    close(f(&v, "action_error_mean"), -8.0 / 3.0 / 64.0, "signed mean");
     // Starts were not moved, and the last action (a backward) still ends at 34.6 ms.
     close(f(&v, "step_time_error"), 0.0, "step error");
     close(f(&v, "start_error_max_abs"), 0.0, "start error");

@@ -286,15 +286,30 @@ fn stream_of(s: SpanStream) -> Stream {
 pub fn trace(r: &RunResult) -> Trace {
     let mut events = Vec::new();
     for d in 0..r.devices {
-        events.push(pplan::trace::meta("process_name", d, 0, format!("device {d}")));
-        events.push(pplan::trace::meta("process_sort_index", d, 0, d.to_string()));
+        events.push(pplan::trace::meta(
+            "process_name",
+            d,
+            0,
+            format!("device {d}"),
+        ));
+        events.push(pplan::trace::meta(
+            "process_sort_index",
+            d,
+            0,
+            d.to_string(),
+        ));
         for s in [
             Stream::Compute,
             Stream::Send,
             Stream::Recv,
             Stream::Optimizer,
         ] {
-            events.push(pplan::trace::meta("thread_name", d, stream_tid(s), s.as_str().into()));
+            events.push(pplan::trace::meta(
+                "thread_name",
+                d,
+                stream_tid(s),
+                s.as_str().into(),
+            ));
         }
     }
     let mut spans: Vec<&StepSpan> = r.spans.iter().collect();
