@@ -855,19 +855,28 @@ fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
-    use pplan::cost::{CostOptions, Recompute};
-    use pplan::predict::{predict, PredictError, PredictRequest};
-    let mut model =
-        pplan::model::Model::load(&args.model).map_err(|e| CliError::Input(e.to_string()))?;
-    if let Some(len) = args.seq_len {
+/// `--model` (with an optional `--seq-len` override) and `--hardware`, as predict and search read them.
+fn load_model_and_hardware(
+    model: &str,
+    seq_len: Option<u64>,
+    hardware: &str,
+) -> Result<(pplan::model::Model, pplan::hardware::Hardware), CliError> {
+    let mut model = pplan::model::Model::load(model).map_err(|e| CliError::Input(e.to_string()))?;
+    if let Some(len) = seq_len {
         model.seq_len = len;
         model
             .check()
             .map_err(|e| CliError::Input(format!("--seq-len {len}: {e}")))?;
     }
-    let hw = pplan::hardware::Hardware::load(&args.hardware)
-        .map_err(|e| CliError::Input(e.to_string()))?;
+    let hw =
+        pplan::hardware::Hardware::load(hardware).map_err(|e| CliError::Input(e.to_string()))?;
+    Ok((model, hw))
+}
+
+fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
+    use pplan::cost::{CostOptions, Recompute};
+    use pplan::predict::{predict, PredictError, PredictRequest};
+    let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
     let recompute: Recompute = args
         .recompute
         .parse()
@@ -1189,16 +1198,7 @@ fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     use std::io::IsTerminal;
     use std::sync::OnceLock;
     let started = std::time::Instant::now();
-    let mut model =
-        pplan::model::Model::load(&args.model).map_err(|e| CliError::Input(e.to_string()))?;
-    if let Some(len) = args.seq_len {
-        model.seq_len = len;
-        model
-            .check()
-            .map_err(|e| CliError::Input(format!("--seq-len {len}: {e}")))?;
-    }
-    let hw = pplan::hardware::Hardware::load(&args.hardware)
-        .map_err(|e| CliError::Input(e.to_string()))?;
+    let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
     let pins = Pins {
         tp: args.tp,
         pp: args.pp,
