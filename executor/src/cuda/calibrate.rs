@@ -277,7 +277,7 @@ fn measure(req: &ProfileRequest, d: Dims, bf16: bool) -> Result<ProfileOutput, E
             "measured: total memory of {name} reported by the driver (cuDeviceTotalMem) (bytes)"
         ),
     );
-    src("gpu.hbm_bandwidth_bytes_per_s", format!("measured on {name}: y += a*x NVRTC kernel over two {} MiB f32 arrays, 12 bytes per element, CUDA events, median of {repeats} (bytes/s)", AXPY_ELEMS * 4 >> 20));
+    src("gpu.hbm_bandwidth_bytes_per_s", format!("measured on {name}: y += a*x NVRTC kernel over two {} MiB f32 arrays, 12 bytes per element, CUDA events, median of {repeats} (bytes/s)", (AXPY_ELEMS * 4) >> 20));
     src(
         "node.gpus_per_node",
         if req.devices_explicit {
