@@ -34,6 +34,12 @@ enum BackendArg {
     Cuda,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DtypeArg {
+    Bf16,
+    F32,
+}
+
 #[derive(Clone, Copy, Default, ValueEnum)]
 enum Format {
     #[default]
@@ -96,9 +102,14 @@ struct ProfileArgs {
     /// Repetitions of each measurement; the median is reported.
     #[arg(long, default_value_t = 5)]
     repeats: u32,
-    /// Pipeline devices the hardware profile describes (`node.gpus_per_node`).
-    #[arg(long, default_value_t = 2)]
-    devices: u32,
+    /// Pipeline devices the hardware profile describes (`node.gpus_per_node`); default 2 on
+    /// the CPU, the number of visible GPUs on CUDA.
+    #[arg(long)]
+    devices: Option<u32>,
+    /// GEMM input type of the CUDA profile (as the plan's `dtype`): bf16 or f32. The CPU
+    /// always computes f32.
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DtypeArg,
     /// Compute threads per device (as `run --threads-per-device`).
     #[arg(long, default_value_t = 1)]
     threads_per_device: usize,
@@ -209,15 +220,12 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
     if let BackendArg::Cuda = a.backend {
         pplan_exec::cuda::availability()
             .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
-        return Err(CliError::Input(
-            "--backend cuda: profiling on CUDA is done by the CUDA backend's own profiler; this build profiles --backend cpu".into(),
-        ));
     }
     let model = pplan::model::Model::load(&a.model).map_err(|e| CliError::Input(e.to_string()))?;
     for (flag, v) in [
         ("--micro-batch", a.micro_batch),
         ("--repeats", a.repeats as u64),
-        ("--devices", a.devices as u64),
+        ("--devices", a.devices.unwrap_or(1) as u64),
         ("--threads-per-device", a.threads_per_device as u64),
     ] {
         if v == 0 {
@@ -232,10 +240,17 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
         micro_batch: a.micro_batch,
         seq_len: a.seq_len,
         repeats: a.repeats,
-        devices: a.devices,
+        devices: a.devices.unwrap_or(2),
+        devices_explicit: a.devices.is_some(),
         threads_per_device: a.threads_per_device,
     };
-    let out = pplan_exec::profile::profile_cpu(&req).map_err(CliError::Input)?;
+    let out = match a.backend {
+        BackendArg::Cpu => pplan_exec::profile::profile_cpu(&req).map_err(CliError::Input)?,
+        BackendArg::Cuda => {
+            pplan_exec::cuda::calibrate::profile_cuda(&req, a.dtype == DtypeArg::Bf16)
+                .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?
+        }
+    };
     write(&a.out_profile, "--out-profile", &out.layers.to_json())?;
     let hw = serde_json::to_string_pretty(&out.hardware)
         .map_err(|e| CliError::Internal(e.to_string()))?;

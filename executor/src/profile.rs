@@ -38,6 +38,8 @@ pub struct ProfileRequest {
     pub seq_len: Option<u64>,
     pub repeats: u32,
     pub devices: u32,
+    /// `--devices` was given (the CUDA profiler otherwise writes the visible GPU count).
+    pub devices_explicit: bool,
     pub threads_per_device: usize,
 }
 
@@ -115,7 +117,7 @@ pub struct ProfileOutput {
     pub summary: ProfileSummary,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n == 0 {
@@ -317,23 +319,29 @@ fn host_memory_bytes() -> u64 {
         .unwrap_or(16 << 30)
 }
 
-/// Measure everything; errors are messages naming the flag.
-pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
+/// The executor's shape for a request; an error names the flag.
+pub fn dims_of(req: &ProfileRequest) -> Result<Dims, String> {
     let m = &req.model;
-    if m.hidden_size % m.num_heads != 0 {
+    if m.num_heads == 0 || m.hidden_size % m.num_heads != 0 {
         return Err(format!(
             "--model: hidden size {} is not divisible by {} heads",
             m.hidden_size, m.num_heads
         ));
     }
-    let d = Dims {
+    Ok(Dims {
         hidden: m.hidden_size as usize,
         heads: m.num_heads as usize,
         ffn: m.ffn_hidden_size as usize,
         seq: req.seq_len.unwrap_or(m.seq_len) as usize,
         micro_batch: req.micro_batch as usize,
         vocab: m.vocab_size as usize,
-    };
+    })
+}
+
+/// Measure everything; errors are messages naming the flag.
+pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
+    let m = &req.model;
+    let d = dims_of(req)?;
     let (t, h, f, v) = (d.tokens(), d.hidden, d.ffn, d.vocab);
     // Largest buffer: the output layer's logits (T·V) and the attention probabilities.
     let biggest = (t * v).max(d.micro_batch * d.heads * d.seq * d.seq) as u128 * 4 * 4;
@@ -384,98 +392,31 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
         req.repeats,
     );
 
-    let layer_params = (3 * h * h + h * h + 2 * h * f) as u64;
-    let out_bytes = (4 * t * h) as u64;
-    let entry =
-        |name: String, fw: f64, bi: f64, bw: f64, wb: u64, ab: u64, ob: u64| ProfiledLayer {
-            name,
-            forward_ms: fw,
-            backward_ms: bi + bw,
-            backward_input_ms: Some(bi),
-            backward_weight_ms: Some(bw),
-            weight_bytes: wb,
-            activation_bytes: ab,
-            output_bytes: ob,
-        };
-    let mut layers = vec![entry(
-        "embedding".into(),
-        ef,
-        ei,
-        ew,
-        (4 * v * h) as u64,
-        (4 * t) as u64,
-        out_bytes,
-    )];
-    for l in 0..m.num_layers {
-        layers.push(entry(
-            format!("layer{l}"),
-            lf,
-            li,
-            lw,
-            4 * layer_params,
-            model::layer_activation_bytes(&d),
-            out_bytes,
-        ));
-    }
-    layers.push(entry(
-        "output".into(),
-        of,
-        oi,
-        ow,
-        (4 * h * v) as u64,
-        (4 * (t * h + t * v)) as u64,
-        0,
-    ));
     let threads = req.threads_per_device;
-    let layer_profile = LayerProfile {
-        source: Some(format!(
-            "pplan-exec profile --backend cpu: measured on {} with {} thread(s) per device, median of {} runs, f32; the executor's spec layer (executor/src/spec.rs: no GQA, no gated MLP, no normalisation) at hidden {h}, heads {}, ffn {f}, seq {}, vocab {v}; one layer measured, its times used for every layer",
-            cpu_name(),
-            threads,
-            req.repeats,
-            d.heads,
-            d.seq
-        )),
-        micro_batch: Some(req.micro_batch),
-        layers,
-    };
+    let layer_source = format!(
+        "pplan-exec profile --backend cpu: measured on {} with {} thread(s) per device, median of {} runs, f32; the executor's spec layer (executor/src/spec.rs: no GQA, no gated MLP, no normalisation) at hidden {h}, heads {}, ffn {f}, seq {}, vocab {v}; one layer measured, its times used for every layer",
+        cpu_name(),
+        threads,
+        req.repeats,
+        d.heads,
+        d.seq
+    );
 
     // GEMMs: square sizes for the fit, plus the layer's own shapes.
+    let squares = [32usize, 64, 128, 256, 512];
     let mut gemm_points = Vec::new();
-    let mut fit_pts = Vec::new();
-    for n in [32usize, 64, 128, 256, 512] {
-        let r = gemm_rate(n, n, n, threads, req.repeats);
-        gemm_points.push(GemmPoint {
-            m: n,
-            n,
-            k: n,
-            flops_per_s: r,
-        });
-        fit_pts.push(n);
-    }
-    for (mm, nn, kk) in [(t, 3 * h, h), (t, f, h), (t, h, f), (t, v, h)] {
-        let r = gemm_rate(mm, nn, kk, threads, req.repeats);
+    for (mm, nn, kk) in gemm_shapes(&squares, &d) {
         gemm_points.push(GemmPoint {
             m: mm,
             n: nn,
             k: kk,
-            flops_per_s: r,
+            flops_per_s: gemm_rate(mm, nn, kk, threads, req.repeats),
         });
     }
-    let peak = gemm_points
-        .iter()
-        .map(|g| g.flops_per_s)
-        .fold(0.0, f64::max);
-    let pts: Vec<(f64, f64)> = gemm_points
-        .iter()
-        .take(fit_pts.len())
-        .map(|g| (g.m as f64, g.flops_per_s / peak))
-        .collect();
-    let (emax, d0) = fit_gemm_efficiency(&pts);
     let bw = memory_bandwidth(req.repeats);
     let lat = transfer_one_way_s(1, req.repeats);
     let big = transfer_one_way_s(t * h, req.repeats);
-    let link_bw = (out_bytes as f64) / (big - lat).max(1e-9);
+    let out_bytes = (4 * t * h) as u64;
 
     let mut sources = BTreeMap::new();
     let mut src = |k: &str, v: String| {
@@ -492,64 +433,276 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
             .into(),
     );
     src(
-        "gpu.hbm_efficiency",
-        "1.0: the bandwidth above is already the achieved one (dimensionless)".into(),
-    );
-    src("gpu.gemm_efficiency_max", "FITTED: least squares of e_max (n/(n+d0))^3 to the measured square-GEMM rates over the best rate (dimensionless)".into());
-    src(
-        "gpu.gemm_half_dim",
-        "FITTED: d0 of the same fit (elements)".into(),
-    );
-    src(
         "node.gpus_per_node",
         "pipeline devices (threads) this profile is for: --devices (count)".into(),
     );
     src("node.nvlink_bandwidth_bytes_per_s", format!("measured: channel handoff (copy + mpsc) of a {out_bytes}-byte activation between two threads, bytes / (one-way time - latency) (bytes/s)"));
     src(
-        "node.nvlink_efficiency",
-        "1.0: the bandwidth above is already the achieved one (dimensionless)".into(),
-    );
-    src(
         "node.nvlink_latency_s",
         "measured: one-way time of a 1-element channel handoff between two threads (s)".into(),
     );
-    src(
-        "node.nics_per_node",
-        "one host: no network; set equal to the in-node channel (count)".into(),
-    );
-    src(
-        "node.nic_bandwidth_bytes_per_s",
-        "one host: no network; the measured channel bandwidth (bytes/s)".into(),
-    );
-    src("node.nic_efficiency", "1.0 (dimensionless)".into());
-    src(
-        "node.nic_latency_s",
-        "one host: the measured channel latency (s)".into(),
-    );
-    src(
-        "network.oversubscription",
-        "one host: non-blocking (ratio)".into(),
-    );
-    src("network.levels", "one host (count)".into());
-    src("network.nodes_per_leaf_switch", "one host (count)".into());
-    let hardware = Hardware {
-        name: "cpu-measured".into(),
+    assemble(Measurement {
+        dims: d,
+        num_layers: m.num_layers,
+        micro_batch: req.micro_batch,
+        weight_elem_bytes: 4,
+        layer: StageTimes {
+            f: lf,
+            i: li,
+            w: lw,
+        },
+        embedding: StageTimes {
+            f: ef,
+            i: ei,
+            w: ew,
+        },
+        output: StageTimes {
+            f: of,
+            i: oi,
+            w: ow,
+        },
+        gemm: gemm_points,
+        square_points: squares.len(),
+        memory_bandwidth_bytes_per_s: bw,
+        transfer_bytes: out_bytes,
+        transfer_big_s: big,
+        transfer_small_s: lat,
+        memory_bytes: host_memory_bytes() / req.devices as u64,
+        gpus_per_node: req.devices,
+        hardware_name: "cpu-measured".into(),
         description: format!(
             "Measured by pplan-exec profile --backend cpu on {}: each pipeline device is one OS thread ({} compute thread(s)) of one host; links are in-process channels.",
             cpu_name(),
             threads
         ),
+        device_name: cpu_name(),
+        layer_source,
+        sources,
+    })
+}
+
+/// F, I and W of one stage, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageTimes {
+    pub f: f64,
+    pub i: f64,
+    pub w: f64,
+}
+
+/// Everything a backend measured, before it becomes the two profiles. Both backends fill one
+/// and call [`assemble`], so the files they write have one format and one byte arithmetic.
+#[derive(Debug, Clone)]
+pub struct Measurement {
+    pub dims: Dims,
+    pub num_layers: u32,
+    pub micro_batch: u64,
+    /// Bytes per weight element in `weight_bytes` (4: f32, 2: bf16).
+    pub weight_elem_bytes: u64,
+    pub layer: StageTimes,
+    pub embedding: StageTimes,
+    pub output: StageTimes,
+    /// The square GEMMs first (`square_points` of them, `m = n = k`), then any others.
+    pub gemm: Vec<GemmPoint>,
+    pub square_points: usize,
+    pub memory_bandwidth_bytes_per_s: f64,
+    /// Bytes of the large transfer; its one-way time and that of a 1-element transfer (s).
+    pub transfer_bytes: u64,
+    pub transfer_big_s: f64,
+    pub transfer_small_s: f64,
+    pub memory_bytes: u64,
+    pub gpus_per_node: u32,
+    pub hardware_name: String,
+    pub description: String,
+    pub device_name: String,
+    /// The layer profile's `source` text.
+    pub layer_source: String,
+    /// `sources` entries for the measured fields, keyed `gpu.peak_flops_per_s` etc.: at least
+    /// `gpu.peak_flops_per_s`, `gpu.memory_bytes`, `gpu.hbm_bandwidth_bytes_per_s`,
+    /// `node.gpus_per_node`, `node.nvlink_bandwidth_bytes_per_s`, `node.nvlink_latency_s`;
+    /// the derived and fixed fields get their entries here.
+    pub sources: BTreeMap<String, String>,
+}
+
+/// The square GEMM sizes, then the layer's own shapes `(m, n, k)`: QKV `(T, 3h, h)`, MLP up
+/// `(T, f, h)`, MLP down `(T, h, f)`, output layer `(T, V, h)`.
+pub fn gemm_shapes(squares: &[usize], d: &Dims) -> Vec<(usize, usize, usize)> {
+    let (t, h, f, v) = (d.tokens(), d.hidden, d.ffn, d.vocab);
+    squares
+        .iter()
+        .map(|&n| (n, n, n))
+        .chain([(t, 3 * h, h), (t, f, h), (t, h, f), (t, v, h)])
+        .collect()
+}
+
+/// Link figures from two measured one-way times: latency = the 1-element time, bandwidth =
+/// `bytes / (t_big − latency)` (the time the bytes themselves took; floored at 1 ns).
+pub fn link_figures(bytes: u64, big_s: f64, small_s: f64) -> (f64, f64) {
+    (bytes as f64 / (big_s - small_s).max(1e-9), small_s)
+}
+
+/// (peak, e_max, d0): peak = the best measured rate; the fit is over the first `squares`
+/// points (square GEMMs) as fractions of the peak, see [`fit_gemm_efficiency`].
+pub fn gemm_fit(points: &[GemmPoint], squares: usize) -> (f64, f64, f64) {
+    let peak = points.iter().map(|g| g.flops_per_s).fold(0.0, f64::max);
+    let pts: Vec<(f64, f64)> = points
+        .iter()
+        .take(squares)
+        .map(|g| (g.m as f64, g.flops_per_s / peak))
+        .collect();
+    let (emax, d0) = fit_gemm_efficiency(&pts);
+    (peak, emax, d0)
+}
+
+/// Layer-profile entries: embedding, `num_layers` copies of the measured layer, output.
+/// Weights `weight_elem_bytes · params`; activations and transfers are f32 in both backends
+/// (the CUDA backend keeps activations in f32 and casts GEMM inputs to bf16 on the fly).
+pub fn layer_entries(
+    d: &Dims,
+    num_layers: u32,
+    weight_elem_bytes: u64,
+    layer: StageTimes,
+    embedding: StageTimes,
+    output: StageTimes,
+) -> Vec<ProfiledLayer> {
+    let (t, h, f, v) = (d.tokens(), d.hidden, d.ffn, d.vocab);
+    let layer_params = (3 * h * h + h * h + 2 * h * f) as u64;
+    let out_bytes = (4 * t * h) as u64;
+    let entry = |name: String, s: StageTimes, wb: u64, ab: u64, ob: u64| ProfiledLayer {
+        name,
+        forward_ms: s.f,
+        backward_ms: s.i + s.w,
+        backward_input_ms: Some(s.i),
+        backward_weight_ms: Some(s.w),
+        weight_bytes: wb,
+        activation_bytes: ab,
+        output_bytes: ob,
+    };
+    let mut layers = vec![entry(
+        "embedding".into(),
+        embedding,
+        weight_elem_bytes * (v * h) as u64,
+        (4 * t) as u64,
+        out_bytes,
+    )];
+    for l in 0..num_layers {
+        layers.push(entry(
+            format!("layer{l}"),
+            layer,
+            weight_elem_bytes * layer_params,
+            model::layer_activation_bytes(d),
+            out_bytes,
+        ));
+    }
+    layers.push(entry(
+        "output".into(),
+        output,
+        weight_elem_bytes * (h * v) as u64,
+        (4 * (t * h + t * v)) as u64,
+        0,
+    ));
+    layers
+}
+
+fn check_measured(what: &str, v: f64, positive: bool) -> Result<(), String> {
+    if !v.is_finite() || v < 0.0 || (positive && v == 0.0) {
+        return Err(format!(
+            "measurement '{what}' is {v}; expected a finite number {}",
+            if positive { "> 0" } else { ">= 0" }
+        ));
+    }
+    Ok(())
+}
+
+/// The two profiles and the summary from a [`Measurement`]; both files are read back with the
+/// planner's own readers before they are returned. Pure: no clock, no device.
+pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
+    for (what, s, pos) in [
+        ("layer", m.layer, true),
+        ("embedding", m.embedding, false),
+        ("output", m.output, false),
+    ] {
+        check_measured(&format!("{what} F (ms)"), s.f, pos)?;
+        check_measured(&format!("{what} I (ms)"), s.i, pos)?;
+        check_measured(&format!("{what} W (ms)"), s.w, false)?;
+    }
+    if m.gemm.is_empty() || m.square_points == 0 {
+        return Err("no GEMM was measured".into());
+    }
+    for g in &m.gemm {
+        check_measured(
+            &format!("GEMM {}x{}x{} (FLOP/s)", g.m, g.n, g.k),
+            g.flops_per_s,
+            true,
+        )?;
+    }
+    check_measured(
+        "memory bandwidth (bytes/s)",
+        m.memory_bandwidth_bytes_per_s,
+        true,
+    )?;
+    check_measured("transfer one-way time (s)", m.transfer_big_s, true)?;
+    check_measured("transfer latency (s)", m.transfer_small_s, true)?;
+    let (peak, emax, d0) = gemm_fit(&m.gemm, m.square_points);
+    let (link_bw, lat) = link_figures(m.transfer_bytes, m.transfer_big_s, m.transfer_small_s);
+    let layers = layer_entries(
+        &m.dims,
+        m.num_layers,
+        m.weight_elem_bytes,
+        m.layer,
+        m.embedding,
+        m.output,
+    );
+    let layer_profile = LayerProfile {
+        source: Some(m.layer_source.clone()),
+        micro_batch: Some(m.micro_batch),
+        layers,
+    };
+    let mut sources = m.sources.clone();
+    let mut fixed = |k: &str, v: &str| {
+        sources
+            .entry(k.to_string())
+            .or_insert_with(|| v.to_string());
+    };
+    fixed(
+        "gpu.hbm_efficiency",
+        "1.0: the bandwidth above is already the achieved one (dimensionless)",
+    );
+    fixed("gpu.gemm_efficiency_max", "FITTED: least squares of e_max (n/(n+d0))^3 to the measured square-GEMM rates over the best rate (dimensionless)");
+    fixed("gpu.gemm_half_dim", "FITTED: d0 of the same fit (elements)");
+    fixed(
+        "node.nvlink_efficiency",
+        "1.0: the bandwidth above is already the achieved one (dimensionless)",
+    );
+    fixed(
+        "node.nics_per_node",
+        "one host: no network; set equal to the in-node link (count)",
+    );
+    fixed(
+        "node.nic_bandwidth_bytes_per_s",
+        "one host: no network; the measured in-node link bandwidth (bytes/s)",
+    );
+    fixed("node.nic_efficiency", "1.0 (dimensionless)");
+    fixed(
+        "node.nic_latency_s",
+        "one host: the measured in-node link latency (s)",
+    );
+    fixed("network.oversubscription", "one host: non-blocking (ratio)");
+    fixed("network.levels", "one host (count)");
+    fixed("network.nodes_per_leaf_switch", "one host (count)");
+    let hardware = Hardware {
+        name: m.hardware_name.clone(),
+        description: m.description.clone(),
         gpu: Gpu {
-            name: cpu_name(),
+            name: m.device_name.clone(),
             peak_flops_per_s: peak,
-            memory_bytes: host_memory_bytes() / req.devices as u64,
-            hbm_bandwidth_bytes_per_s: bw,
+            memory_bytes: m.memory_bytes,
+            hbm_bandwidth_bytes_per_s: m.memory_bandwidth_bytes_per_s,
             hbm_efficiency: 1.0,
             gemm_efficiency_max: emax,
             gemm_half_dim: d0,
         },
         node: Node {
-            gpus_per_node: req.devices,
+            gpus_per_node: m.gpus_per_node,
             nvlink_bandwidth_bytes_per_s: link_bw,
             nvlink_efficiency: 1.0,
             nvlink_latency_s: lat,
@@ -567,25 +720,25 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
         sources,
         fitted: vec!["gpu.gemm_efficiency_max".into(), "gpu.gemm_half_dim".into()],
     };
-    // The file must read back with the planner's own reader.
+    // The files must read back with the planner's own readers.
     let text = serde_json::to_string(&hardware).map_err(|e| e.to_string())?;
     Hardware::from_json(&text, "measured hardware profile")
         .map_err(|e| format!("internal: measured hardware profile does not validate: {e}"))?;
     LayerProfile::from_json(&layer_profile.to_json(), "measured layer profile")
         .map_err(|e| format!("internal: measured layer profile does not validate: {e}"))?;
     let summary = ProfileSummary {
-        layer_forward_ms: lf,
-        layer_backward_input_ms: li,
-        layer_backward_weight_ms: lw,
-        embedding_forward_ms: ef,
-        output_forward_ms: of,
-        output_backward_ms: oi + ow,
-        gemm: gemm_points,
+        layer_forward_ms: m.layer.f,
+        layer_backward_input_ms: m.layer.i,
+        layer_backward_weight_ms: m.layer.w,
+        embedding_forward_ms: m.embedding.f,
+        output_forward_ms: m.output.f,
+        output_backward_ms: m.output.i + m.output.w,
+        gemm: m.gemm,
         peak_flops_per_s: peak,
         gemm_efficiency_max: emax,
         gemm_half_dim: d0,
-        memory_bandwidth_bytes_per_s: bw,
-        transfer_bytes: out_bytes,
+        memory_bandwidth_bytes_per_s: m.memory_bandwidth_bytes_per_s,
+        transfer_bytes: m.transfer_bytes,
         transfer_bandwidth_bytes_per_s: link_bw,
         transfer_latency_s: lat,
     };
@@ -611,5 +764,154 @@ mod tests {
             (e - 0.8).abs() < 1e-3 && (d0 - 40.0).abs() < 0.5,
             "{e} {d0}"
         );
+    }
+
+    fn fake(d: Dims) -> Measurement {
+        let mut sources = BTreeMap::new();
+        sources.insert("gpu.peak_flops_per_s".to_string(), "fake".to_string());
+        let gemm = gemm_shapes(&[256, 512, 1024], &d)
+            .into_iter()
+            .map(|(m, n, k)| GemmPoint {
+                m,
+                n,
+                k,
+                // The square points follow e(n) = 0.9 (n/(n+100))^3 of 1e15.
+                flops_per_s: if m == n && n == k {
+                    1e15 * 0.9 * (m as f64 / (m as f64 + 100.0)).powi(3)
+                } else {
+                    9e14
+                },
+            })
+            .collect();
+        Measurement {
+            dims: d,
+            num_layers: 4,
+            micro_batch: 2,
+            weight_elem_bytes: 2,
+            layer: StageTimes {
+                f: 1.0,
+                i: 1.2,
+                w: 0.8,
+            },
+            embedding: StageTimes {
+                f: 0.1,
+                i: 0.0,
+                w: 0.05,
+            },
+            output: StageTimes {
+                f: 0.5,
+                i: 0.4,
+                w: 0.3,
+            },
+            gemm,
+            square_points: 3,
+            memory_bandwidth_bytes_per_s: 3e12,
+            transfer_bytes: 4 * 16 * 64,
+            transfer_big_s: 12e-6,
+            transfer_small_s: 2e-6,
+            memory_bytes: 80 << 30,
+            gpus_per_node: 2,
+            hardware_name: "fake".into(),
+            description: "fake timings".into(),
+            device_name: "FakeGPU".into(),
+            layer_source: "fake".into(),
+            sources,
+        }
+    }
+
+    fn dims() -> Dims {
+        Dims {
+            hidden: 64,
+            heads: 4,
+            ffn: 256,
+            seq: 8,
+            micro_batch: 2,
+            vocab: 100,
+        }
+    }
+
+    #[test]
+    fn link_figures_subtract_the_latency() {
+        // 1 MB in 12 us with 2 us latency: 1e6 / 10e-6 = 1e11 B/s.
+        let (bw, lat) = link_figures(1_000_000, 12e-6, 2e-6);
+        assert!((bw - 1e11).abs() < 1.0, "{bw}");
+        assert_eq!(lat, 2e-6);
+        // A big transfer no slower than the latency still gives a finite bandwidth.
+        assert!(link_figures(100, 1e-6, 1e-6).0.is_finite());
+    }
+
+    #[test]
+    fn gemm_shapes_are_squares_then_the_layer_shapes() {
+        let d = dims();
+        let s = gemm_shapes(&[32, 64], &d);
+        assert_eq!(
+            s,
+            vec![
+                (32, 32, 32),
+                (64, 64, 64),
+                (16, 192, 64),
+                (16, 256, 64),
+                (16, 64, 256),
+                (16, 100, 64)
+            ]
+        );
+    }
+
+    #[test]
+    fn assemble_turns_fake_timings_into_files_the_planner_reads() {
+        let out = assemble(fake(dims())).unwrap();
+        let lp = LayerProfile::from_json(&out.layers.to_json(), "layers").unwrap();
+        assert_eq!(lp.layers.len(), 4 + 2);
+        assert_eq!(lp.layers[2].forward_ms, 1.0);
+        assert_eq!(lp.layers[2].backward_ms, 2.0);
+        assert_eq!(lp.layers[2].backward_input_ms, Some(1.2));
+        // bf16 weights: 2 bytes per parameter of 4h² + 2hf.
+        assert_eq!(lp.layers[2].weight_bytes, 2 * (4 * 64 * 64 + 2 * 64 * 256));
+        assert_eq!(lp.layers[0].weight_bytes, 2 * 100 * 64);
+        assert_eq!(lp.layers[5].output_bytes, 0);
+        assert_eq!(lp.layers[1].output_bytes, 4 * 16 * 64);
+        let text = serde_json::to_string(&out.hardware).unwrap();
+        let hw = Hardware::from_json(&text, "hw").unwrap();
+        assert_eq!(hw.gpu.peak_flops_per_s, 9e14, "peak = best measured rate");
+        assert_eq!(hw.node.gpus_per_node, 2);
+        assert_eq!(hw.gpu.memory_bytes, 80 << 30);
+        // bandwidth = 4096 B / (12 - 2) us.
+        assert!((hw.node.nvlink_bandwidth_bytes_per_s - 4096.0 / 10e-6).abs() < 1e-3);
+        assert_eq!(hw.node.nvlink_latency_s, 2e-6);
+        assert_eq!(
+            hw.sources["gpu.peak_flops_per_s"], "fake",
+            "backend's text kept"
+        );
+        assert!(
+            hw.sources.contains_key("network.levels"),
+            "fixed fields described"
+        );
+        // Fit over the squares only, as fractions of the 9e14 peak: e_max = 0.9·1e15/9e14 = 1.
+        assert!(
+            (hw.gpu.gemm_half_dim - 100.0).abs() < 1.0,
+            "{}",
+            hw.gpu.gemm_half_dim
+        );
+        assert!((hw.gpu.gemm_efficiency_max - 1.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn assemble_refuses_non_finite_or_missing_measurements() {
+        let mut m = fake(dims());
+        m.layer.f = f64::NAN;
+        let e = assemble(m).err().unwrap();
+        assert!(e.contains("layer F"), "{e}");
+        let mut m = fake(dims());
+        m.layer.i = 0.0;
+        assert!(assemble(m).err().unwrap().contains("layer I"));
+        let mut m = fake(dims());
+        m.gemm[0].flops_per_s = 0.0;
+        assert!(assemble(m).err().unwrap().contains("GEMM 256x256x256"));
+        let mut m = fake(dims());
+        m.memory_bandwidth_bytes_per_s = f64::INFINITY;
+        assert!(assemble(m).err().unwrap().contains("memory bandwidth"));
+        let mut m = fake(dims());
+        m.gemm.clear();
+        assert!(assemble(m).err().unwrap().contains("no GEMM"));
     }
 }

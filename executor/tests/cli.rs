@@ -232,3 +232,39 @@ fn profile_writes_files_the_planner_reads() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("--micro-batch"));
 }
+
+#[test]
+fn profile_cuda_without_a_gpu_exits_2_with_the_reason() {
+    let (lp, hp) = (tmp("cuda-layers.json"), tmp("cuda-hw.json"));
+    let o = exe()
+        .args([
+            "profile",
+            "--backend",
+            "cuda",
+            "--model",
+            "gpt-1.7b",
+            "--micro-batch",
+            "1",
+            "--seq-len",
+            "64",
+            "--repeats",
+            "1",
+            "--out-profile",
+        ])
+        .arg(&lp)
+        .arg("--out-hardware")
+        .arg(&hp)
+        .output()
+        .unwrap();
+    if o.status.success() {
+        // A GPU machine: the files must read back.
+        pplan::hardware::Hardware::from_json(&std::fs::read_to_string(&hp).unwrap(), "hw").unwrap();
+        return;
+    }
+    let err = text(&o).1;
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--backend cuda") && err.contains("CUDA") && !err.contains("own profiler"),
+        "{err}"
+    );
+}

@@ -67,6 +67,7 @@ const K_SOFTMAX_FWD: usize = 5;
 const K_SOFTMAX_BWD: usize = 6;
 const K_XENT: usize = 7;
 const K_SGD: usize = 8;
+const K_AXPY: usize = 9;
 
 impl Gpu {
     pub fn new(
@@ -1699,6 +1700,95 @@ impl CudaWorker {
         self.flush_spans(spans, false)
     }
 
+    // ----- calibration (`pplan-exec profile --backend cuda`, see cuda/calibrate.rs) -----
+
+    /// Waits for all issued work and moves every pending span into `spans`.
+    pub(crate) fn drain_spans(&mut self, spans: &mut Vec<Span>) -> Result<(), ExecError> {
+        self.sync_all()?;
+        self.flush_spans(spans, true)
+    }
+
+    /// Seconds of one row-major `(m, n, k)` GEMM `C = A·B` issued through the same cuBLAS call
+    /// as the layers' (inputs in the worker's dtype, f32 accumulation and output): one untimed
+    /// call, then `calls` back-to-back calls between two CUDA events; the mean.
+    pub(crate) fn time_gemm(
+        &mut self,
+        (m, n, k): (usize, usize, usize),
+        calls: u32,
+    ) -> Result<f64, ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
+        let cs = self.compute.clone();
+        let fill = |len: usize, seed: u64| -> Vec<f32> {
+            let mut r = crate::spec::SplitMix64::new(seed);
+            (0..len).map(|_| r.next_signed_unit()).collect()
+        };
+        let a = cs.clone_htod(&fill(m * k, 1)).map_err(drv)?;
+        let b = cs.clone_htod(&fill(k * n, 2)).map_err(drv)?;
+        let c = self.alloc(m * n)?;
+        let (ao, bo) = (self.opnd(&a)?, self.opnd(&b)?);
+        let cp = dptr(&c, &cs);
+        let run = |w: &Self| {
+            w.gemm(
+                false,
+                false,
+                (m, n, k),
+                ao.ptr,
+                k,
+                bo.ptr,
+                n,
+                cp,
+                n,
+                1.0,
+                0.0,
+                None,
+            )
+        };
+        run(self)?;
+        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
+        e0.record(&cs).map_err(drv)?;
+        for _ in 0..calls.max(1) {
+            run(self)?;
+        }
+        e1.record(&cs).map_err(drv)?;
+        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
+        cs.synchronize().map_err(drv)?;
+        drop((a, b, c, ao, bo));
+        Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+    }
+
+    /// Seconds of one `y += a·x` pass over `n` f32 elements (the `axpy` kernel): one untimed
+    /// pass, then `calls` passes between two CUDA events; the mean.
+    pub(crate) fn time_axpy(&mut self, n: usize, calls: u32) -> Result<f64, ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
+        let cs = self.compute.clone();
+        let x = cs.alloc_zeros::<f32>(n).map_err(drv)?;
+        let y = cs.alloc_zeros::<f32>(n).map_err(drv)?;
+        let (xp, yp, a, nn) = (dptr(&x, &cs), dptr(&y, &cs), 1e-3f32, n as i64);
+        let (blocks, threads) = elementwise_config(n);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let launch = || -> Result<(), ExecError> {
+            let mut lb = cs.launch_builder(&self.gpu.funcs[K_AXPY]);
+            lb.arg(&xp).arg(&yp).arg(&a).arg(&nn);
+            unsafe { lb.launch(cfg) }.map_err(drv)?;
+            Ok(())
+        };
+        launch()?;
+        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
+        e0.record(&cs).map_err(drv)?;
+        for _ in 0..calls.max(1) {
+            launch()?;
+        }
+        e1.record(&cs).map_err(drv)?;
+        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
+        cs.synchronize().map_err(drv)?;
+        drop((x, y));
+        Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+    }
+
     fn sync_all(&mut self) -> Result<(), ExecError> {
         self.gpu.ctx.bind_to_thread().map_err(drv)?;
         self.compute.synchronize().map_err(drv)?;
@@ -1845,4 +1935,54 @@ impl DeviceWorker for CudaWorker {
         let _ = self.compute.memset_zeros(&mut self.loss);
         v
     }
+}
+
+/// Seconds of one copy of `elems` f32 from GPU `src` to GPU `dst` as the in-process link does
+/// it: `cuMemcpyPeerAsync` between two GPUs, `cuMemcpyDtoDAsync` when both are the same GPU
+/// (pipeline devices sharing it). One untimed copy, then `calls` back-to-back copies on a
+/// stream of `dst` between two CUDA events; the mean.
+pub(crate) fn time_copy(src: &Gpu, dst: &Gpu, elems: usize, calls: u32) -> Result<f64, ExecError> {
+    let ss = src.ctx.new_stream().map_err(drv)?;
+    let from = ss.alloc_zeros::<f32>(elems.max(1)).map_err(drv)?;
+    ss.synchronize().map_err(drv)?;
+    let ds = dst.ctx.new_stream().map_err(drv)?;
+    let to = ds.alloc_zeros::<f32>(elems.max(1)).map_err(drv)?;
+    let (sp, dp) = (dptr(&from, &ss), dptr(&to, &ds));
+    let bytes = 4 * elems.max(1);
+    let copy = || -> Result<(), ExecError> {
+        dst.ctx.bind_to_thread().map_err(drv)?;
+        unsafe {
+            if src.ordinal == dst.ordinal {
+                drv_result::memcpy_dtod_async(dp, sp, bytes, ds.cu_stream())
+            } else {
+                drv_result::memcpy_peer_async(
+                    dst.ctx.cu_ctx(),
+                    dp,
+                    src.ctx.cu_ctx(),
+                    sp,
+                    bytes,
+                    ds.cu_stream(),
+                )
+            }
+        }
+        .map_err(drv)
+    };
+    copy()?;
+    let e0 = dst
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(drv)?;
+    let e1 = dst
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(drv)?;
+    e0.record(&ds).map_err(drv)?;
+    for _ in 0..calls.max(1) {
+        copy()?;
+    }
+    e1.record(&ds).map_err(drv)?;
+    let ms = e0.elapsed_ms(&e1).map_err(drv)?;
+    ds.synchronize().map_err(drv)?;
+    drop((from, to));
+    Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
 }

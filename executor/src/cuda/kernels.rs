@@ -7,7 +7,7 @@
 //! block per row and shared-memory tree reductions.
 
 /// Names of the kernels in [`SOURCE`], in the order [`crate::cuda::device`] loads them.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "cast_bf16",
     "embed_fwd",
     "embed_bwd",
@@ -17,6 +17,7 @@ pub const NAMES: [&str; 9] = [
     "softmax_causal_bwd",
     "xent_fwd_bwd",
     "sgd_zero",
+    "axpy",
 ];
 
 /// The kernels. Layouts are row-major as in `spec.rs`.
@@ -159,6 +160,14 @@ extern "C" __global__ void sgd_zero(float* w, float* g, float lr, long long n) {
          i += (long long)gridDim.x * blockDim.x) {
         w[i] -= lr * g[i];
         g[i] = 0.0f;
+    }
+}
+
+// y += a * x: the memory-bound probe of `pplan-exec profile --backend cuda` (12 bytes/element).
+extern "C" __global__ void axpy(const float* x, float* y, float a, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        y[i] += a * x[i];
     }
 }
 "#;

@@ -10,6 +10,7 @@
 //!   ordering arithmetic; `env`: the torchrun/Slurm environment and the NCCL-id rendezvous;
 //! - `reference`: an independent host f32 implementation of `spec.rs`, the GPU tests' oracle.
 
+pub mod calibrate;
 mod device;
 pub mod env;
 pub mod kernels;
