@@ -86,7 +86,10 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
     // One file per call: tests run in parallel and several build this profile.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = tmp(&format!("cm-{}-{n}.json", if with_ends { "ends" } else { "layers" }));
+    let path = tmp(&format!(
+        "cm-{}-{n}.json",
+        if with_ends { "ends" } else { "layers" }
+    ));
     std::fs::write(&path, p.to_json()).unwrap();
     (
         path.display().to_string(),
