@@ -8,15 +8,15 @@
 //!
 //! `cargo bench --bench partition` (add `--features highs` for the HiGHS rows)
 
-use pplan::partition::{self, Backend, IlpOptions, Layer, Link, Problem};
-use pplan::profile::LayerProfile;
+use pplan::inputs::profile::LayerProfile;
+use pplan::plan::partition::{self, Backend, IlpOptions, Layer, Link, Problem};
 
 fn main() {
     divan::main();
 }
 
 fn links(pb: &mut Problem) {
-    let hw = pplan::hardware::Hardware::bundled("a100-80gb").unwrap();
+    let hw = pplan::inputs::hardware::Hardware::bundled("a100-80gb").unwrap();
     pb.gpus_per_node = 1;
     pb.intra_node = Link {
         bandwidth_bytes_per_s: hw.nvlink_bytes_per_s(),

@@ -4,9 +4,9 @@
 //!
 //! `cargo bench --bench predict`
 
-use pplan::hardware::Hardware;
-use pplan::model::Model;
-use pplan::predict::{predict, PredictRequest};
+use pplan::inputs::hardware::Hardware;
+use pplan::inputs::model::Model;
+use pplan::plan::predict::{predict, PredictRequest};
 
 fn main() {
     divan::main();

@@ -7,10 +7,10 @@
 //! ones are ordered by a proven lower bound and simulated best first). The counts are printed
 //! once on stderr so the rates of each stage can be derived.
 
-use pplan::hardware::Hardware;
-use pplan::model::Model;
-use pplan::predict::{predict, PredictRequest};
-use pplan::search::{search, SearchRequest};
+use pplan::inputs::hardware::Hardware;
+use pplan::inputs::model::Model;
+use pplan::plan::predict::{predict, PredictRequest};
+use pplan::plan::search::{search, SearchRequest};
 
 fn main() {
     let hw = Hardware::bundled("a100-80gb").unwrap();

@@ -7,8 +7,8 @@
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use pplan::generators::{interleaved_1f1b, one_f_one_b};
-use pplan::ir::Schedule;
+use pplan::schedule::generators::{interleaved_1f1b, one_f_one_b};
+use pplan::schedule::ir::Schedule;
 use pplan::sim::{simulate, Costs, SimOptions, UnitCosts};
 
 fn main() {

@@ -3,9 +3,10 @@
 //! `cargo run --example gantt -- OUT_DIR [svg|png]` writes charts of 1F1B, interleaved 1F1B,
 //! GPipe and a split-backward (I/W) variant of 1F1B into `OUT_DIR` (PNG unless `svg` is given).
 
-use pplan::gantt::{write_file, GanttOptions};
+use pplan::report::gantt::{write_file, GanttOptions};
+use pplan::schedule::generators;
 use pplan::sim::{simulate, Costs, SimOptions, UnitCosts};
-use pplan::{generators, Action, Kind, Schedule};
+use pplan::{Action, Kind, Schedule};
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

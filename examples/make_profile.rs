@@ -12,11 +12,11 @@
 //! (2 b s h / t bytes). Layers: the input embedding, every transformer layer, and the output
 //! layer (final norm, logits, cross-entropy) with its tied embedding copy; full recompute.
 
-use pplan::cost::{BlockCost, CostModel, CostOptions, Layout, Recompute};
-use pplan::hardware::Hardware;
-use pplan::memory::{self, ActDims};
-use pplan::model::Model;
-use pplan::profile::{LayerProfile, ProfiledLayer};
+use pplan::cost::memory::{self, ActDims};
+use pplan::cost::{BlockCost, CostModel, Layout, Recompute, Stack};
+use pplan::inputs::hardware::Hardware;
+use pplan::inputs::model::Model;
+use pplan::inputs::profile::{LayerProfile, ProfiledLayer};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,7 +52,7 @@ fn main() {
             sequence_parallel: false,
             recompute,
         },
-        options: CostOptions::default(),
+        stack: Stack::default(),
     };
     let dims = ActDims::new(&model, b, tp);
     let (s, h) = (model.seq_len, model.hidden_size);

@@ -5,9 +5,9 @@
 //!
 //! `cargo run --release --example search_table1` prints the Markdown table in docs/validation.md.
 
-use pplan::hardware::Hardware;
-use pplan::search::{search, Pins, SearchRequest};
-use pplan::validation::{megatron_rows, row_model};
+use pplan::inputs::hardware::Hardware;
+use pplan::plan::search::{search, Pins, SearchRequest};
+use pplan::report::validation::{megatron_rows, row_model};
 
 fn main() {
     let hw = Hardware::bundled("a100-80gb").expect("bundled profile");
@@ -47,7 +47,7 @@ fn main() {
             }
             req.top *= 4;
         }
-        let describe = |p: &pplan::predict::Prediction| {
+        let describe = |p: &pplan::plan::predict::Prediction| {
             format!(
                 "t={} p={} d={} b={} {} v={} {} SP {} ZeRO-1 {}",
                 p.tp,

@@ -4,8 +4,8 @@
 //! prints the Markdown table used in docs/validation.md and, with `--svg`, draws the plot.
 
 use plotters::prelude::*;
-use pplan::hardware::Hardware;
-use pplan::validation::{validate_megatron, Comparison};
+use pplan::inputs::hardware::Hardware;
+use pplan::report::validation::{validate_megatron, Comparison};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -3,8 +3,8 @@
 //!
 //! Run: `cargo run --release --example zero_bubble_table`
 
-use pplan::generators::{generate, GenParams, ScheduleName};
-use pplan::schedule_search::{paper_bubble_rate, search, SearchParams};
+use pplan::plan::schedule_search::{paper_bubble_rate, search, SearchParams};
+use pplan::schedule::generators::{generate, GenParams, ScheduleName};
 use pplan::sim::{simulate, Costs, SimOptions, UnitCosts};
 use std::time::Instant;
 

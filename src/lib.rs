@@ -1,30 +1,26 @@
 //! pplan: a discrete-event simulator and planner for pipeline-parallel training.
 //!
-//! The crate is a library first; `src/main.rs` is a thin CLI over it. The map of modules and
-//! the invariants each keeps are in `docs/ARCHITECTURE.md`.
+//! The crate is a library first; `src/main.rs` and `src/cli/` are a thin command-line front
+//! end over it. Its parts stand in layers, each importing only the ones below it
+//! (docs/ARCHITECTURE.md draws the map; `tests/layering.rs` checks it):
+//!
+//! | layer | folder | owns |
+//! |---|---|---|
+//! | 4 | [`report`] | Gantt charts, Chrome traces, predicted-vs-measured comparison, published runs |
+//! | 3 | [`plan`] | predict, configuration search, partitioner, schedule search, plan file, emit |
+//! | 2 | [`sim`], [`cost`] | the discrete-event engine; compute, network and memory models |
+//! | 1 | [`schedule`], [`inputs`] | the schedule as data; model, hardware and layer-profile inputs |
+//!
+//! The most used types are re-exported here.
 
-pub mod compare;
 pub mod cost;
-pub mod csv;
-pub mod emit;
-pub mod gantt;
-pub mod generators;
-pub mod hardware;
-pub mod ir;
-pub mod memory;
-pub mod model;
-pub mod partition;
+pub mod inputs;
 pub mod plan;
-pub mod predict;
-pub mod profile;
-pub mod schedule_search;
-pub mod search;
+pub mod report;
+pub mod schedule;
 pub mod sim;
-pub mod trace;
-pub mod validate;
-pub mod validation;
 
-pub use generators::{generate, GenParams, ScheduleName};
-pub use ir::{Action, Kind, Placement, Schedule, WeightUpdate};
+pub use schedule::generators::{generate, GenParams, ScheduleName};
+pub use schedule::ir::{Action, Kind, Placement, Schedule, WeightUpdate};
+pub use schedule::validate::validate;
 pub use sim::{simulate, Costs, SimOptions, SimResult, StageCost, Timeline, UnitCosts};
-pub use validate::validate;

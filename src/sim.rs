@@ -23,8 +23,8 @@
 //! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
 //!   the device's compute and all its reductions. It counts as busy compute time.
 
-use crate::ir::{Action, Kind, Schedule, WeightUpdate};
-use crate::validate::{self, Stuck, ValidationError};
+use crate::schedule::ir::{Action, Kind, Schedule, WeightUpdate};
+use crate::schedule::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 

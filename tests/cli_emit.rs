@@ -3,12 +3,12 @@
 
 mod common;
 use common::pplan;
-use pplan::generators::{generate, GenParams, ScheduleName};
-use pplan::ir::Placement;
-use pplan::plan::{
-    even_split, stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT,
-    PLAN_VERSION,
+use pplan::inputs::profile::even_split;
+use pplan::plan::plan_file::{
+    stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT, PLAN_VERSION,
 };
+use pplan::schedule::generators::{generate, GenParams, ScheduleName};
+use pplan::schedule::ir::Placement;
 use std::path::PathBuf;
 
 fn tmp(name: &str) -> PathBuf {
@@ -239,10 +239,12 @@ fn executor_and_csv_targets() {
     let (code, out, err) = emit(&path, "csv");
     assert_eq!(code, 0, "{err}");
     let sch = generate(ScheduleName::OneFOneB, GenParams::new(4, 8)).unwrap();
-    assert_eq!(out, pplan::csv::write_torch(&sch));
+    assert_eq!(out, pplan::schedule::csv::write_torch(&sch));
     assert!(out.starts_with("0F0,0F1,0F2,0F3,0B0,"), "{out}");
     assert_eq!(
-        pplan::csv::parse(&out, Placement::Loop).unwrap().devices,
+        pplan::schedule::csv::parse(&out, Placement::Loop)
+            .unwrap()
+            .devices,
         sch.devices
     );
 }

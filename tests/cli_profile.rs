@@ -4,11 +4,11 @@
 
 mod common;
 use common::{json, pplan};
-use pplan::cost::{BlockCost, CostModel, CostOptions, Layout, Recompute};
-use pplan::hardware::Hardware;
-use pplan::memory::{self, ActDims};
-use pplan::model::Model;
-use pplan::profile::{LayerProfile, ProfiledLayer};
+use pplan::cost::memory::{self, ActDims};
+use pplan::cost::{BlockCost, CostModel, Layout, Recompute, Stack};
+use pplan::inputs::hardware::Hardware;
+use pplan::inputs::model::Model;
+use pplan::inputs::profile::{LayerProfile, ProfiledLayer};
 use std::path::PathBuf;
 
 fn tmp(name: &str) -> PathBuf {
@@ -52,7 +52,7 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
         model: &model,
         hw: &hw,
         layout,
-        options: CostOptions::default(),
+        stack: Stack::default(),
     };
     let dims = ActDims::new(&model, 1, 1);
     let act = memory::layer_activation_bytes(dims, Recompute::None, false);

@@ -3,7 +3,7 @@
 
 mod common;
 use common::{json, pplan};
-use pplan::plan::Plan;
+use pplan::plan::plan_file::Plan;
 
 /// The output with the `elapsed_s` field (the only non-deterministic one) cut out.
 fn without_elapsed(stdout: &str) -> String {

@@ -2,9 +2,10 @@
 //! liveness verdict agrees with what the simulator does. proptest prints the failing input
 //! (and persists its seed) on failure.
 
-use pplan::ir::{Action, Kind, Placement, Schedule, WeightUpdate};
+use pplan::schedule::ir::{Action, Kind, Placement, Schedule, WeightUpdate};
+use pplan::schedule::{csv, generators};
 use pplan::sim::{simulate, Costs, SimError, SimOptions, UnitCosts};
-use pplan::{csv, generators, validate};
+use pplan::validate;
 use proptest::prelude::*;
 
 fn costs_for(s: &Schedule, p2p_ns: u64) -> Costs {
@@ -101,7 +102,7 @@ proptest! {
         }
         match validate(&s) {
             Ok(()) => { simulate(&s, &costs_for(&s, 2), options()).unwrap(); }
-            Err(pplan::validate::ValidationError::Deadlock { stuck }) => {
+            Err(pplan::schedule::validate::ValidationError::Deadlock { stuck }) => {
                 prop_assert!(!stuck.is_empty());
                 for st in &stuck {
                     prop_assert_ne!(st.action, st.waits_for);

@@ -1,11 +1,11 @@
 //! Gantt rendering through the public API: legend, PNG header, file dispatch by extension,
 //! degenerate timelines, determinism. No timing assertions.
 
-use pplan::gantt::{
+use pplan::report::gantt::{
     chart_size_px, render_png, render_svg, write_file, GanttError, GanttOptions, AUTO_WIDTH_MAX_PX,
 };
-use pplan::generators;
-use pplan::ir::{Action, Schedule};
+use pplan::schedule::generators;
+use pplan::schedule::ir::{Action, Schedule};
 use pplan::sim::{simulate, Costs, SimOptions, Span, Stream, Timeline, UnitCosts};
 use std::path::PathBuf;
 

@@ -1,8 +1,8 @@
 //! Every generator over the whole grid p in 1..=8, m in 1..=32 (and v in 1..=4 where it
 //! applies), with the validator, the papers' closed forms and the memory bounds as oracles.
 
-use pplan::generators::{self, GenParams, ScheduleName};
-use pplan::ir::WeightUpdate;
+use pplan::schedule::generators::{self, GenParams, ScheduleName};
+use pplan::schedule::ir::WeightUpdate;
 use pplan::sim::{simulate, Costs, SimOptions, SimResult, UnitCosts};
 use pplan::{validate, Schedule};
 

@@ -3,8 +3,8 @@
 //! hardware TFLOP/s per GPU is within 6% of the published value, and the mean absolute error
 //! over the ten rows is at most 3%.
 
-use pplan::hardware::Hardware;
-use pplan::validation::validate_megatron;
+use pplan::inputs::hardware::Hardware;
+use pplan::report::validation::validate_megatron;
 
 #[test]
 fn megatron_2021_table1_within_6_percent_mae_3_percent() {

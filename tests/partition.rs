@@ -2,7 +2,7 @@
 //! assignment) for the DP, and the DP for the ILP (with and without the DP's seed, so the ILP's
 //! agreement does not rest on the DP's bound). Failing cases print proptest's seed and input.
 
-use pplan::partition::{
+use pplan::plan::partition::{
     self, evaluate, IlpOptions, InFlight, Layer, Link, PartitionError, Problem, TIE_TOLERANCE,
 };
 use proptest::prelude::*;
@@ -167,11 +167,11 @@ proptest! {
 }
 
 fn uniform(n: usize, p: usize) -> Problem {
-    let profile = pplan::profile::LayerProfile {
+    let profile = pplan::inputs::profile::LayerProfile {
         source: None,
         micro_batch: None,
         layers: (0..n)
-            .map(|i| pplan::profile::ProfiledLayer {
+            .map(|i| pplan::inputs::profile::ProfiledLayer {
                 name: format!("l{i}"),
                 forward_ms: 1.0,
                 backward_ms: 2.0,

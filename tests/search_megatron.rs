@@ -4,10 +4,10 @@
 //! chunk count, `validation::validate_megatron`'s choice). The paper's choice is inside the
 //! search space, so a failure means the search missed or mis-pruned it.
 
-use pplan::hardware::Hardware;
-use pplan::predict::{best_micro_batch_and_chunks, PredictRequest};
-use pplan::search::{search, SearchRequest};
-use pplan::validation::{megatron_rows, row_model};
+use pplan::inputs::hardware::Hardware;
+use pplan::plan::predict::{best_micro_batch_and_chunks, PredictRequest};
+use pplan::plan::search::{search, SearchRequest};
+use pplan::report::validation::{megatron_rows, row_model};
 
 fn check_rows(max_gpus: u64) {
     let hw = Hardware::bundled("a100-80gb").unwrap();

@@ -1,7 +1,7 @@
 //! The simulator's step-level work: data-parallel reductions, the optimizer step, blocking
 //! sends and the tensor-parallel stream.
 
-use pplan::generators::{generate, GenParams, ScheduleName};
+use pplan::schedule::generators::{generate, GenParams, ScheduleName};
 use pplan::sim::{simulate, Costs, SimOptions, Stream, TpCommNs, UnitCosts};
 
 fn unit(p: u32, v: u32, p2p_ns: u64) -> Costs {

@@ -3,10 +3,10 @@
 //! (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2: with F = I = W, 1F1B's bubble is
 //! (p-1)(F+B+W) = 3(p-1)F with B = I, ZB-H1's is (p-1)(F+B-W) = (p-1)F, ZB-H2's tends to zero).
 
-use pplan::csv;
-use pplan::generators::{self, GenError, GenParams, ScheduleName};
-use pplan::ir::{Kind, Placement};
-use pplan::schedule_search::{self, paper_bubble_rate, SearchParams};
+use pplan::plan::schedule_search::{self, paper_bubble_rate, SearchParams};
+use pplan::schedule::csv;
+use pplan::schedule::generators::{self, GenError, GenParams, ScheduleName};
+use pplan::schedule::ir::{Kind, Placement};
 use pplan::sim::{simulate, Costs, SimOptions, SimResult, Stream, UnitCosts};
 use pplan::{validate, Schedule};
 

@@ -4,9 +4,10 @@
 //!
 //! `cargo run -p pplan-exec --example make_plan -- MODEL SCHEDULE PP MICROBATCHES MICRO_BATCH [CHUNKS] > plan.json`
 
-use pplan::generators::{generate, GenParams, ScheduleName};
-use pplan::model::Model;
-use pplan::plan::*;
+use pplan::inputs::model::Model;
+use pplan::inputs::profile::even_split;
+use pplan::plan::plan_file::*;
+use pplan::schedule::generators::{generate, GenParams, ScheduleName};
 
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();

@@ -10,7 +10,7 @@
 //! `spans`, timed by the backend's own clock (host monotonic clock on the CPU, CUDA events on
 //! GPUs) in nanoseconds since the run's common origin.
 
-use pplan::ir::Kind;
+use pplan::schedule::ir::Kind;
 
 /// Which stream a measured span ran on; maps onto the simulator's trace `tid`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -145,7 +145,7 @@ fn cmd_run(a: RunArgs) -> Result<(), CliError> {
     let origin = a.plan.display().to_string();
     let text = std::fs::read_to_string(&a.plan)
         .map_err(|e| CliError::Input(format!("--plan: cannot read '{origin}': {e}")))?;
-    let plan = pplan::plan::Plan::from_json(&text, &origin)
+    let plan = pplan::plan::plan_file::Plan::from_json(&text, &origin)
         .map_err(|e| CliError::Input(format!("--plan: {e}")))?;
     if plan.parallelism.recompute != "none" {
         eprintln!(
@@ -221,7 +221,8 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
         pplan_exec::cuda::availability()
             .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
     }
-    let model = pplan::model::Model::load(&a.model).map_err(|e| CliError::Input(e.to_string()))?;
+    let model =
+        pplan::inputs::model::Model::load(&a.model).map_err(|e| CliError::Input(e.to_string()))?;
     for (flag, v) in [
         ("--micro-batch", a.micro_batch),
         ("--repeats", a.repeats as u64),

@@ -1,6 +1,6 @@
 //! `pplan-exec profile`: measures this machine on the CPU backend and writes what the planner
-//! reads — a layer profile (`pplan::profile` format: the embedding, one entry per transformer
-//! layer, the output layer) and a hardware profile (`pplan::hardware` format) whose numbers are
+//! reads — a layer profile (`pplan::inputs::profile` format: the embedding, one entry per transformer
+//! layer, the output layer) and a hardware profile (`pplan::inputs::hardware` format) whose numbers are
 //! the measured ones. See docs/executor.md for every formula.
 //!
 //! - Layer times: the spec's transformer layer (and the embedding and output layers) at the
@@ -24,9 +24,9 @@
 use crate::cpu::math::gemm;
 use crate::cpu::model::{self, Ctx, StageInput, StageWeights};
 use crate::spec::{self, Dims};
-use pplan::hardware::{Gpu, Hardware, Network, Node};
-use pplan::model::Model;
-use pplan::profile::{LayerProfile, ProfiledLayer};
+use pplan::inputs::hardware::{Gpu, Hardware, Network, Node};
+use pplan::inputs::model::Model;
+use pplan::inputs::profile::{LayerProfile, ProfiledLayer};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -1,6 +1,6 @@
 //! The backend-independent runner: one OS thread per pipeline device walks that device's action
 //! list from the plan and calls its [`DeviceWorker`]; spans come back tagged with the step they
-//! belong to and become a measured Chrome trace in the format of `pplan::trace`.
+//! belong to and become a measured Chrome trace in the format of `pplan::report::trace`.
 //!
 //! # What a step is
 //! A *step* is one pass over the plan's complete action lists followed by
@@ -20,9 +20,9 @@
 //! timeout reports the devices still running and the action each is in.
 
 use crate::backend::{BackwardPart, DeviceWorker, ExecError, Span, SpanStream};
-use pplan::ir::{Kind, Schedule};
+use pplan::report::trace::{stream_tid, Trace, TraceArgs, TraceEvent};
+use pplan::schedule::ir::{Kind, Schedule};
 use pplan::sim::Stream;
-use pplan::trace::{stream_tid, Trace, TraceArgs, TraceEvent};
 use serde::Serialize;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -89,7 +89,7 @@ type ThreadOut = Result<(Vec<StepSpan>, Vec<f64>, Vec<(u32, Vec<f32>)>), RunErro
 
 fn run_device(
     mut w: Box<dyn DeviceWorker>,
-    actions: Vec<pplan::ir::Action>,
+    actions: Vec<pplan::schedule::ir::Action>,
     steps: u32,
     progress: Arc<Mutex<Vec<String>>>,
 ) -> ThreadOut {
@@ -280,19 +280,19 @@ fn stream_of(s: SpanStream) -> Stream {
     }
 }
 
-/// The measured Chrome trace: the same metadata and event layout as `pplan::trace`
+/// The measured Chrome trace: the same metadata and event layout as `pplan::report::trace`
 /// (pid = device, tid = [`stream_tid`], name = the action's text form, args stage /
 /// microbatch / kind / peer / step), events sorted by (device, stream, start, end).
 pub fn trace(r: &RunResult) -> Trace {
     let mut events = Vec::new();
     for d in 0..r.devices {
-        events.push(pplan::trace::meta(
+        events.push(pplan::report::trace::meta(
             "process_name",
             d,
             0,
             format!("device {d}"),
         ));
-        events.push(pplan::trace::meta(
+        events.push(pplan::report::trace::meta(
             "process_sort_index",
             d,
             0,
@@ -304,7 +304,7 @@ pub fn trace(r: &RunResult) -> Trace {
             Stream::Recv,
             Stream::Optimizer,
         ] {
-            events.push(pplan::trace::meta(
+            events.push(pplan::report::trace::meta(
                 "thread_name",
                 d,
                 stream_tid(s),
@@ -370,7 +370,12 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn new(backend: &str, plan: &pplan::plan::Plan, dtype: &str, r: &RunResult) -> Self {
+    pub fn new(
+        backend: &str,
+        plan: &pplan::plan::plan_file::Plan,
+        dtype: &str,
+        r: &RunResult,
+    ) -> Self {
         let total_ns = r.spans.iter().map(|s| s.span.end_ns).max().unwrap_or(0);
         let busy: u64 = r
             .spans
@@ -431,7 +436,7 @@ impl RunFailure {
 
 /// Build the workers of `backend` for `plan` and run `opts.steps` steps.
 pub fn run_plan(
-    plan: &pplan::plan::Plan,
+    plan: &pplan::plan::plan_file::Plan,
     backend: Backend,
     opts: &crate::backend::RunOptions,
     timeout: Option<Duration>,

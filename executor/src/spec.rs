@@ -59,7 +59,7 @@ pub struct Dims {
 }
 
 impl Dims {
-    pub fn from_plan(plan: &pplan::plan::Plan) -> Dims {
+    pub fn from_plan(plan: &pplan::plan::plan_file::Plan) -> Dims {
         let m = &plan.model;
         Dims {
             hidden: m.hidden_size as usize,

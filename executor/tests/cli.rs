@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use pplan::generators::ScheduleName;
+use pplan::schedule::generators::ScheduleName;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -24,7 +24,7 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-fn write_plan(name: &str, plan: &pplan::plan::Plan) -> PathBuf {
+fn write_plan(name: &str, plan: &pplan::plan::plan_file::Plan) -> PathBuf {
     let p = tmp(name);
     std::fs::write(&p, plan.to_json()).unwrap();
     p
@@ -61,7 +61,7 @@ fn run_writes_a_measured_trace_and_json_summary() {
     assert!((l0 - 32f64.ln()).abs() < 0.5, "{l0}");
     assert!(v["mean_step_time_s"].as_f64().unwrap() > 0.0);
 
-    let t: pplan::trace::Trace =
+    let t: pplan::report::trace::Trace =
         serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
     let xs: Vec<_> = t.trace_events.iter().filter(|e| e.ph == "X").collect();
     // 16 compute actions per step, 2 steps; every event carries its step.
@@ -194,7 +194,7 @@ fn profile_writes_files_the_planner_reads() {
     assert!(o.status.success(), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["peak_flops_per_s"].as_f64().unwrap() > 0.0);
-    let prof = pplan::profile::LayerProfile::from_json(
+    let prof = pplan::inputs::profile::LayerProfile::from_json(
         &std::fs::read_to_string(&lp).unwrap(),
         "layers.json",
     )
@@ -209,9 +209,11 @@ fn profile_writes_files_the_planner_reads() {
     );
     assert_eq!(prof.layers[1].output_bytes, 4 * 16 * 16);
     assert_eq!(prof.layers[1].weight_bytes, 4 * (4 * 16 * 16 + 2 * 16 * 32));
-    let hw =
-        pplan::hardware::Hardware::from_json(&std::fs::read_to_string(&hp).unwrap(), "hw.json")
-            .unwrap();
+    let hw = pplan::inputs::hardware::Hardware::from_json(
+        &std::fs::read_to_string(&hp).unwrap(),
+        "hw.json",
+    )
+    .unwrap();
     assert_eq!(hw.node.gpus_per_node, 2);
     assert!(hw.gpu.peak_flops_per_s > 0.0 && hw.node.nvlink_bandwidth_bytes_per_s > 0.0);
 
@@ -258,7 +260,8 @@ fn profile_cuda_without_a_gpu_exits_2_with_the_reason() {
         .unwrap();
     if o.status.success() {
         // A GPU machine: the files must read back.
-        pplan::hardware::Hardware::from_json(&std::fs::read_to_string(&hp).unwrap(), "hw").unwrap();
+        pplan::inputs::hardware::Hardware::from_json(&std::fs::read_to_string(&hp).unwrap(), "hw")
+            .unwrap();
         return;
     }
     let err = text(&o).1;

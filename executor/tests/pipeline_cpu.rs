@@ -14,7 +14,7 @@
 mod common;
 
 use common::*;
-use pplan::generators::{GenParams, ScheduleName};
+use pplan::schedule::generators::{GenParams, ScheduleName};
 use pplan_exec::backend::RunOptions;
 use pplan_exec::cpu::model::{self, Ctx, StageInput, StageWeights};
 use pplan_exec::run::{run_plan, Backend};
@@ -100,7 +100,12 @@ fn looped_bfs_matches_sequential() {
 /// stage the forward uses version `fwd_version` and the backward `bwd_version` (the same one
 /// with stashing; the newest one at the backward's turn without); a stage's gradients are
 /// applied after every `per_step` backwards.
-fn asynchronous_reference(plan: &pplan::plan::Plan, passes: u32, stash: bool, lr: f32) -> Vec<f32> {
+fn asynchronous_reference(
+    plan: &pplan::plan::plan_file::Plan,
+    passes: u32,
+    stash: bool,
+    lr: f32,
+) -> Vec<f32> {
     let sch = plan.schedule_ir().unwrap();
     let d = dims(plan);
     let c = Ctx {
@@ -117,11 +122,13 @@ fn asynchronous_reference(plan: &pplan::plan::Plan, passes: u32, stash: bool, lr
         let list = &sch.devices[sch.device_of(s) as usize];
         let pos = list
             .iter()
-            .position(|a| a.stage == s && a.kind == pplan::ir::Kind::F && a.microbatch == k)
+            .position(|a| {
+                a.stage == s && a.kind == pplan::schedule::ir::Kind::F && a.microbatch == k
+            })
             .unwrap();
         list[..pos]
             .iter()
-            .filter(|a| a.stage == s && a.kind != pplan::ir::Kind::F)
+            .filter(|a| a.stage == s && a.kind != pplan::schedule::ir::Kind::F)
             .count() as u32
     };
     let mut versions: Vec<Vec<StageWeights>> = plan
@@ -193,7 +200,7 @@ fn asynchronous_reference(plan: &pplan::plan::Plan, passes: u32, stash: bool, lr
 
 fn check_asynchronous(name: ScheduleName, params: GenParams, lr: f32) {
     let plan = plan_with(name, params, LAYERS);
-    let plan = pplan::plan::Plan::from_json(&plan.to_json(), "test").unwrap();
+    let plan = pplan::plan::plan_file::Plan::from_json(&plan.to_json(), "test").unwrap();
     let passes = 2;
     let run_opts = RunOptions { lr, ..opts(passes) };
     let stashed = run_plan(&plan, Backend::Cpu, &run_opts, None).unwrap();

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use pplan::generators::ScheduleName;
+use pplan::schedule::generators::ScheduleName;
 use pplan_exec::backend::{BackwardPart, DeviceWorker, ExecError, RunOptions, Span};
 use pplan_exec::run::{run, RunConfig};
 use std::time::Duration;

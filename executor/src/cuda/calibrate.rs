@@ -15,7 +15,7 @@ use super::{availability, guarded, kernels};
 use crate::backend::{BackwardPart, DeviceWorker, ExecError, Span, SpanStream};
 use crate::profile::{self, GemmPoint, Measurement, ProfileOutput, ProfileRequest, StageTimes};
 use crate::spec::Dims;
-use pplan::ir::Kind;
+use pplan::schedule::ir::Kind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -399,7 +399,7 @@ mod tests {
             return;
         }
         let req = ProfileRequest {
-            model: pplan::model::Model::load("gpt-1.7b").unwrap(),
+            model: pplan::inputs::model::Model::load("gpt-1.7b").unwrap(),
             micro_batch: 1,
             seq_len: Some(16),
             repeats: 1,
@@ -425,7 +425,7 @@ mod tests {
             eprintln!("skipping: {e}");
             return;
         }
-        let model = pplan::model::Model::from_json(
+        let model = pplan::inputs::model::Model::from_json(
             r#"{"num_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 256, "seq_length": 32, "vocab_size": 128}"#,
             "tiny",
         )
@@ -442,14 +442,15 @@ mod tests {
             };
             let out = profile_cuda(&req, bf16).unwrap();
             let lp =
-                pplan::profile::LayerProfile::from_json(&out.layers.to_json(), "layers").unwrap();
+                pplan::inputs::profile::LayerProfile::from_json(&out.layers.to_json(), "layers")
+                    .unwrap();
             assert_eq!(lp.layers.len(), 3 + 2);
             for l in &lp.layers[1..4] {
                 assert!(l.forward_ms > 0.0 && l.forward_ms.is_finite(), "{l:?}");
                 assert!(l.backward_ms > 0.0 && l.backward_ms.is_finite(), "{l:?}");
             }
             assert!(lp.layers[4].forward_ms > 0.0, "output F");
-            let hw = pplan::hardware::Hardware::from_json(
+            let hw = pplan::inputs::hardware::Hardware::from_json(
                 &serde_json::to_string(&out.hardware).unwrap(),
                 "hw",
             )

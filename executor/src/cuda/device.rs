@@ -22,7 +22,7 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use cudarc::nccl::{result as nccl_result, sys as nccl_sys};
-use pplan::ir::{Action, Kind};
+use pplan::schedule::ir::{Action, Kind};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -4,8 +4,8 @@
 //! order of the messages between two devices (NCCL matches sends and receives by order).
 
 use crate::spec::{Dims, Matrix};
-use pplan::ir::{Action, Kind};
-use pplan::plan::Plan;
+use pplan::plan::plan_file::Plan;
+use pplan::schedule::ir::{Action, Kind};
 
 /// A row-major GEMM `C[m,n] = alpha·op(A)[m,k]·op(B)[k,n] + beta·C` expressed as the
 /// column-major call cuBLAS takes: a row-major matrix with leading dimension `ld` is the
@@ -233,9 +233,10 @@ pub fn backward_kind(actions: &[Action], stage: u32, microbatch: u32) -> Kind {
 /// Small plans for the tests of this module tree.
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use pplan::generators::{generate, GenParams, ScheduleName};
-    use pplan::ir::Placement;
-    use pplan::plan::*;
+    use pplan::inputs::profile::even_split;
+    use pplan::plan::plan_file::*;
+    use pplan::schedule::generators::{generate, GenParams, ScheduleName};
+    use pplan::schedule::ir::Placement;
 
     pub(crate) fn plan(name: ScheduleName, p: u32, m: u32, v: u32, layers: u32) -> Plan {
         let sch = generate(name, GenParams::new(p, m).chunks(v)).unwrap();
@@ -284,7 +285,7 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::plan;
     use super::*;
-    use pplan::generators::ScheduleName;
+    use pplan::schedule::generators::ScheduleName;
 
     #[test]
     fn col_major_mapping_matches_blas_for_every_transpose() {

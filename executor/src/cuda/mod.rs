@@ -20,7 +20,7 @@ pub mod reference;
 use crate::backend::{DeviceWorker, ExecError};
 use crate::spec::Dims;
 use device::{CudaWorker, Gpu, Link, Mailbox, NcclComm, NcclIn, NcclOut, WorkerPlan};
-use pplan::plan::Plan;
+use pplan::plan::plan_file::Plan;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -361,8 +361,8 @@ mod tests {
     use super::*;
     use crate::backend::{BackwardPart, Span, SpanStream};
     use layout::tests_support::plan;
-    use pplan::generators::ScheduleName;
-    use pplan::ir::Kind;
+    use pplan::schedule::generators::ScheduleName;
+    use pplan::schedule::ir::Kind;
     use reference::HostModel;
 
     #[test]

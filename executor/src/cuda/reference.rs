@@ -287,7 +287,7 @@ impl HostModel {
     }
 
     /// The weights of each stage of `plan`, in [`crate::backend::DeviceWorker::weights`] order.
-    pub fn stage_weights(&self, plan: &pplan::plan::Plan) -> Vec<(u32, Vec<f32>)> {
+    pub fn stage_weights(&self, plan: &pplan::plan::plan_file::Plan) -> Vec<(u32, Vec<f32>)> {
         plan.stages
             .iter()
             .map(|st| {

@@ -1,11 +1,11 @@
 //! Tiny plans and sequential references shared by the executor's tests.
 #![allow(dead_code)]
 
-use pplan::generators::{generate, GenParams, ScheduleName};
-use pplan::plan::{
-    even_split, stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT,
-    PLAN_VERSION,
+use pplan::inputs::profile::even_split;
+use pplan::plan::plan_file::{
+    stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT, PLAN_VERSION,
 };
+use pplan::schedule::generators::{generate, GenParams, ScheduleName};
 use pplan_exec::cpu::model::{self, Ctx, StageInput, StageWeights};
 use pplan_exec::spec::{self, Dims};
 

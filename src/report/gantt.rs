@@ -15,7 +15,7 @@
 //!   drawn lighter the larger `c` is (chunk 0 at full strength);
 //! - transfers in grey; idle time (bubbles) stays white.
 
-use crate::ir::Kind;
+use crate::schedule::ir::Kind;
 use crate::sim::{Span, Stream, Timeline};
 use plotters::backend::RGBPixel;
 use plotters::coord::Shift;
@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 
 /// DejaVu Sans (Bitstream Vera license, see `assets/fonts/LICENSE-DejaVu.txt`), embedded so that
 /// PNG output needs no font library or installed font on the machine that renders it.
-static FONT_TTF: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+static FONT_TTF: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
 /// The family name the embedded font is registered under. It is written verbatim into the SVG
 /// `font-family` attribute, so it doubles as a CSS fallback list for SVG viewers.
@@ -887,7 +887,7 @@ fn span_x(layout: &Layout, s: &Span) -> (i32, i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generators;
+    use crate::schedule::generators;
     use crate::sim::{simulate, Costs, SimOptions, UnitCosts};
 
     fn hex(c: Rgb) -> String {

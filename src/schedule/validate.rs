@@ -11,7 +11,7 @@
 //!    own streams), so an order deadlocks exactly when this dependency graph has a cycle; we find
 //!    it by running the orders with unit time and report every stuck device with what it waits for.
 
-use crate::ir::{Action, Kind, Schedule};
+use crate::schedule::ir::{Action, Kind, Schedule};
 use std::fmt;
 
 /// Where an action sits: device and position in that device's list (both 0-based).
@@ -336,7 +336,7 @@ pub(crate) fn stuck_devices(schedule: &Schedule, pc: &[usize], done: &[u8]) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Placement, WeightUpdate};
+    use crate::schedule::ir::{Placement, WeightUpdate};
 
     fn sched(devices: Vec<Vec<&str>>, stages: u32, m: u32) -> Schedule {
         Schedule {

@@ -11,7 +11,7 @@
 //! Invariants: no IO; the clock is read only by the ILP solver for its time limit. Same
 //! problem, same DP answer, byte for byte.
 
-use crate::profile::LayerProfile;
+use crate::inputs::profile::LayerProfile;
 use std::fmt;
 
 /// A point-to-point or collective link.

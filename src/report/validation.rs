@@ -3,15 +3,15 @@
 //! The rows are bundled (`data/megatron-2021-table1.json`, copied from the project's shared
 //! data). For each row `pplan` takes the row's model, t, p, d and global batch on the
 //! `a100-80gb` profile, searches the micro-batch size and chunk count
-//! ([`crate::predict::best_micro_batch_and_chunks`]) and compares the predicted hardware
+//! ([`crate::plan::predict::best_micro_batch_and_chunks`]) and compares the predicted hardware
 //! TFLOP/s per GPU with the published one. No IO: the data is compiled in.
 
-use crate::hardware::Hardware;
-use crate::model::Model;
-use crate::predict::{best_micro_batch_and_chunks, PredictRequest, Prediction};
+use crate::inputs::hardware::Hardware;
+use crate::inputs::model::Model;
+use crate::plan::predict::{best_micro_batch_and_chunks, PredictRequest, Prediction};
 use serde::Deserialize;
 
-pub const MEGATRON_2021_TABLE1: &str = include_str!("../data/megatron-2021-table1.json");
+pub const MEGATRON_2021_TABLE1: &str = include_str!("../../data/megatron-2021-table1.json");
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row {
@@ -44,7 +44,7 @@ pub fn megatron_rows() -> Vec<Row> {
 
 /// The bundled preset with this row's dimensions.
 pub fn row_model(row: &Row) -> Option<Model> {
-    crate::model::PRESETS
+    crate::inputs::model::PRESETS
         .iter()
         .filter_map(|p| Model::preset(p.0))
         .find(|m| {

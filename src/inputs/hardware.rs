@@ -76,9 +76,9 @@ pub struct Hardware {
 
 /// The bundled profiles: (name, JSON text).
 pub const BUNDLED: [(&str, &str); 3] = [
-    ("a100-80gb", include_str!("../hardware/a100-80gb.json")),
-    ("h100-80gb", include_str!("../hardware/h100-80gb.json")),
-    ("h200", include_str!("../hardware/h200.json")),
+    ("a100-80gb", include_str!("../../hardware/a100-80gb.json")),
+    ("h100-80gb", include_str!("../../hardware/h100-80gb.json")),
+    ("h200", include_str!("../../hardware/h200.json")),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,13 +10,13 @@
 //!
 //! No IO; the caller loads the model and hardware.
 
-use crate::cost::{BlockCost, CostModel, CostOptions, Layout, Part, Recompute};
-use crate::generators::{generate, GenParams, ScheduleName};
-use crate::hardware::Hardware;
-use crate::ir::Placement;
-use crate::memory::{self, ActDims};
-use crate::model::Model;
-use crate::profile::{sum_layers, LayerProfile, ProfiledLayer};
+use crate::cost::memory::{self, ActDims};
+use crate::cost::{BlockCost, CostModel, Layout, Part, Recompute, Stack};
+use crate::inputs::hardware::Hardware;
+use crate::inputs::model::Model;
+use crate::inputs::profile::{sum_layers, LayerProfile, ProfiledLayer};
+use crate::schedule::generators::{generate, GenParams, ScheduleName};
+use crate::schedule::ir::Placement;
 use crate::sim::{simulate, Costs, SimOptions, SimResult, StageCost, Timeline, TpCommNs};
 use serde::Serialize;
 
@@ -37,7 +37,7 @@ pub struct PredictRequest<'a> {
     pub chunks: u64,
     pub recompute: Recompute,
     pub sequence_parallel: bool,
-    pub options: CostOptions,
+    pub stack: Stack,
     /// Keep the simulator's timeline (for Gantt charts and traces).
     pub record_timeline: bool,
     /// Measured per-layer costs: when given, transformer layers' F/I/W times and activation
@@ -56,7 +56,7 @@ pub struct PredictRequest<'a> {
 /// How the layers are spread over the stages (`--partition`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Split {
-    /// `plan::even_split`: the first `layers % stages` stages one layer more.
+    /// `inputs::profile::even_split`: the first `layers % stages` stages one layer more.
     #[default]
     Even,
     /// `partition::dp` over the per-layer costs of [`balance_problem`], kept only when it is
@@ -100,7 +100,7 @@ impl<'a> PredictRequest<'a> {
             chunks: 1,
             recompute: Recompute::Full,
             sequence_parallel: false,
-            options: CostOptions::default(),
+            stack: Stack::default(),
             record_timeline: false,
             profile: None,
             stage_layers: None,
@@ -391,7 +391,7 @@ pub fn step_costs(
         model,
         hw: req.hardware,
         layout,
-        options: req.options,
+        stack: req.stack,
     };
     let num_stages = num_stages as u64;
     let stage_layers: Vec<u32> = match &req.stage_layers {
@@ -399,7 +399,7 @@ pub fn step_costs(
         _ if req.partition == Split::Balanced => {
             balanced_split(req, dp, num_stages as u32, placement)?
         }
-        _ => crate::plan::even_split(model.num_layers, num_stages as u32),
+        _ => crate::inputs::profile::even_split(model.num_layers, num_stages as u32),
     };
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
@@ -518,14 +518,14 @@ pub fn step_costs(
     let static_bytes: Vec<u64> = device_params
         .iter()
         .map(|&prm| {
-            memory::model_state_bytes(prm.ceil() as u64, dp, req.options.zero1)
+            memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1)
                 .saturating_add(working)
                 .min(1 << 60)
         })
         .collect();
     let model_state_max_bytes = device_params
         .iter()
-        .map(|&prm| memory::model_state_bytes(prm.ceil() as u64, dp, req.options.zero1))
+        .map(|&prm| memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1))
         .max()
         .unwrap_or(0);
     let costs = Costs {
@@ -534,12 +534,12 @@ pub fn step_costs(
         send_backward_ns: send,
         static_bytes,
         tensor_parallel: tp_comm,
-        blocking_sends: req.options.blocking_p2p,
+        blocking_sends: req.stack.blocking_p2p,
         grad_reduce_ns: stage_params
             .iter()
             .map(|&prm| ns(cm.grad_reduce_s(prm)))
             .collect(),
-        overlap_grad_reduce: req.options.overlap_grad_reduce,
+        overlap_grad_reduce: req.stack.overlap_grad_reduce,
         optimizer_ns: device_params
             .iter()
             .map(|&prm| ns(cm.optimizer_s(prm)))
@@ -600,7 +600,7 @@ pub fn prediction_from(
             sequence_parallel: req.sequence_parallel,
             recompute: req.recompute,
         },
-        options: req.options,
+        stack: req.stack,
     };
     let step_time_s = result.makespan_ns as f64 / 1e9;
     let samples = req.global_batch as f64;
@@ -643,7 +643,7 @@ pub fn prediction_from(
         chunks: req.chunks,
         recompute: req.recompute.as_str().to_string(),
         sequence_parallel: req.sequence_parallel,
-        zero1: req.options.zero1,
+        zero1: req.stack.zero1,
         global_batch: req.global_batch,
         model_state_bytes: step.model_state_max_bytes,
         split: split_label(req, &step.stage_layers).to_string(),
@@ -655,7 +655,7 @@ pub fn prediction_from(
 /// `even`, `balanced` or `custom` for the stage layer counts of `req` (see
 /// [`Prediction::split`]).
 pub fn split_label(req: &PredictRequest, counts: &[u32]) -> &'static str {
-    if counts == crate::plan::even_split(req.model.num_layers, counts.len() as u32) {
+    if counts == crate::inputs::profile::even_split(req.model.num_layers, counts.len() as u32) {
         "even"
     } else if req.partition == Split::Balanced {
         "balanced"
@@ -677,8 +677,8 @@ pub fn balance_problem(
     req: &PredictRequest,
     dp: u64,
     num_stages: u32,
-) -> Result<crate::partition::Problem, PredictError> {
-    use crate::partition::{Layer, Link, Problem};
+) -> Result<crate::plan::partition::Problem, PredictError> {
+    use crate::plan::partition::{Layer, Link, Problem};
     let model = req.model;
     let p = req.pp;
     let cm = CostModel {
@@ -693,7 +693,7 @@ pub fn balance_problem(
             sequence_parallel: req.sequence_parallel,
             recompute: req.recompute,
         },
-        options: req.options,
+        stack: req.stack,
     };
     let prof = match req.profile {
         None => None,
@@ -725,7 +725,7 @@ pub fn balance_problem(
     compute[n - 1] += fb_ns(output);
     let stages = num_stages as u64;
     let mut x_ns = 0u64;
-    if req.options.blocking_p2p && stages > 1 {
+    if req.stack.blocking_p2p && stages > 1 {
         let max_bytes = prof.map(|mp| mp.layers.iter().map(|l| l.output_bytes).max().unwrap_or(0));
         for s in 0..stages - 1 {
             let t = match max_bytes {
@@ -758,8 +758,8 @@ pub fn balance_problem(
         devices: num_stages as usize,
         device_speeds: Vec::new(),
         memory_limit_bytes: None,
-        weight_memory_factor: crate::partition::DEFAULT_WEIGHT_MEMORY_FACTOR,
-        in_flight: crate::partition::InFlight::OneFOneB,
+        weight_memory_factor: crate::plan::partition::DEFAULT_WEIGHT_MEMORY_FACTOR,
+        in_flight: crate::plan::partition::InFlight::OneFOneB,
         microbatches: req.global_batch / dp / req.micro_batch,
         gpus_per_node: 1,
         intra_node: link,
@@ -781,12 +781,13 @@ pub fn balanced_split(
     placement: Placement,
 ) -> Result<Vec<u32>, PredictError> {
     let layers = req.model.num_layers;
-    let even = crate::plan::even_split(layers, num_stages);
+    let even = crate::inputs::profile::even_split(layers, num_stages);
     if num_stages <= 1 || num_stages >= layers {
         return Ok(even);
     }
     let pb = balance_problem(req, dp, num_stages)?;
-    let part = crate::partition::dp(&pb).map_err(|e| PredictError::Internal(e.to_string()))?;
+    let part =
+        crate::plan::partition::dp(&pb).map_err(|e| PredictError::Internal(e.to_string()))?;
     let bounds = |counts: &[u32]| -> Vec<usize> {
         let mut b = Vec::with_capacity(counts.len());
         let mut at = 0usize;
@@ -797,7 +798,7 @@ pub fn balanced_split(
         b
     };
     let ones = vec![1usize; num_stages as usize];
-    let even_eval = crate::partition::evaluate(&pb, &bounds(&even), &ones)
+    let even_eval = crate::plan::partition::evaluate(&pb, &bounds(&even), &ones)
         .map_err(|e| PredictError::Internal(e.to_string()))?;
     let p = req.pp as u32;
     let score = |times: &[f64]| {

@@ -2,10 +2,10 @@
 //!
 //! Each generator only fixes the *order* of actions on each device. Timing, bubbles and
 //! communication come out of the simulator. Every generator's output passes
-//! [`crate::validate::validate`] for every `p >= 1`, `m >= 1` and `v >= 1` it accepts
+//! [`crate::schedule::validate::validate`] for every `p >= 1`, `m >= 1` and `v >= 1` it accepts
 //! (property-tested in `tests/generators.rs`).
 
-use crate::ir::{Action, Kind, Placement, Schedule, WeightUpdate};
+use crate::schedule::ir::{Action, Kind, Placement, Schedule, WeightUpdate};
 use std::fmt;
 use std::str::FromStr;
 
@@ -439,13 +439,13 @@ pub fn delayed_w_order(p: u32, m: u32, warmup: &[u32], delay: &[u32]) -> Schedul
 
 /// ZB-H2 (Qi et al. 2024, Sec. 2.2, Fig. 3 bottom): up to 2p-1 micro-batches in flight so that
 /// extra warm-up forwards fill the start of the pipeline and W passes fill its end. The order
-/// is what the zero-bubble greedy of [`crate::schedule_search`] builds under the paper's
+/// is what the list scheduler of [`super::list_scheduler`] builds under the paper's
 /// assumption F = I = W with free communication and a limit of 2p-1 micro-batches in flight:
 /// each device runs an `I` as soon as its gradient is there, else a forward while under the
 /// limit, else the oldest pending `W`. With that limit device r warms up with 2(p-1-r)+1
 /// forwards (device 0 with 2p-1), as in the paper's figure.
 pub fn zb_h2(p: u32, m: u32) -> Schedule {
-    crate::schedule_search::zb_h2_order(p, m)
+    super::list_scheduler::zb_h2_order(p, m)
 }
 
 /// ZB-V (Qi et al. 2024, Sec. 6; PyTorch `ScheduleZBVZeroBubble`): two chunks per device in a

@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// What a compute action does. Communication is not part of the compute IR: transfers are
-/// derived from the stage graph by the simulator (and by the lowering in [`crate::csv`]).
+/// derived from the stage graph by the simulator (and by the lowering in [`crate::schedule::csv`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// Forward pass of one micro-batch through one stage.

@@ -1,16 +1,16 @@
 //! `pplan validate`: a predicted trace against a measured one (docs/validate.md has every
 //! formula).
 //!
-//! Both inputs are Chrome traces ([`crate::trace`]): the simulator's prediction (one step) and
+//! Both inputs are Chrome traces ([`crate::report::trace`]): the simulator's prediction (one step) and
 //! the executor's measurement (possibly several optimizer steps, marked by `args.step`). Actions
 //! are matched by (device, name, occurrence); the report gives the step-time error, per-action
 //! and per-kind duration errors, the bubble fraction of both, and the start-time error
 //! normalised by the step time. Traces from different pipelines, or actions present on one side
 //! only, are an error or a warning, never a silently wrong number. No IO here.
 
-use crate::ir::{Action, CommKind, Kind, Token};
+use crate::report::trace::TraceEvent;
+use crate::schedule::ir::{Action, CommKind, Kind, Token};
 use crate::sim::{Span, Stream, Timeline};
-use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

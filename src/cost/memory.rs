@@ -18,8 +18,8 @@
 //! itself split over the t ranks, hence 2sbh/t.) The simulator multiplies a stage's
 //! activations by the micro-batches that stage holds at once, which the schedule decides.
 
-use crate::cost::Recompute;
-use crate::model::Model;
+use super::stack::Recompute;
+use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
 pub const GRAD_BYTES_PER_PARAM: u64 = 2;

@@ -1,125 +1,11 @@
-//! The cost model: how long one transformer layer (and the embedding and output layers) takes
-//! on one GPU, and how long each collective and point-to-point transfer takes on the links it
-//! crosses. Every formula, its source and its unit are in `docs/cost-model.md`.
-//!
-//! Invariants: no IO, no clock; all inputs are a [`Model`], a [`Hardware`] profile and a
-//! [`Layout`]. Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`).
-//!
-//! Shape of a step (Megatron-LM 2021, Narayanan et al.): per micro-batch and layer, a forward
-//! (GEMMs, memory-bound kernels, two tensor-parallel all-reduces), an input-gradient backward
-//! `I` (GEMMs for activations' gradients, memory-bound kernels, two all-reduces, plus the
-//! recomputed forward), and a weight-gradient backward `W` (weight GEMMs and the accumulation
-//! of the gradient into the main-gradient buffer).
+//! Compute: how long one transformer layer (and the embedding and output layers) takes on one
+//! GPU for one micro-batch: GEMMs with a shape-dependent efficiency, memory-bound kernels from
+//! their HBM traffic, the tensor-parallel collectives inside the layer (from
+//! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
+//! docs/cost-model.md.
 
-use crate::hardware::Hardware;
-use crate::model::Model;
-use std::fmt;
-use std::str::FromStr;
-
-/// Activation recomputation (Korthikanti et al. 2022).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Recompute {
-    None,
-    /// Recompute only the attention core (QK^T, softmax, dropout, attention over V).
-    Selective,
-    /// Keep only each layer's input; recompute the whole layer before its backward.
-    #[default]
-    Full,
-}
-
-impl Recompute {
-    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Recompute::None => "none",
-            Recompute::Selective => "selective",
-            Recompute::Full => "full",
-        }
-    }
-}
-
-impl fmt::Display for Recompute {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Recompute {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Recompute::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown recompute '{s}' (valid: none, selective, full)"))
-    }
-}
-
-/// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum RankOrder {
-    /// Tensor-parallel innermost, then data-parallel, then pipeline (Megatron-LM's default).
-    #[default]
-    TensorDataPipeline,
-    /// Tensor-parallel innermost, then pipeline, then data-parallel.
-    TensorPipelineData,
-}
-
-/// The parallel layout and batch shape of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
-    pub tp: u64,
-    pub pp: u64,
-    pub dp: u64,
-    pub micro_batch: u64,
-    /// Model chunks per pipeline device (interleaving).
-    pub chunks: u64,
-    pub sequence_parallel: bool,
-    pub recompute: Recompute,
-}
-
-/// Implementation choices; the defaults are Megatron-LM as used for Narayanan et al. 2021.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CostOptions {
-    /// Fused bias+GeLU, scale+mask+softmax and bias+dropout+add kernels.
-    pub fused_kernels: bool,
-    /// Pipeline sends split over the t tensor-parallel ranks' NICs, then all-gathered over
-    /// NVLink (Narayanan et al. 2021, Sec. 4.1).
-    pub scatter_gather: bool,
-    /// The sender's compute waits for each point-to-point transfer (Megatron-LM 2021's
-    /// `batch_isend_irecv` followed by a synchronize).
-    pub blocking_p2p: bool,
-    /// Reduce a stage's gradients as soon as its last backward has finished.
-    pub overlap_grad_reduce: bool,
-    /// ZeRO stage 1: optimizer state sharded over the data-parallel group.
-    pub zero1: bool,
-    /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
-    pub grad_reduce_bytes_per_param: f64,
-    /// Memory traffic per parameter per micro-batch of accumulating the weight gradient into
-    /// the main-gradient buffer: write the 16-bit gradient (2), read it (2), read and write the
-    /// fp32 main gradient (8).
-    pub grad_accumulation_bytes_per_param: f64,
-    /// Memory traffic per parameter of the mixed-precision Adam step: read fp32 master, m, v
-    /// and the gradient, write master, m, v and the 16-bit weight (28), plus the gradient-norm
-    /// and unscale passes over the gradient (4).
-    pub optimizer_bytes_per_param: f64,
-    pub rank_order: RankOrder,
-}
-
-impl Default for CostOptions {
-    fn default() -> Self {
-        CostOptions {
-            fused_kernels: true,
-            scatter_gather: true,
-            blocking_p2p: true,
-            overlap_grad_reduce: false,
-            zero1: false,
-            grad_reduce_bytes_per_param: 2.0,
-            grad_accumulation_bytes_per_param: 12.0,
-            optimizer_bytes_per_param: 32.0,
-            rank_order: RankOrder::TensorDataPipeline,
-        }
-    }
-}
+use super::stack::{CostModel, Recompute};
+use crate::inputs::hardware::Hardware;
 
 /// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -169,30 +55,6 @@ pub fn gemm_time_s(hw: &Hardware, g: &Gemm) -> f64 {
         return 0.0;
     }
     g.flops() / (hw.gpu.peak_flops_per_s * gemm_efficiency(hw, g))
-}
-
-/// Ring all-reduce of `bytes` over `n` ranks: `2 (n-1)/n bytes / bw + 2 (n-1) latency`.
-pub fn all_reduce_s(bytes: f64, n: u64, bw_bytes_per_s: f64, latency_s: f64) -> f64 {
-    if n <= 1 {
-        return 0.0;
-    }
-    let n = n as f64;
-    2.0 * (n - 1.0) / n * bytes / bw_bytes_per_s + 2.0 * (n - 1.0) * latency_s
-}
-
-/// Ring reduce-scatter or all-gather: half an all-reduce.
-pub fn all_gather_s(bytes: f64, n: u64, bw_bytes_per_s: f64, latency_s: f64) -> f64 {
-    all_reduce_s(bytes, n, bw_bytes_per_s, latency_s) / 2.0
-}
-
-/// One point-to-point transfer of `bytes`: bytes / link bandwidth + latency, over NVLink when
-/// both GPUs share a node, else over the GPU's share of the node's NICs.
-pub fn p2p_link_s(hw: &Hardware, bytes: f64, same_node: bool) -> f64 {
-    if same_node {
-        bytes / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s
-    } else {
-        bytes / hw.nic_bytes_per_s_per_gpu(false) + hw.node.nic_latency_s
-    }
 }
 
 /// Time of one piece of work, split by what bounds it.
@@ -253,29 +115,7 @@ impl BlockCost {
     }
 }
 
-/// The cost model for one (model, hardware, layout).
-#[derive(Debug, Clone, Copy)]
-pub struct CostModel<'a> {
-    pub model: &'a Model,
-    pub hw: &'a Hardware,
-    pub layout: Layout,
-    pub options: CostOptions,
-}
-
 impl CostModel<'_> {
-    fn dims(&self) -> (f64, f64, f64, f64, f64, f64, f64) {
-        let m = self.model;
-        (
-            self.layout.micro_batch as f64,
-            m.seq_len as f64,
-            m.hidden_size as f64,
-            m.num_heads as f64,
-            m.ffn_hidden_size as f64,
-            self.layout.tp as f64,
-            m.head_dim() as f64,
-        )
-    }
-
     /// The GEMMs of one layer's forward on one tensor-parallel rank:
     /// QKV, attention scores, attention over values, output projection, MLP in, MLP out.
     pub fn layer_gemms(&self) -> [Gemm; 6] {
@@ -330,7 +170,7 @@ impl CostModel<'_> {
         let sbf = s * b * f / t;
         let as2b = a * s * s * b / t;
         let gated = self.model.gated_mlp;
-        let (attn_f, attn_b, rest_f, rest_b) = if self.options.fused_kernels {
+        let (attn_f, attn_b, rest_f, rest_b) = if self.stack.fused_kernels {
             (
                 9.0 * as2b,
                 11.0 * as2b,
@@ -353,31 +193,6 @@ impl CostModel<'_> {
             attention_backward_bytes: attn_b,
             other_forward_bytes: rest_f,
             other_backward_bytes: rest_b,
-        }
-    }
-
-    /// Time of one tensor-parallel all-reduce of `bytes` (or, with sequence parallelism, a
-    /// reduce-scatter plus an all-gather, which move the same bytes).
-    fn tp_all_reduce_s(&self, bytes: f64) -> f64 {
-        let t = self.layout.tp;
-        if t <= 1 {
-            return 0.0;
-        }
-        let (bw, lat) = self.tp_link();
-        all_reduce_s(bytes, t, bw, lat)
-    }
-
-    /// Bandwidth and latency of the tensor-parallel group's ring: NVLink when the group fits
-    /// in a node (t innermost), else the NICs.
-    fn tp_link(&self) -> (f64, f64) {
-        let gpn = self.hw.node.gpus_per_node as u64;
-        if self.layout.tp <= gpn && gpn % self.layout.tp == 0 {
-            (self.hw.nvlink_bytes_per_s(), self.hw.node.nvlink_latency_s)
-        } else {
-            (
-                self.hw.nic_bytes_per_s_per_gpu(true),
-                self.hw.node.nic_latency_s,
-            )
         }
     }
 
@@ -429,7 +244,7 @@ impl CostModel<'_> {
         .add(recompute);
         let backward_weight = Part {
             gemm_s: bwd_weight_gemm,
-            memory_s: params * self.options.grad_accumulation_bytes_per_param / hbm,
+            memory_s: params * self.stack.grad_accumulation_bytes_per_param / hbm,
             tp_comm_s: 0.0,
         };
         BlockCost {
@@ -505,106 +320,14 @@ impl CostModel<'_> {
         }
     }
 
-    fn node_of(&self, rank: u64) -> u64 {
-        rank / self.hw.node.gpus_per_node as u64
-    }
-
-    /// Rank of (tensor rank 0, data rank `d`, pipeline rank `p`).
-    pub fn rank(&self, d: u64, p: u64) -> u64 {
-        let l = self.layout;
-        match self.options.rank_order {
-            RankOrder::TensorDataPipeline => l.tp * (d + l.dp * p),
-            RankOrder::TensorPipelineData => l.tp * (p + l.pp * d),
-        }
-    }
-
-    /// Activation (or gradient) transfer between pipeline ranks `from` and `to` for one
-    /// micro-batch: `2 b s h` bytes. Inside a node over NVLink. Across nodes each of the t
-    /// tensor-parallel ranks uses its own NIC: with scatter/gather each sends `1/t` of the
-    /// tensor and the receivers all-gather over NVLink; without it each sends all of it. With
-    /// sequence parallelism the tensor is already split `1/t` per rank.
-    /// `bytes` (per GPU, as a layer profile's `output_bytes` gives them) sent from pipeline rank
-    /// `from` to `to`: NVLink inside a node, the NICs between nodes; no scatter/gather.
-    pub fn p2p_bytes_s(&self, from: u64, to: u64, bytes: f64) -> f64 {
-        let (ra, rb) = (self.rank(0, from), self.rank(0, to));
-        p2p_link_s(self.hw, bytes, self.node_of(ra) == self.node_of(rb))
-    }
-
-    pub fn p2p_s(&self, from: u64, to: u64) -> f64 {
-        let (b, s, h, _, _, t, _) = self.dims();
-        let bytes = 2.0 * b * s * h;
-        let tp = self.layout.tp;
-        let (ra, rb) = (self.rank(0, from), self.rank(0, to));
-        if self.node_of(ra) == self.node_of(rb) {
-            let per_rank = if self.layout.sequence_parallel {
-                bytes / t
-            } else {
-                bytes
-            };
-            return per_rank / self.hw.nvlink_bytes_per_s() + self.hw.node.nvlink_latency_s;
-        }
-        let leaves = self.node_of(ra) / self.hw.network.nodes_per_leaf_switch as u64
-            != self.node_of(rb) / self.hw.network.nodes_per_leaf_switch as u64;
-        let nic = self.hw.nic_bytes_per_s_per_gpu(leaves);
-        let lat = self.hw.node.nic_latency_s;
-        if self.layout.sequence_parallel {
-            bytes / t / nic + lat
-        } else if self.options.scatter_gather && tp > 1 {
-            let (bw, nvl_lat) = self.tp_link();
-            bytes / t / nic + lat + all_gather_s(bytes, tp, bw, nvl_lat)
-        } else {
-            bytes / nic + lat
-        }
-    }
-
-    /// Data-parallel reduction of `params` parameters held by one rank: hierarchical when
-    /// several members of the group share a node (reduce-scatter over NVLink among the `k`
-    /// local members, all-reduce of the `1/k` shard across the `n` nodes over the NICs, then
-    /// all-gather over NVLink), else a flat ring over the NICs. Every GPU of a node reduces at
-    /// the same time (all tensor/pipeline ranks do), so each gets its share of the NICs.
-    pub fn grad_reduce_s(&self, params: f64) -> f64 {
-        let l = self.layout;
-        if l.dp <= 1 {
-            return 0.0;
-        }
-        let bytes = params * self.options.grad_reduce_bytes_per_param;
-        let first = self.rank(0, 0);
-        let last = self.rank(l.dp - 1, 0);
-        let stride = if l.dp > 1 {
-            (last - first) / (l.dp - 1)
-        } else {
-            1
-        };
-        let gpn = self.hw.node.gpus_per_node as u64;
-        let local = if stride >= gpn {
-            1
-        } else {
-            (gpn / stride).clamp(1, l.dp)
-        };
-        let nodes = l.dp.div_ceil(local);
-        let (first_node, last_node) = (self.node_of(first), self.node_of(last));
-        let leaves = first_node / self.hw.network.nodes_per_leaf_switch as u64
-            != last_node / self.hw.network.nodes_per_leaf_switch as u64;
-        let nvl = self.hw.nvlink_bytes_per_s();
-        let nvl_lat = self.hw.node.nvlink_latency_s;
-        let intra = 2.0 * all_gather_s(bytes, local, nvl, nvl_lat);
-        let inter = all_reduce_s(
-            bytes / local as f64,
-            nodes,
-            self.hw.nic_bytes_per_s_per_gpu(leaves),
-            self.hw.node.nic_latency_s,
-        );
-        intra + inter
-    }
-
     /// The optimizer step over `params` parameters of one rank (memory-bound).
     pub fn optimizer_s(&self, params: f64) -> f64 {
-        let shard = if self.options.zero1 {
+        let shard = if self.stack.zero1 {
             self.layout.dp as f64
         } else {
             1.0
         };
-        params * self.options.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
+        params * self.stack.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
     }
 }
 
@@ -620,6 +343,8 @@ pub struct MemoryTraffic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::stack::{Layout, Stack};
+    use crate::inputs::model::Model;
 
     fn cm<'a>(m: &'a Model, hw: &'a Hardware, tp: u64) -> CostModel<'a> {
         CostModel {
@@ -634,7 +359,7 @@ mod tests {
                 sequence_parallel: false,
                 recompute: Recompute::Full,
             },
-            options: CostOptions::default(),
+            stack: Stack::default(),
         }
     }
 
@@ -669,13 +394,5 @@ mod tests {
         };
         let (es, eb) = (gemm_efficiency(&hw, &small), gemm_efficiency(&hw, &big));
         assert!(es < eb && eb < hw.gpu.gemm_efficiency_max);
-    }
-
-    #[test]
-    fn ring_collectives() {
-        // 2 (n-1)/n * bytes / bw: 8 ranks, 8 GB at 1 GB/s = 14 s.
-        assert!((all_reduce_s(8e9, 8, 1e9, 0.0) - 14.0).abs() < 1e-9);
-        assert_eq!(all_reduce_s(8e9, 1, 1e9, 1.0), 0.0);
-        assert!((all_gather_s(8e9, 8, 1e9, 0.0) - 7.0).abs() < 1e-9);
     }
 }

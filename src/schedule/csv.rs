@@ -13,7 +13,7 @@
 //! REDUCE_GRAD actions are dropped, because the simulator derives communication from the stage
 //! graph. DualPipeV's compound `(0F3;3B1)OVERLAP_F_B` becomes its sub-actions, back to back.
 
-use crate::ir::{ActionParseError, Placement, Schedule, Token, WeightUpdate};
+use crate::schedule::ir::{ActionParseError, Placement, Schedule, Token, WeightUpdate};
 use std::fmt::Write as _;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,7 +37,7 @@ pub enum CsvError {
 
 /// Parse schedule text. `placement` decides which device holds which stage; the number of
 /// stages and micro-batches is read off the largest indices. The result is *not* validated:
-/// call [`crate::validate::validate`] (the simulator does).
+/// call [`crate::schedule::validate::validate`] (the simulator does).
 pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
     let body = text
         .strip_suffix("\r\n")
@@ -122,7 +122,7 @@ pub fn write_torch(schedule: &Schedule) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generators::one_f_one_b;
+    use crate::schedule::generators::one_f_one_b;
 
     #[test]
     fn round_trip_1f1b() {

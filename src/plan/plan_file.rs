@@ -11,10 +11,11 @@
 //! stage count and placement, every action parses, and the schedule passes the one validator)
 //! so that the executor never starts a run that cannot finish. No IO here.
 
-use crate::generators::ScheduleName;
-use crate::ir::{Action, Placement, Schedule, WeightUpdate};
-use crate::model::Model;
-use crate::validate::validate;
+use crate::inputs::model::Model;
+use crate::inputs::profile::even_split;
+use crate::schedule::generators::ScheduleName;
+use crate::schedule::ir::{Action, Placement, Schedule, WeightUpdate};
+use crate::schedule::validate::validate;
 use serde::{Deserialize, Serialize};
 
 /// The `format` field every plan carries.
@@ -236,14 +237,6 @@ pub fn stages_from_counts(layer_counts: &[u32], placement: Placement, p: u32) ->
         .collect()
 }
 
-/// Layers per stage for an even split of `layers` over `stages` (the first `layers % stages`
-/// stages get one more), the split `pplan predict` assumes.
-pub fn even_split(layers: u32, stages: u32) -> Vec<u32> {
-    (0..stages)
-        .map(|s| layers / stages + u32::from(s < layers % stages))
-        .collect()
-}
-
 /// The plan for a prediction (from `pplan predict` or `pplan search`): the model, the layout
 /// the prediction was made for, its stages (`pred.stage_layers`, placed as the schedule
 /// places them), the schedule's action lists and the predicted headline figures. `hardware`
@@ -251,7 +244,7 @@ pub fn even_split(layers: u32, stages: u32) -> Vec<u32> {
 pub fn plan_from_prediction(
     model: &Model,
     hardware: &str,
-    pred: &crate::predict::Prediction,
+    pred: &crate::plan::predict::Prediction,
     schedule: &Schedule,
 ) -> Plan {
     let p = schedule.num_devices();
@@ -310,9 +303,11 @@ impl Plan {
         for (r, acts) in sch.devices.iter().enumerate() {
             let mut list = Vec::with_capacity(acts.len());
             for (i, a) in acts.iter().enumerate() {
-                let act: Action = a.parse().map_err(|e: crate::ir::ActionParseError| {
-                    field(origin, format!("schedule.devices[{r}][{i}]"), e.to_string())
-                })?;
+                let act: Action =
+                    a.parse()
+                        .map_err(|e: crate::schedule::ir::ActionParseError| {
+                            field(origin, format!("schedule.devices[{r}][{i}]"), e.to_string())
+                        })?;
                 list.push(act);
             }
             devices.push(list);
@@ -563,7 +558,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generators::{generate, GenParams};
+    use crate::schedule::generators::{generate, GenParams};
 
     fn sample() -> Plan {
         let model = Model::preset("gpt-1.7b").unwrap();

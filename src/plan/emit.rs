@@ -14,8 +14,8 @@
 //! silently: it is written as a comment line in the output and returned in [`Emitted::notes`].
 //! Pure functions of the plan: no IO, byte-stable output.
 
-use crate::csv;
-use crate::plan::{Plan, PlanError};
+use crate::plan::plan_file::{Plan, PlanError};
+use crate::schedule::csv;
 use std::fmt::Write as _;
 
 /// What to write.
@@ -457,10 +457,10 @@ mod tests {
 
     #[test]
     fn layout_strings() {
-        use crate::generators::{generate, GenParams, ScheduleName};
-        use crate::ir::Placement;
-        use crate::model::Model;
-        use crate::plan::*;
+        use crate::inputs::model::Model;
+        use crate::plan::plan_file::*;
+        use crate::schedule::generators::{generate, GenParams, ScheduleName};
+        use crate::schedule::ir::Placement;
         let model = Model::preset("gpt-1.7b").unwrap();
         let sch = generate(ScheduleName::OneFOneB, GenParams::new(3, 3)).unwrap();
         let plan = Plan {

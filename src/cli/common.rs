@@ -1,0 +1,284 @@
+//! Helpers shared by the subcommands: the error type and its exit codes, output formats, reading
+//! schedules, models, hardware and profiles, and writing files, charts and plans.
+
+use clap::ValueEnum;
+use pplan::report::gantt::{GanttError, GanttOptions};
+use pplan::schedule::generators::{self, GenParams, ScheduleName};
+use pplan::schedule::ir::{Placement, Schedule, WeightUpdate};
+use std::path::Path;
+
+/// Nanoseconds per unit of the unit-cost flags: `--forward 1` is 1 ms in traces and charts,
+/// unless the chunk count V does not divide 10^6; then a unit is V/gcd(V, 10^6) ms so that
+/// every chunk's share is a whole number of nanoseconds and closed forms come out exact.
+pub(crate) fn ns_per_unit(chunks: u32) -> u64 {
+    const MS: u64 = 1_000_000;
+    let (mut a, mut b) = (MS, chunks.max(1) as u64);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    MS * (chunks.max(1) as u64 / a)
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, ValueEnum, Default)]
+pub(crate) enum Format {
+    #[default]
+    Table,
+    Json,
+}
+
+/// An error with its exit code.
+pub(crate) enum CliError {
+    /// Bad input or infeasible request: exit code 2.
+    Input(String),
+    /// A failure of pplan itself: exit code 1.
+    Internal(String),
+}
+
+pub(crate) fn input<T>(msg: impl Into<String>) -> Result<T, CliError> {
+    Err(CliError::Input(msg.into()))
+}
+
+pub(crate) fn write_output(path: &Path, flag: &str, contents: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, contents)
+        .map_err(|e| CliError::Input(format!("{flag}: cannot write '{}': {e}", path.display())))
+}
+
+/// Convert a unit-cost flag to integer nanoseconds, rejecting what is not a finite,
+/// non-negative time below a billion units.
+pub(crate) fn units_to_ns(flag: &str, value: f64, ns_per_unit: u64) -> Result<u64, CliError> {
+    if !value.is_finite() || !(0.0..=1e9).contains(&value) {
+        return input(format!(
+            "{flag} {value}: expected a finite time between 0 and 1e9 units"
+        ));
+    }
+    Ok((value * ns_per_unit as f64).round() as u64)
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ScheduleArgs {
+    /// A schedule name (gpipe, 1f1b, interleaved-1f1b, pipedream, pipedream-2bw, zb-h1, zb-h2,
+    /// zbv, dualpipev, looped-bfs) or a .csv file.
+    #[arg(long)]
+    pub(crate) schedule: String,
+    /// Pipeline devices (ranks) P. Required for a built-in schedule; checked against a file.
+    #[arg(long)]
+    pub(crate) stages: Option<u32>,
+    /// Micro-batches M (per mini-batch for pipedream/pipedream-2bw). Required for a built-in
+    /// schedule; checked against a file.
+    #[arg(long)]
+    pub(crate) microbatches: Option<u32>,
+    /// Model chunks per device V (the model is cut into P·V stages): interleaved-1f1b and
+    /// looped-bfs take any V; zbv and dualpipev always use 2 (V placement).
+    #[arg(long)]
+    pub(crate) chunks: Option<u32>,
+    /// Mini-batches run back to back without a flush by pipedream and pipedream-2bw (for a
+    /// file with --weight-update 2bw: how many mini-batches the file holds).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) steps: u32,
+    /// PipeDream vertical sync: every stage uses the weight version stage 0 used.
+    #[arg(long)]
+    pub(crate) vertical_sync: bool,
+    /// Stage-to-device mapping of a schedule file: loop (stage s on device s mod P) or v
+    /// (device r holds stages r and 2P-1-r, as zbv and dualpipev files need).
+    #[arg(long, default_value = "loop")]
+    pub(crate) placement: String,
+    /// Weight-update policy of a schedule file: flush, stash, stash-vsync or 2bw.
+    #[arg(long)]
+    pub(crate) weight_update: Option<String>,
+}
+
+/// A schedule and where it came from (for error messages).
+pub(crate) struct Loaded {
+    pub(crate) schedule: Schedule,
+    pub(crate) label: String,
+}
+
+pub(crate) fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
+    let looks_like_file = args.schedule.ends_with(".csv") || Path::new(&args.schedule).is_file();
+    if looks_like_file {
+        return load_file(args);
+    }
+    let name: ScheduleName = args
+        .schedule
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--schedule: {e}")))?;
+    let Some(p) = args.stages else {
+        return input(format!(
+            "--stages is required with the built-in schedule '{name}'"
+        ));
+    };
+    let Some(m) = args.microbatches else {
+        return input(format!(
+            "--microbatches is required with the built-in schedule '{name}'"
+        ));
+    };
+    if args.weight_update.is_some() {
+        return input(format!(
+            "--weight-update applies to schedule files; '{name}' fixes its own policy"
+        ));
+    }
+    let params = GenParams {
+        devices: p,
+        microbatches: m,
+        chunks: args.chunks.unwrap_or(1),
+        steps: args.steps,
+        vertical_sync: args.vertical_sync,
+    };
+    let schedule =
+        generators::generate(name, params).map_err(|e| CliError::Input(e.to_string()))?;
+    Ok(Loaded {
+        schedule,
+        label: name.to_string(),
+    })
+}
+
+pub(crate) fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
+    let path = &args.schedule;
+    let placement: Placement = args
+        .placement
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--placement: {e}")))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| CliError::Input(format!("cannot read --schedule file '{path}': {e}")))?;
+    let mut schedule = pplan::schedule::csv::parse_bytes(&bytes, placement)
+        .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
+    let p = schedule.num_devices();
+    let checks = [
+        ("--stages", args.stages, p, "rows (devices)"),
+        (
+            "--microbatches",
+            args.microbatches,
+            schedule.num_microbatches,
+            "micro-batches",
+        ),
+        (
+            "--chunks",
+            args.chunks,
+            schedule.chunks(),
+            "chunks per device",
+        ),
+    ];
+    for (flag, given, found, what) in checks {
+        if let Some(given) = given {
+            if given != found {
+                return input(format!(
+                    "{flag} {given} does not match --schedule file '{path}', which has {found} {what}"
+                ));
+            }
+        }
+    }
+    if let Some(policy) = &args.weight_update {
+        schedule.weight_update = policy
+            .parse::<WeightUpdate>()
+            .map_err(|e| CliError::Input(format!("--weight-update: {e}")))?;
+        schedule.microbatches_per_step = match schedule.weight_update {
+            WeightUpdate::Flush => schedule.num_microbatches,
+            WeightUpdate::Stash { .. } => 1,
+            WeightUpdate::DoubleBuffered => {
+                let m = schedule.num_microbatches;
+                if args.steps == 0 || m % args.steps != 0 {
+                    return input(format!(
+                        "--steps {} must divide the {m} micro-batches of --schedule file '{path}' (2bw updates once per mini-batch of m/steps micro-batches)",
+                        args.steps
+                    ));
+                }
+                m / args.steps
+            }
+        };
+    }
+    pplan::validate(&schedule)
+        .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
+    Ok(Loaded {
+        schedule,
+        label: path.clone(),
+    })
+}
+
+/// Draw `tl` to `path` (.svg or .png) for `--gantt`.
+pub(crate) fn write_gantt(
+    tl: &pplan::sim::Timeline,
+    title: String,
+    unit_label: String,
+    ns_per_unit: f64,
+    path: &Path,
+) -> Result<(), CliError> {
+    let opts = GanttOptions {
+        title,
+        unit_label,
+        ns_per_unit,
+        ..GanttOptions::default()
+    };
+    pplan::report::gantt::write_file(tl, &opts, path).map_err(|e| match e {
+        GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
+            CliError::Internal(format!("--gantt: {e}"))
+        }
+        e => CliError::Input(format!("--gantt: {e}")),
+    })
+}
+
+/// `--model` (with an optional `--seq-len` override) and `--hardware`, as predict and search read them.
+pub(crate) fn load_model_and_hardware(
+    model: &str,
+    seq_len: Option<u64>,
+    hardware: &str,
+) -> Result<
+    (
+        pplan::inputs::model::Model,
+        pplan::inputs::hardware::Hardware,
+    ),
+    CliError,
+> {
+    let mut model =
+        pplan::inputs::model::Model::load(model).map_err(|e| CliError::Input(e.to_string()))?;
+    if let Some(len) = seq_len {
+        model.seq_len = len;
+        model
+            .check()
+            .map_err(|e| CliError::Input(format!("--seq-len {len}: {e}")))?;
+    }
+    let hw = pplan::inputs::hardware::Hardware::load(hardware)
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    Ok((model, hw))
+}
+
+/// Read a `--profile` file; errors name the file and the field.
+pub(crate) fn load_profile(path: &Path) -> Result<pplan::inputs::profile::LayerProfile, CliError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Input(format!("cannot read --profile file '{origin}': {e}")))?;
+    pplan::inputs::profile::LayerProfile::from_json(&text, &origin)
+        .map_err(|e| CliError::Input(format!("--profile: {e}")))
+}
+
+/// Write `pred` as a plan file; the schedule is regenerated from its name, p, m and v.
+pub(crate) fn write_plan(
+    path: &Path,
+    model: &pplan::inputs::model::Model,
+    hardware: &str,
+    pred: &pplan::plan::predict::Prediction,
+) -> Result<(), CliError> {
+    let name: ScheduleName = pred
+        .schedule
+        .parse()
+        .map_err(|e: String| CliError::Internal(e))?;
+    let schedule = generators::generate(
+        name,
+        GenParams::new(pred.pp as u32, pred.microbatches as u32).chunks(pred.chunks as u32),
+    )
+    .map_err(|e| CliError::Internal(format!("--output: {e}")))?;
+    let plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);
+    write_output(path, "--output", plan.to_json().as_bytes())
+}
+
+/// `--format json`: the value as one line of JSON on standard output.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
+    let text = serde_json::to_string(value).map_err(|e| CliError::Internal(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}

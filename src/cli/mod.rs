@@ -1,0 +1,12 @@
+//! The subcommands, one file each: its arguments, the library calls it makes and what it prints.
+//! Shared loading and printing helpers are in [`common`].
+
+pub mod common;
+pub mod emit;
+pub mod generate;
+pub mod partition;
+pub mod predict;
+pub mod schedule_search;
+pub mod search;
+pub mod simulate;
+pub mod validate;

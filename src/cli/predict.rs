@@ -1,0 +1,192 @@
+//! `pplan predict`: one training step of a model on a cluster.
+
+use super::common::*;
+use pplan::schedule::generators::ScheduleName;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub(crate) struct PredictArgs {
+    /// A bundled model (gpt-1.7b ... gpt-1t, gpt3-175b, llama3-8b, llama3-70b, llama3-405b) or a
+    /// Hugging Face config.json / Megatron-style JSON file.
+    #[arg(long)]
+    pub(crate) model: String,
+    /// A bundled hardware profile (a100-80gb, h100-80gb, h200) or a JSON profile.
+    #[arg(long, default_value = "a100-80gb")]
+    pub(crate) hardware: String,
+    /// Total GPUs; must equal tp x pp x dp.
+    #[arg(long)]
+    pub(crate) gpus: u64,
+    /// Tensor-parallel size t.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) tp: u64,
+    /// Pipeline-parallel size p.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) pp: u64,
+    /// Data-parallel size d (default gpus / (tp x pp)).
+    #[arg(long)]
+    pub(crate) dp: Option<u64>,
+    /// Global batch size B in sequences.
+    #[arg(long)]
+    pub(crate) global_batch: u64,
+    /// Micro-batch size b in sequences; must divide B / d.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) micro_batch: u64,
+    /// Pipeline schedule (default: interleaved-1f1b when --chunks > 1, else 1f1b).
+    #[arg(long)]
+    pub(crate) schedule: Option<String>,
+    /// Model chunks per pipeline device v (interleaving).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) chunks: u64,
+    /// Activation recomputation: none, selective or full.
+    #[arg(long, default_value = "full")]
+    pub(crate) recompute: String,
+    /// Sequence parallelism (Korthikanti et al. 2022).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) sequence_parallel: OnOff,
+    /// Override the model's sequence length.
+    #[arg(long)]
+    pub(crate) seq_len: Option<u64>,
+    /// Start each stage's data-parallel gradient reduction when its last backward finishes.
+    #[arg(long)]
+    pub(crate) overlap_grad_reduce: bool,
+    /// Shard the optimizer state over the data-parallel group (ZeRO-1).
+    #[arg(long)]
+    pub(crate) zero1: bool,
+    /// Send pipeline activations whole from every tensor-parallel rank instead of with the
+    /// scatter/gather optimisation.
+    #[arg(long)]
+    pub(crate) no_scatter_gather: bool,
+    /// A measured layer profile (JSON): transformer layers' forward/backward times and
+    /// activation bytes come from it instead of the cost model (num_layers entries, or
+    /// num_layers + 2 with the embedding first and the output layer last).
+    #[arg(long)]
+    pub(crate) profile: Option<PathBuf>,
+    /// How layers are split over the stages: even, or balanced (the partitioner's DP on the
+    /// per-layer costs; kept only where it beats the even split).
+    #[arg(long, default_value = "even")]
+    pub(crate) partition: String,
+    /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
+    /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
+    #[arg(long)]
+    pub(crate) gantt: Option<PathBuf>,
+    /// Write the simulated step as a Chrome trace (open in Perfetto).
+    #[arg(long)]
+    pub(crate) trace: Option<PathBuf>,
+    /// Write the configuration as a plan file (plan.json) for `pplan emit` and the executor.
+    #[arg(long)]
+    pub(crate) output: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
+}
+
+pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
+    use pplan::cost::{Recompute, Stack};
+    use pplan::plan::predict::{predict, PredictError, PredictRequest};
+    let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let recompute: Recompute = args
+        .recompute
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?;
+    let schedule = match &args.schedule {
+        None => None,
+        Some(s) => Some(
+            s.parse::<ScheduleName>()
+                .map_err(|e| CliError::Input(format!("--schedule: {e}")))?,
+        ),
+    };
+    let mut req = PredictRequest::new(&model, &hw);
+    req.gpus = args.gpus;
+    req.tp = args.tp;
+    req.pp = args.pp;
+    req.dp = args.dp;
+    req.global_batch = args.global_batch;
+    req.micro_batch = args.micro_batch;
+    req.schedule = schedule;
+    req.chunks = args.chunks;
+    req.recompute = recompute;
+    req.sequence_parallel = args.sequence_parallel == OnOff::On;
+    req.stack = Stack {
+        overlap_grad_reduce: args.overlap_grad_reduce,
+        zero1: args.zero1,
+        scatter_gather: !args.no_scatter_gather,
+        ..Stack::default()
+    };
+    req.record_timeline = args.trace.is_some() || args.gantt.is_some();
+    let profile = args.profile.as_deref().map(load_profile).transpose()?;
+    req.profile = profile.as_ref();
+    req.partition = args
+        .partition
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
+    let pred = predict(&req).map_err(|e| match e {
+        PredictError::Internal(m) => CliError::Internal(m),
+        PredictError::Profile(m) => CliError::Input(format!(
+            "--profile '{}': {m}",
+            args.profile.as_deref().unwrap_or(Path::new("")).display()
+        )),
+        other => CliError::Input(other.to_string()),
+    })?;
+    if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
+        write_output(
+            path,
+            "--trace",
+            pplan::report::trace::to_json(tl).as_bytes(),
+        )?;
+    }
+    if let (Some(path), Some(tl)) = (&args.gantt, &pred.timeline) {
+        let title = format!(
+            "{}: t={} p={} d={} b={} m={} {} v={}",
+            pred.model,
+            pred.tp,
+            pred.pp,
+            pred.dp,
+            pred.micro_batch,
+            pred.microbatches,
+            pred.schedule,
+            pred.chunks
+        );
+        write_gantt(tl, title, "s".to_string(), 1e9, path)?;
+    }
+    if let Some(path) = &args.output {
+        write_plan(path, &model, &args.hardware, &pred)?;
+    }
+    match args.format {
+        Format::Json => print_json(&pred)?,
+        Format::Table => {
+            println!(
+                "{} on {} x {}: t={} p={} d={} b={} m={} {} v={} recompute={} sp={}",
+                pred.model,
+                pred.gpus,
+                pred.hardware,
+                pred.tp,
+                pred.pp,
+                pred.dp,
+                pred.micro_batch,
+                pred.microbatches,
+                pred.schedule,
+                pred.chunks,
+                pred.recompute,
+                if pred.sequence_parallel { "on" } else { "off" }
+            );
+            println!("step_time_s          {:.4}", pred.step_time_s);
+            println!("tflops_per_gpu       {:.1}", pred.tflops_per_gpu);
+            println!("model_tflops_per_gpu {:.1}", pred.model_tflops_per_gpu);
+            println!("mfu                  {:.3}", pred.mfu);
+            println!("tokens_per_s         {:.0}", pred.tokens_per_s);
+            println!("bubble_fraction      {:.4}", pred.bubble_fraction);
+            println!(
+                "peak_memory_bytes    {} ({:.1} GB of {:.1} GB)",
+                pred.peak_memory_bytes,
+                pred.peak_memory_bytes as f64 / 1e9,
+                pred.memory_limit_bytes as f64 / 1e9
+            );
+            println!("fits                 {}", pred.fits);
+            println!(
+                "split                {} {:?}",
+                pred.split, pred.stage_layers
+            );
+        }
+    }
+    Ok(())
+}

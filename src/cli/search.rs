@@ -1,0 +1,196 @@
+//! `pplan search`: the fastest configuration that fits.
+
+use super::common::*;
+use pplan::schedule::generators::ScheduleName;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub(crate) struct PlanSearchArgs {
+    /// Total GPUs n; every layout has t x p x d = n.
+    #[arg(long)]
+    pub(crate) gpus: u64,
+    /// A bundled model or a Hugging Face / Megatron-style JSON file (default: the Megatron-LM
+    /// paper's 1T model).
+    #[arg(long, default_value = "gpt-1t")]
+    pub(crate) model: String,
+    /// A bundled hardware profile or a JSON profile.
+    #[arg(long, default_value = "a100-80gb")]
+    pub(crate) hardware: String,
+    /// Global batch size B in sequences.
+    #[arg(long, default_value_t = 3072)]
+    pub(crate) global_batch: u64,
+    /// Override the model's sequence length.
+    #[arg(long)]
+    pub(crate) seq_len: Option<u64>,
+    /// How many ranked configurations to show.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
+    /// Pin the tensor-parallel size t (unpinned: t divides a node's GPUs and the heads).
+    #[arg(long)]
+    pub(crate) tp: Option<u64>,
+    /// Pin the pipeline-parallel size p.
+    #[arg(long)]
+    pub(crate) pp: Option<u64>,
+    /// Pin the data-parallel size d.
+    #[arg(long)]
+    pub(crate) dp: Option<u64>,
+    /// Pin the micro-batch size b.
+    #[arg(long)]
+    pub(crate) micro_batch: Option<u64>,
+    /// Pin the schedule (unpinned: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv,
+    /// dualpipev, looped-bfs; pipedream and pipedream-2bw only when pinned).
+    #[arg(long)]
+    pub(crate) schedule: Option<String>,
+    /// Pin the chunks per device v.
+    #[arg(long)]
+    pub(crate) chunks: Option<u64>,
+    /// Pin recomputation: none, selective or full.
+    #[arg(long)]
+    pub(crate) recompute: Option<String>,
+    /// Pin sequence parallelism.
+    #[arg(long, value_enum)]
+    pub(crate) sequence_parallel: Option<OnOff>,
+    /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group).
+    #[arg(long, value_enum)]
+    pub(crate) zero1: Option<OnOff>,
+    /// Simulate every feasible candidate (no pruning by the lower bound).
+    #[arg(long)]
+    pub(crate) exhaustive: bool,
+    /// Layer splits to search: even, balanced (the partitioner's), or both (a balanced split
+    /// that differs from the even one is an extra candidate).
+    #[arg(long, default_value = "even")]
+    pub(crate) partition: String,
+    /// Write the best configuration as a plan file (plan.json).
+    #[arg(long)]
+    pub(crate) output: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
+}
+
+pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
+    use pplan::plan::search::{search, Pins, SearchError, SearchRequest};
+    use std::io::IsTerminal;
+    use std::sync::OnceLock;
+    let started = std::time::Instant::now();
+    let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let pins = Pins {
+        tp: args.tp,
+        pp: args.pp,
+        dp: args.dp,
+        micro_batch: args.micro_batch,
+        schedule: args
+            .schedule
+            .as_deref()
+            .map(|s| s.parse::<ScheduleName>())
+            .transpose()
+            .map_err(|e| CliError::Input(format!("--schedule: {e}")))?,
+        chunks: args.chunks,
+        recompute: args
+            .recompute
+            .as_deref()
+            .map(|s| s.parse())
+            .transpose()
+            .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?,
+        sequence_parallel: args.sequence_parallel.map(|x| x == OnOff::On),
+        zero1: args.zero1.map(|x| x == OnOff::On),
+    };
+    let mut req = SearchRequest::new(&model, &hw, args.gpus, args.global_batch);
+    req.top = args.top;
+    req.pins = pins;
+    req.exhaustive = args.exhaustive;
+    req.partition = args
+        .partition
+        .parse()
+        .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
+    // A progress bar only for searches that outlast a second, and only on a terminal.
+    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
+    let terminal = std::io::stderr().is_terminal();
+    let progress = |done: u64, total: u64| {
+        if terminal && started.elapsed().as_secs_f64() > 1.0 {
+            let b = bar.get_or_init(|| {
+                let b = indicatif::ProgressBar::with_draw_target(
+                    Some(total),
+                    indicatif::ProgressDrawTarget::stderr(),
+                );
+                b.set_message("simulating feasible candidates (best lower bound first)");
+                b
+            });
+            b.set_position(done);
+        }
+    };
+    let outcome = search(&req, Some(&progress)).map_err(|e| match e {
+        SearchError::Internal(m) => CliError::Internal(m),
+        other => CliError::Input(other.to_string()),
+    })?;
+    if let Some(b) = bar.get() {
+        b.finish_and_clear();
+    }
+    let elapsed_s = started.elapsed().as_secs_f64();
+    if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
+        write_plan(path, &model, &args.hardware, &best.prediction)?;
+    }
+    match args.format {
+        Format::Json => {
+            let mut v =
+                serde_json::to_value(&outcome).map_err(|e| CliError::Internal(e.to_string()))?;
+            v["elapsed_s"] = serde_json::json!(elapsed_s);
+            print_json(&v)?;
+        }
+        Format::Table => print_search_table(&outcome, elapsed_s),
+    }
+    Ok(())
+}
+
+pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed_s: f64) {
+    println!(
+        "{} on {} x {}, global batch {}: {} candidates checked in {} (t, p, d) layouts, {} feasible, {} simulated, {} pruned by the lower bound",
+        o.model, o.gpus, o.hardware, o.global_batch, o.evaluated, o.layouts, o.feasible, o.simulated, o.pruned
+    );
+    println!();
+    println!(
+        "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
+        "rank", "p", "t", "d", "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
+    );
+    for r in &o.results {
+        let p = &r.prediction;
+        let on = |b: bool| if b { "on" } else { "off" };
+        println!(
+            "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
+            r.rank,
+            p.pp,
+            p.tp,
+            p.dp,
+            p.micro_batch,
+            p.microbatches,
+            p.schedule,
+            r.candidate.chunks,
+            p.recompute,
+            on(p.sequence_parallel),
+            on(p.zero1),
+            p.split,
+            p.step_time_s,
+            p.tflops_per_gpu,
+            p.mfu,
+            p.bubble_fraction,
+            p.peak_memory_bytes as f64 / 1e9,
+            (p.memory_limit_bytes as f64 - p.peak_memory_bytes as f64) / 1e9
+        );
+    }
+    println!();
+    println!("rejected:");
+    for r in &o.rejected {
+        println!(
+            "  {:>9} {}{} [{}]: {}",
+            r.count,
+            r.level,
+            if r.count == 1 { "" } else { "s" },
+            r.reason.code(),
+            r.constraint
+        );
+    }
+    println!(
+        "searched in {elapsed_s:.2} s ({} schedules summarised for the memory check)",
+        o.schedules_summarised
+    );
+}

@@ -1,0 +1,246 @@
+//! `pplan simulate`: replay a schedule with unit costs or a layer profile.
+
+use super::common::*;
+use pplan::schedule::ir::Schedule;
+use pplan::sim::{self, Costs, SimOptions, SimResult, UnitCosts};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub(crate) struct SimulateArgs {
+    #[command(flatten)]
+    pub(crate) schedule: ScheduleArgs,
+    /// Stage costs from a measured layer profile (JSON) instead of unit costs: each stage's
+    /// F/I/W times are sums over its layers (ms); excludes --forward/--backward/--p2p.
+    #[arg(long, conflicts_with_all = ["forward", "backward", "backward_input", "backward_weight", "p2p"])]
+    pub(crate) profile: Option<PathBuf>,
+    /// With --profile: first layer of each of the P·V stages, e.g. 0,5,9 (default: even split).
+    #[arg(long, requires = "profile")]
+    pub(crate) boundaries: Option<String>,
+    /// With --profile: a hardware profile (a100-80gb, h100-80gb, h200 or a JSON file) whose
+    /// links time each transfer (last layer's output_bytes / bandwidth + latency); default: free.
+    #[arg(long, requires = "profile")]
+    pub(crate) hardware: Option<String>,
+    /// Time of one micro-batch's forward through one device's whole share of the model
+    /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub(crate) forward: f64,
+    /// Time of one micro-batch's full backward through one device's share.
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    pub(crate) backward: f64,
+    /// Input-gradient part of the backward (zero-bubble I); default half of --backward.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) backward_input: Option<f64>,
+    /// Weight-gradient part of the backward (zero-bubble W); default the other half.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) backward_weight: Option<f64>,
+    /// Time of one point-to-point activation or gradient transfer between devices.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) p2p: f64,
+    /// Draw a Gantt chart: FILE.svg or FILE.png.
+    #[arg(long)]
+    pub(crate) gantt: Option<PathBuf>,
+    /// Write a Chrome trace (open in Perfetto).
+    #[arg(long)]
+    pub(crate) trace: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
+}
+
+#[derive(Serialize)]
+pub(crate) struct DeviceReport {
+    pub(crate) device: u32,
+    pub(crate) busy: f64,
+    pub(crate) idle: f64,
+    pub(crate) peak_inflight_microbatches: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) peak_memory_bytes: Option<u64>,
+    pub(crate) peak_weight_versions: u32,
+}
+
+#[derive(Serialize)]
+pub(crate) struct SimulateReport {
+    pub(crate) schedule: String,
+    pub(crate) stages: u32,
+    pub(crate) microbatches: u32,
+    pub(crate) chunks: u32,
+    pub(crate) actions: u64,
+    pub(crate) makespan: f64,
+    pub(crate) bubble_fraction: f64,
+    pub(crate) devices: Vec<DeviceReport>,
+}
+
+pub(crate) fn report(
+    label: &str,
+    s: &Schedule,
+    r: &SimResult,
+    scale: u64,
+    memory_known: bool,
+) -> SimulateReport {
+    let units = |ns: u64| ns as f64 / scale as f64;
+    SimulateReport {
+        schedule: label.to_string(),
+        stages: s.num_devices(),
+        microbatches: s.num_microbatches,
+        chunks: s.chunks(),
+        actions: r.actions,
+        makespan: units(r.makespan_ns),
+        bubble_fraction: r.bubble_fraction,
+        devices: r
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| DeviceReport {
+                device: i as u32,
+                busy: units(d.busy_ns),
+                idle: units(d.idle_ns),
+                peak_inflight_microbatches: d.peak_inflight_microbatches,
+                peak_memory_bytes: memory_known.then_some(d.peak_memory_bytes),
+                peak_weight_versions: d.peak_weight_versions,
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn print_table(rep: &SimulateReport) {
+    println!(
+        "schedule {}: {} devices, {} micro-batches, {} chunk(s) per device, {} actions",
+        rep.schedule, rep.stages, rep.microbatches, rep.chunks, rep.actions
+    );
+    println!("makespan        {}", rep.makespan);
+    println!("bubble_fraction {:.6}", rep.bubble_fraction);
+    println!();
+    println!("device       busy       idle  peak_inflight  weight_versions");
+    for d in &rep.devices {
+        println!(
+            "{:>6} {:>10} {:>10} {:>14} {:>16}",
+            d.device, d.busy, d.idle, d.peak_inflight_microbatches, d.peak_weight_versions
+        );
+    }
+}
+
+pub(crate) fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
+    let loaded = load_schedule(&args.schedule)?;
+    let s = &loaded.schedule;
+    if let Some(path) = &args.profile {
+        let profile = load_profile(path)?;
+        let costs = simulate_profile_costs(&args, &profile, s)?;
+        return run_simulation(&args, &loaded, &costs, 1_000_000, true);
+    }
+    let scale = ns_per_unit(s.chunks());
+    let unit = UnitCosts {
+        forward_ns: units_to_ns("--forward", args.forward, scale)?,
+        backward_ns: units_to_ns("--backward", args.backward, scale)?,
+        backward_input_ns: args
+            .backward_input
+            .map(|v| units_to_ns("--backward-input", v, scale))
+            .transpose()?,
+        backward_weight_ns: args
+            .backward_weight
+            .map(|v| units_to_ns("--backward-weight", v, scale))
+            .transpose()?,
+        p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
+    };
+    let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
+    run_simulation(&args, &loaded, &costs, scale, false)
+}
+
+/// `simulate --profile`: stage costs from the profile's layers, cut evenly or at --boundaries.
+pub(crate) fn simulate_profile_costs(
+    args: &SimulateArgs,
+    profile: &pplan::inputs::profile::LayerProfile,
+    s: &Schedule,
+) -> Result<Costs, CliError> {
+    let layers = profile.layers.len().min(u32::MAX as usize) as u32;
+    let boundaries = match &args.boundaries {
+        None => {
+            if layers < s.num_stages {
+                return input(format!(
+                    "--profile has {layers} layers, fewer than the schedule's {} stages; every stage needs a layer",
+                    s.num_stages
+                ));
+            }
+            pplan::inputs::profile::even_boundaries(layers, s.num_stages)
+        }
+        Some(text) => {
+            let b = text
+                .split(',')
+                .map(|x| x.trim().parse::<u32>())
+                .collect::<Result<Vec<u32>, _>>()
+                .map_err(|e| {
+                    CliError::Input(format!(
+                        "--boundaries '{text}': {e}; expected comma-separated layer indices, e.g. 0,5,9"
+                    ))
+                })?;
+            pplan::inputs::profile::check_boundaries(&b, layers, s.num_stages)
+                .map_err(|e| CliError::Input(format!("--boundaries '{text}': {e}")))?;
+            b
+        }
+    };
+    let hw = args
+        .hardware
+        .as_deref()
+        .map(pplan::inputs::hardware::Hardware::load)
+        .transpose()
+        .map_err(|e| CliError::Input(format!("--hardware: {e}")))?;
+    Ok(pplan::plan::profiled::stage_costs(
+        profile,
+        &boundaries,
+        s.num_devices(),
+        |st| s.device_of(st),
+        hw.as_ref(),
+    ))
+}
+
+/// Simulate `loaded` with `costs` (`scale` ns per reported unit) and print or write the results.
+pub(crate) fn run_simulation(
+    args: &SimulateArgs,
+    loaded: &Loaded,
+    costs: &Costs,
+    scale: u64,
+    memory_known: bool,
+) -> Result<(), CliError> {
+    let s = &loaded.schedule;
+    let record = args.trace.is_some() || args.gantt.is_some();
+    let r = sim::simulate(
+        s,
+        costs,
+        SimOptions {
+            record_timeline: record,
+            max_events: None,
+        },
+    )
+    .map_err(|e| match e {
+        sim::SimError::EventLimit { .. } => CliError::Internal(e.to_string()),
+        e => CliError::Input(format!("{}: {e}", loaded.label)),
+    })?;
+    if let (Some(path), Some(tl)) = (&args.trace, &r.timeline) {
+        write_output(
+            path,
+            "--trace",
+            pplan::report::trace::to_json(tl).as_bytes(),
+        )?;
+    }
+    if let (Some(path), Some(tl)) = (&args.gantt, &r.timeline) {
+        let unit_label = if scale == 1_000_000 {
+            "ms (1 unit)".to_string()
+        } else {
+            format!("units ({} ms each)", scale / 1_000_000)
+        };
+        let title = format!(
+            "{}: p={}, m={}, v={}",
+            loaded.label,
+            s.num_devices(),
+            s.num_microbatches,
+            s.chunks()
+        );
+        write_gantt(tl, title, unit_label, 1e6, path)?;
+    }
+    let rep = report(&loaded.label, s, &r, scale, memory_known);
+    match args.format {
+        Format::Json => print_json(&rep)?,
+        Format::Table => print_table(&rep),
+    }
+    Ok(())
+}

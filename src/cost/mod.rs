@@ -1,0 +1,27 @@
+//! The cost model: how long each piece of a training step takes, and how much memory it holds.
+//!
+//! - [`stack`]: what is being costed: the parallel [`Layout`], the training [`Stack`] and the
+//!   [`CostModel`] binding them to a model and a hardware profile;
+//! - [`compute`]: per-layer, embedding, output-layer and optimizer time on one GPU;
+//! - [`network`]: collectives and point-to-point transfers on the links they cross;
+//! - [`memory`]: model state and activation memory per GPU.
+//!
+//! Invariants: no IO, no clock; inputs are a model, a hardware profile, a layout and a stack.
+//! Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`). Every formula, its
+//! source and its unit are in docs/cost-model.md. Imports `inputs` only; never the schedule,
+//! the simulator or the planner.
+//!
+//! Shape of a step (Megatron-LM 2021, Narayanan et al.): per micro-batch and layer, a forward
+//! (GEMMs, memory-bound kernels, two tensor-parallel all-reduces), an input-gradient backward
+//! `I` (GEMMs for activations' gradients, memory-bound kernels, two all-reduces, plus the
+//! recomputed forward), and a weight-gradient backward `W` (weight GEMMs and the accumulation
+//! of the gradient into the main-gradient buffer).
+
+pub mod compute;
+pub mod memory;
+pub mod network;
+pub mod stack;
+
+pub use compute::{gemm_efficiency, gemm_time_s, BlockCost, Gemm, MemoryTraffic, Part};
+pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
+pub use stack::{CostModel, Layout, RankOrder, Recompute, Stack};

@@ -1,0 +1,145 @@
+//! What is being costed: the parallel [`Layout`] of a run, the training [`Stack`] (the
+//! implementation choices of the framework that runs it) and the [`CostModel`] that binds a
+//! model, a hardware profile, a layout and a stack.
+//!
+//! [`Stack`] is the one place where how a step is implemented is described (fused kernels,
+//! point-to-point style, overlap of the gradient reduction, optimizer sharding, bytes moved per
+//! parameter). Features of a newer stack (precision, attention kernel, communication overlap,
+//! sharding) are added here as fields, read by the compute, network and memory models through
+//! the `CostModel`, rather than threaded through every function as booleans.
+
+use crate::inputs::hardware::Hardware;
+use crate::inputs::model::Model;
+use std::fmt;
+use std::str::FromStr;
+
+/// Activation recomputation (Korthikanti et al. 2022).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Recompute {
+    None,
+    /// Recompute only the attention core (QK^T, softmax, dropout, attention over V).
+    Selective,
+    /// Keep only each layer's input; recompute the whole layer before its backward.
+    #[default]
+    Full,
+}
+
+impl Recompute {
+    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for Recompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Recompute {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Recompute::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown recompute '{s}' (valid: none, selective, full)"))
+    }
+}
+
+/// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum RankOrder {
+    /// Tensor-parallel innermost, then data-parallel, then pipeline (Megatron-LM's default).
+    #[default]
+    TensorDataPipeline,
+    /// Tensor-parallel innermost, then pipeline, then data-parallel.
+    TensorPipelineData,
+}
+
+/// The parallel layout and batch shape of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    pub micro_batch: u64,
+    /// Model chunks per pipeline device (interleaving).
+    pub chunks: u64,
+    pub sequence_parallel: bool,
+    pub recompute: Recompute,
+}
+
+/// The training stack: implementation choices of the framework that runs the step. The
+/// defaults are Megatron-LM as used for Narayanan et al. 2021.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stack {
+    /// Fused bias+GeLU, scale+mask+softmax and bias+dropout+add kernels.
+    pub fused_kernels: bool,
+    /// Pipeline sends split over the t tensor-parallel ranks' NICs, then all-gathered over
+    /// NVLink (Narayanan et al. 2021, Sec. 4.1).
+    pub scatter_gather: bool,
+    /// The sender's compute waits for each point-to-point transfer (Megatron-LM 2021's
+    /// `batch_isend_irecv` followed by a synchronize).
+    pub blocking_p2p: bool,
+    /// Reduce a stage's gradients as soon as its last backward has finished.
+    pub overlap_grad_reduce: bool,
+    /// ZeRO stage 1: optimizer state sharded over the data-parallel group.
+    pub zero1: bool,
+    /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
+    pub grad_reduce_bytes_per_param: f64,
+    /// Memory traffic per parameter per micro-batch of accumulating the weight gradient into
+    /// the main-gradient buffer: write the 16-bit gradient (2), read it (2), read and write the
+    /// fp32 main gradient (8).
+    pub grad_accumulation_bytes_per_param: f64,
+    /// Memory traffic per parameter of the mixed-precision Adam step: read fp32 master, m, v
+    /// and the gradient, write master, m, v and the 16-bit weight (28), plus the gradient-norm
+    /// and unscale passes over the gradient (4).
+    pub optimizer_bytes_per_param: f64,
+    pub rank_order: RankOrder,
+}
+
+impl Default for Stack {
+    fn default() -> Self {
+        Stack {
+            fused_kernels: true,
+            scatter_gather: true,
+            blocking_p2p: true,
+            overlap_grad_reduce: false,
+            zero1: false,
+            grad_reduce_bytes_per_param: 2.0,
+            grad_accumulation_bytes_per_param: 12.0,
+            optimizer_bytes_per_param: 32.0,
+            rank_order: RankOrder::TensorDataPipeline,
+        }
+    }
+}
+
+/// The cost model for one (model, hardware, layout, stack).
+#[derive(Debug, Clone, Copy)]
+pub struct CostModel<'a> {
+    pub model: &'a Model,
+    pub hw: &'a Hardware,
+    pub layout: Layout,
+    pub stack: Stack,
+}
+
+impl CostModel<'_> {
+    /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`.
+    pub(super) fn dims(&self) -> (f64, f64, f64, f64, f64, f64, f64) {
+        let m = self.model;
+        (
+            self.layout.micro_batch as f64,
+            m.seq_len as f64,
+            m.hidden_size as f64,
+            m.num_heads as f64,
+            m.ffn_hidden_size as f64,
+            self.layout.tp as f64,
+            m.head_dim() as f64,
+        )
+    }
+}

@@ -1,0 +1,13 @@
+//! What a prediction is made from: model descriptions (bundled presets, Hugging Face and
+//! Megatron-style JSON), hardware profiles and measured or computed layer profiles; their
+//! parsing and checks.
+//!
+//! Imports nothing else of the crate.
+
+pub mod hardware;
+pub mod model;
+pub mod profile;
+
+pub use hardware::Hardware;
+pub use model::Model;
+pub use profile::LayerProfile;

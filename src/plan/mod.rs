@@ -1,0 +1,21 @@
+//! Planning: everything that turns (model, hardware, parallel layout) into a simulated
+//! training step and chooses among layouts.
+//!
+//! - [`predict`] builds the step (per-stage costs from [`crate::cost`], the schedule from
+//!   [`crate::schedule`]) and simulates it; [`profiled`] does the same from a layer profile;
+//! - [`search`] enumerates layouts and ranks the feasible ones, with the schedule's memory
+//!   summary in [`search::ScheduleSummary`];
+//! - [`partition`] splits layers into stages (exact DP, DP-seeded ILP in [`partition::ilp`]);
+//! - [`schedule_search`] searches zero-bubble F/I/W orders;
+//! - [`plan_file`] is the versioned plan file, [`emit`] writes it for other systems.
+//!
+//! May import `schedule`, `inputs`, `sim` and `cost`; never `report`.
+
+pub mod emit;
+pub mod partition;
+pub mod plan_file;
+pub mod predict;
+pub mod profiled;
+
+pub mod schedule_search;
+pub mod search;

@@ -1,0 +1,736 @@
+//! The search space: the request and its pins, candidates (one layout, micro-batch, schedule,
+//! chunk count, recomputation, sequence parallelism and ZeRO-1 setting each), the structural
+//! checks that need no costs, the counted reasons for rejection, and the enumeration.
+
+use crate::cost::{Recompute, Stack};
+use crate::inputs::hardware::Hardware;
+use crate::inputs::model::Model;
+use crate::plan::predict::{
+    balanced_split, check, divisors, PredictRequest, Prediction, Split, MAX_SIMULATED_ACTIONS,
+};
+use crate::schedule::generators::ScheduleName;
+use crate::schedule::ir::Placement;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Optional pins: `Some` fixes a dimension.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pins {
+    pub tp: Option<u64>,
+    pub pp: Option<u64>,
+    pub dp: Option<u64>,
+    pub micro_batch: Option<u64>,
+    pub schedule: Option<ScheduleName>,
+    pub chunks: Option<u64>,
+    pub recompute: Option<Recompute>,
+    pub sequence_parallel: Option<bool>,
+    pub zero1: Option<bool>,
+}
+
+/// One search.
+#[derive(Debug, Clone)]
+pub struct SearchRequest<'a> {
+    pub model: &'a Model,
+    pub hardware: &'a Hardware,
+    pub gpus: u64,
+    pub global_batch: u64,
+    /// How many ranked results to return (K).
+    pub top: usize,
+    pub pins: Pins,
+    /// The training stack (ZeRO-1 is taken from the candidate, not from here).
+    pub stack: Stack,
+    /// Simulate every feasible candidate instead of pruning by the lower bound.
+    pub exhaustive: bool,
+    /// Which layer splits to search (`--partition`).
+    pub partition: PartitionMode,
+}
+
+/// `--partition`: the even split only, the balanced split only, or both (a balanced split
+/// that differs from the even one is a distinct candidate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PartitionMode {
+    #[default]
+    Even,
+    Balanced,
+    Both,
+}
+
+impl std::str::FromStr for PartitionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "even" => Ok(PartitionMode::Even),
+            "balanced" => Ok(PartitionMode::Balanced),
+            "both" => Ok(PartitionMode::Both),
+            _ => Err(format!(
+                "unknown partition '{s}' (valid: even, balanced, both)"
+            )),
+        }
+    }
+}
+
+impl<'a> SearchRequest<'a> {
+    pub fn new(model: &'a Model, hardware: &'a Hardware, gpus: u64, global_batch: u64) -> Self {
+        SearchRequest {
+            model,
+            hardware,
+            gpus,
+            global_batch,
+            top: 10,
+            pins: Pins::default(),
+            stack: Stack::default(),
+            exhaustive: false,
+            partition: PartitionMode::default(),
+        }
+    }
+}
+
+/// One point of the search space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Candidate {
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    pub micro_batch: u64,
+    pub microbatches: u64,
+    pub schedule: ScheduleName,
+    /// Chunks per device v (2 for zbv and dualpipev).
+    pub chunks: u64,
+    pub recompute: Recompute,
+    pub sequence_parallel: bool,
+    pub zero1: bool,
+    /// Even split, or the partitioner's balanced split (which then differs from the even one,
+    /// except with `--partition balanced`).
+    pub split: Split,
+}
+
+fn schedule_index(s: ScheduleName) -> usize {
+    ScheduleName::ALL
+        .iter()
+        .position(|&x| x == s)
+        .unwrap_or(usize::MAX)
+}
+
+fn recompute_index(r: Recompute) -> usize {
+    Recompute::ALL
+        .iter()
+        .position(|&x| x == r)
+        .unwrap_or(usize::MAX)
+}
+
+impl Candidate {
+    /// The documented tie order after step time and peak memory.
+    pub fn tie_key(&self) -> (u64, u64, u64, u64, usize, u64, usize, bool, bool, Split) {
+        (
+            self.pp,
+            self.tp,
+            self.dp,
+            self.micro_batch,
+            schedule_index(self.schedule),
+            self.chunks,
+            recompute_index(self.recompute),
+            self.sequence_parallel,
+            self.zero1,
+            self.split,
+        )
+    }
+
+    /// What the balanced split depends on.
+    pub(super) fn balance_key(&self) -> BalanceKey {
+        (
+            self.tp,
+            self.pp,
+            self.dp,
+            self.micro_batch,
+            recompute_index(self.recompute),
+            self.sequence_parallel,
+            self.chunks,
+            self.schedule.placement() == Placement::V,
+        )
+    }
+
+    /// The `predict` request with the balanced split taken from `splits` (computed once per
+    /// [`BalanceKey`]).
+    pub(super) fn request_in<'a>(
+        &self,
+        req: &SearchRequest<'a>,
+        splits: &Splits,
+    ) -> PredictRequest<'a> {
+        let mut r = self.request(req);
+        if self.split == Split::Balanced {
+            r.stage_layers = splits.get(&self.balance_key()).map(|c| c.to_vec());
+        }
+        r
+    }
+
+    pub(super) fn schedule_key(&self) -> ScheduleKey {
+        (
+            schedule_index(self.schedule),
+            self.pp,
+            self.microbatches,
+            self.chunks,
+        )
+    }
+
+    /// The `predict` request for this candidate.
+    pub fn request<'a>(&self, req: &SearchRequest<'a>) -> PredictRequest<'a> {
+        let mut r = PredictRequest::new(req.model, req.hardware);
+        r.gpus = req.gpus;
+        r.tp = self.tp;
+        r.pp = self.pp;
+        r.dp = Some(self.dp);
+        r.global_batch = req.global_batch;
+        r.micro_batch = self.micro_batch;
+        r.schedule = Some(self.schedule);
+        r.chunks = self.chunks;
+        r.recompute = self.recompute;
+        r.sequence_parallel = self.sequence_parallel;
+        r.stack = Stack {
+            zero1: self.zero1,
+            ..req.stack
+        };
+        r.partition = self.split;
+        r
+    }
+}
+
+/// (schedule index, p, m, v).
+pub(super) type ScheduleKey = (usize, u64, u64, u64);
+
+/// (t, p, d, b, recompute index, sequence parallel, v, V placement).
+pub(super) type BalanceKey = (u64, u64, u64, u64, usize, bool, u64, bool);
+
+/// Balanced stage layer counts per [`BalanceKey`].
+pub(super) type Splits = BTreeMap<BalanceKey, Arc<[u32]>>;
+
+/// Apply `--partition` to the structurally valid candidates: compute the balanced split once
+/// per [`BalanceKey`] (in parallel), then keep the even candidates, replace them by balanced
+/// ones, or add a balanced candidate wherever its split differs from the even one. Returns
+/// the candidates, the splits, and how many balanced candidates were added.
+pub(super) fn apply_partition(
+    req: &SearchRequest,
+    cands: Vec<Candidate>,
+) -> Result<(Vec<Candidate>, Splits, u64), SearchError> {
+    if req.partition == PartitionMode::Even {
+        return Ok((cands, Splits::new(), 0));
+    }
+    let keys: BTreeMap<BalanceKey, Candidate> =
+        cands.iter().map(|c| (c.balance_key(), *c)).collect();
+    let computed: Vec<(BalanceKey, Result<Vec<u32>, String>)> = keys
+        .par_iter()
+        .map(|(k, c)| {
+            let r = c.request(req);
+            let counts = check(&r).map_err(|e| e.to_string()).and_then(|dp| {
+                balanced_split(&r, dp, (c.pp * c.chunks) as u32, c.schedule.placement())
+                    .map_err(|e| e.to_string())
+            });
+            (*k, counts)
+        })
+        .collect();
+    let mut splits = Splits::new();
+    for (k, counts) in computed {
+        let counts = counts.map_err(|e| SearchError::Internal(format!("balanced split: {e}")))?;
+        splits.insert(k, counts.into());
+    }
+    let layers = req.model.num_layers;
+    let differs = |c: &Candidate| {
+        let counts = &splits[&c.balance_key()];
+        **counts != *crate::inputs::profile::even_split(layers, counts.len() as u32)
+    };
+    let mut out = Vec::with_capacity(cands.len());
+    let mut added = 0u64;
+    for c in cands {
+        let balanced = Candidate {
+            split: Split::Balanced,
+            ..c
+        };
+        match req.partition {
+            PartitionMode::Balanced => out.push(balanced),
+            _ => {
+                let d = differs(&c);
+                out.push(c);
+                if d {
+                    out.push(balanced);
+                    added += 1;
+                }
+            }
+        }
+    }
+    Ok((out, splits, added))
+}
+
+/// Why a layout or candidate was excluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// t larger than a node (or not dividing its GPU count) while --tp is not pinned.
+    TpAcrossNodes,
+    /// t does not divide the attention heads or key/value heads.
+    TpHeads,
+    /// p (or p·v) exceeds the layers.
+    TooManyStages,
+    /// The global batch is not divisible by d.
+    BatchNotDivisible,
+    /// The pinned micro-batch does not divide B/d.
+    MicroBatchNotDivisible,
+    /// More than one chunk per device needs p ≥ 2.
+    ChunksNeedPipeline,
+    /// Interleaved/looped chunks need the layers divisible by p·v (equal chunks).
+    LayersNotDivisible,
+    /// Interleaved 1F1B needs m divisible by p (Megatron-LM's rule).
+    MicrobatchesNotMultipleOfP,
+    /// dualpipev needs m ≥ 2p, pipedream-2bw m ≥ p.
+    TooFewMicrobatches,
+    /// More actions than `predict` simulates.
+    TooLarge,
+    /// Weights, gradients and optimizer state (plus recompute working memory) exceed the GPU.
+    ModelStateMemory,
+    /// Model state plus the schedule's peak of stashed activations exceed the GPU.
+    ActivationMemory,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 12] = [
+        Reason::TpAcrossNodes,
+        Reason::TpHeads,
+        Reason::TooManyStages,
+        Reason::BatchNotDivisible,
+        Reason::MicroBatchNotDivisible,
+        Reason::ChunksNeedPipeline,
+        Reason::LayersNotDivisible,
+        Reason::MicrobatchesNotMultipleOfP,
+        Reason::TooFewMicrobatches,
+        Reason::TooLarge,
+        Reason::ModelStateMemory,
+        Reason::ActivationMemory,
+    ];
+
+    /// `layout` for reasons that exclude a whole (t, p, d), else `candidate`.
+    pub fn level(self) -> &'static str {
+        match self {
+            Reason::TpAcrossNodes
+            | Reason::TpHeads
+            | Reason::BatchNotDivisible
+            | Reason::MicroBatchNotDivisible => "layout",
+            _ => "candidate",
+        }
+    }
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::TpAcrossNodes => "tp_across_nodes",
+            Reason::TpHeads => "tp_heads",
+            Reason::TooManyStages => "too_many_stages",
+            Reason::BatchNotDivisible => "batch_not_divisible",
+            Reason::MicroBatchNotDivisible => "micro_batch_not_divisible",
+            Reason::ChunksNeedPipeline => "chunks_need_pipeline",
+            Reason::LayersNotDivisible => "layers_not_divisible",
+            Reason::MicrobatchesNotMultipleOfP => "microbatches_not_multiple_of_p",
+            Reason::TooFewMicrobatches => "too_few_microbatches",
+            Reason::TooLarge => "too_large",
+            Reason::ModelStateMemory => "memory_model_state",
+            Reason::ActivationMemory => "memory",
+        }
+    }
+
+    /// The constraint in words, with the request's numbers.
+    pub fn constraint(self, req: &SearchRequest) -> String {
+        let m = req.model;
+        match self {
+            Reason::TpAcrossNodes => format!(
+                "t must divide the {} GPUs of a node (pin --tp to go across nodes)",
+                req.hardware.node.gpus_per_node
+            ),
+            Reason::TpHeads => format!(
+                "t must divide the {} attention heads and {} key/value heads",
+                m.num_heads, m.num_kv_heads
+            ),
+            Reason::TooManyStages => format!(
+                "p x v stages must not exceed the {} layers (zbv and dualpipev: 2p)",
+                m.num_layers
+            ),
+            Reason::BatchNotDivisible => {
+                format!("d must divide the global batch {}", req.global_batch)
+            }
+            Reason::MicroBatchNotDivisible => "--micro-batch must divide B/d".to_string(),
+            Reason::ChunksNeedPipeline => "v > 1 chunks per device need p >= 2".to_string(),
+            Reason::LayersNotDivisible => format!(
+                "interleaved and looped chunks need the {} layers divisible by p x v",
+                m.num_layers
+            ),
+            Reason::MicrobatchesNotMultipleOfP => {
+                "interleaved-1f1b needs m = B/(b d) divisible by p".to_string()
+            }
+            Reason::TooFewMicrobatches => {
+                "dualpipev needs m >= 2p, pipedream-2bw m >= p".to_string()
+            }
+            Reason::TooLarge => format!(
+                "more than {MAX_SIMULATED_ACTIONS} actions to simulate (m x p x v too large)"
+            ),
+            Reason::ModelStateMemory => format!(
+                "weights, gradients and optimizer state exceed the {:.1} GB of a GPU",
+                req.hardware.gpu.memory_bytes as f64 / 1e9
+            ),
+            Reason::ActivationMemory => format!(
+                "model state plus the schedule's peak of stashed activations exceed the {:.1} GB of a GPU",
+                req.hardware.gpu.memory_bytes as f64 / 1e9
+            ),
+        }
+    }
+}
+
+/// How many were excluded for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    pub reason: Reason,
+    /// `layout` (counts (t, p, d) layouts) or `candidate` (counts full candidates).
+    pub level: &'static str,
+    pub count: u64,
+    pub constraint: String,
+}
+
+/// One ranked result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ranked {
+    pub rank: usize,
+    #[serde(flatten)]
+    pub prediction: Prediction,
+    /// The proven lower bound the search ordered this candidate by.
+    pub lower_bound_s: f64,
+    /// Step time in integer nanoseconds (the ranking key).
+    pub step_time_ns: u64,
+    #[serde(skip)]
+    pub lower_bound_ns: u64,
+    #[serde(skip)]
+    pub candidate: Candidate,
+}
+
+/// The outcome of a search (all counts deterministic).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchOutcome {
+    pub model: String,
+    pub hardware: String,
+    pub gpus: u64,
+    pub global_batch: u64,
+    pub top: usize,
+    pub exhaustive: bool,
+    /// (t, p, d) layouts enumerated and how many passed the layout-level constraints.
+    pub layouts: u64,
+    pub layouts_valid: u64,
+    /// Full candidates enumerated (every one was checked).
+    pub evaluated: u64,
+    /// Candidates that passed every constraint including memory.
+    pub feasible: u64,
+    /// Feasible candidates simulated.
+    pub simulated: u64,
+    /// Feasible candidates whose lower bound proved they cannot enter the top K.
+    pub pruned: u64,
+    /// Candidates excluded by memory (both memory reasons).
+    pub memory_rejected: u64,
+    /// Distinct schedules (name, p, m, v) generated and summarised for the memory check.
+    pub schedules_summarised: u64,
+    pub rejected: Vec<Rejection>,
+    pub results: Vec<Ranked>,
+}
+
+/// Bad input or an empty feasible set; every message names the flag or the constraints.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SearchError {
+    #[error("{flag} must be at least 1 (got {value})")]
+    Zero { flag: &'static str, value: u64 },
+    #[error("{flag} {value} is too large (at most {max})")]
+    TooLargeInput {
+        flag: &'static str,
+        value: u64,
+        max: u64,
+    },
+    #[error("{0}")]
+    Pin(String),
+    #[error("no feasible configuration of {model} on --gpus {gpus} (--global-batch {global_batch}): {summary}")]
+    Infeasible {
+        model: String,
+        gpus: u64,
+        global_batch: u64,
+        summary: String,
+        rejected: Vec<Rejection>,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// `reason: count` pairs in words, largest first.
+pub fn describe_rejections(rejected: &[Rejection]) -> String {
+    let mut v: Vec<&Rejection> = rejected.iter().collect();
+    v.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+    let parts: Vec<String> = v
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}{} excluded because {} [{}]",
+                r.count,
+                r.level,
+                if r.count == 1 { "" } else { "s" },
+                r.constraint,
+                r.reason.code()
+            )
+        })
+        .collect();
+    parts.join("; ")
+}
+
+const MAX_GPUS: u64 = 1 << 24;
+const MAX_GLOBAL_BATCH: u64 = 1 << 32;
+/// Candidates simulated per batch after the first (fixed, so counts do not depend on threads).
+pub(super) const BATCH: usize = 16;
+
+pub(super) struct Tally(pub(super) [u64; Reason::ALL.len()]);
+
+impl Tally {
+    pub(super) fn new() -> Self {
+        Tally([0; Reason::ALL.len()])
+    }
+    pub(super) fn add(&mut self, r: Reason, n: u64) {
+        self.0[r as usize] += n;
+    }
+    pub(super) fn list(&self, req: &SearchRequest) -> Vec<Rejection> {
+        Reason::ALL
+            .iter()
+            .filter(|&&r| self.0[r as usize] > 0)
+            .map(|&r| Rejection {
+                reason: r,
+                level: r.level(),
+                count: self.0[r as usize],
+                constraint: r.constraint(req),
+            })
+            .collect()
+    }
+}
+
+/// The synchronous schedules searched when `--schedule` is not pinned. The asynchronous
+/// PipeDream schedules change the training semantics (stale weights) and are searched only
+/// when pinned.
+pub const SEARCHED_SCHEDULES: [ScheduleName; 8] = [
+    ScheduleName::GPipe,
+    ScheduleName::OneFOneB,
+    ScheduleName::Interleaved1F1B,
+    ScheduleName::ZbH1,
+    ScheduleName::ZbH2,
+    ScheduleName::ZbV,
+    ScheduleName::DualPipeV,
+    ScheduleName::LoopedBfs,
+];
+
+pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
+    for (flag, value) in [("--gpus", req.gpus), ("--global-batch", req.global_batch)] {
+        if value == 0 {
+            return Err(SearchError::Zero { flag, value });
+        }
+    }
+    if req.top == 0 {
+        return Err(SearchError::Zero {
+            flag: "--top",
+            value: 0,
+        });
+    }
+    for (flag, value, max) in [
+        ("--gpus", req.gpus, MAX_GPUS),
+        ("--global-batch", req.global_batch, MAX_GLOBAL_BATCH),
+    ] {
+        if value > max {
+            return Err(SearchError::TooLargeInput { flag, value, max });
+        }
+    }
+    let p = &req.pins;
+    for (flag, value) in [
+        ("--tp", p.tp),
+        ("--pp", p.pp),
+        ("--dp", p.dp),
+        ("--micro-batch", p.micro_batch),
+        ("--chunks", p.chunks),
+    ] {
+        if value == Some(0) {
+            return Err(SearchError::Zero { flag, value: 0 });
+        }
+    }
+    for (flag, value) in [("--tp", p.tp), ("--pp", p.pp), ("--dp", p.dp)] {
+        if let Some(v) = value {
+            if req.gpus % v != 0 {
+                return Err(SearchError::Pin(format!(
+                    "{flag} {v} does not divide --gpus {}; valid {flag}: {}",
+                    req.gpus,
+                    list(&divisors(req.gpus))
+                )));
+            }
+        }
+    }
+    if let (Some(s), Some(v)) = (p.schedule, p.chunks) {
+        let ok = match s.fixed_chunks() {
+            Some(f) => v == f as u64,
+            None => v == 1 || s.supports_chunks(),
+        };
+        if !ok {
+            return Err(SearchError::Pin(format!(
+                "--chunks {v} does not apply to --schedule {s}: {}",
+                match s.fixed_chunks() {
+                    Some(f) => format!("it always uses {f} chunks per device"),
+                    None => "it places one stage per device (--chunks 1)".to_string(),
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn list(v: &[u64]) -> String {
+    let s: Vec<String> = v.iter().map(u64::to_string).collect();
+    s.join(", ")
+}
+
+/// Enumerate the structurally valid candidates, counting what the constraints exclude.
+pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u64, Vec<Candidate>) {
+    let model = req.model;
+    let layers = model.num_layers as u64;
+    let gpn = req.hardware.node.gpus_per_node as u64;
+    let pins = &req.pins;
+    let n = req.gpus;
+    let mut layouts = 0u64;
+    let mut layouts_valid = 0u64;
+    let mut evaluated = 0u64;
+    let mut out = Vec::new();
+    let schedules: Vec<ScheduleName> = match pins.schedule {
+        Some(s) => vec![s],
+        None => SEARCHED_SCHEDULES.to_vec(),
+    };
+    let recomputes: Vec<Recompute> = match pins.recompute {
+        Some(r) => vec![r],
+        None => Recompute::ALL.to_vec(),
+    };
+    for t in divisors(n) {
+        if pins.tp.is_some_and(|x| x != t) {
+            continue;
+        }
+        for p in divisors(n / t) {
+            if pins.pp.is_some_and(|x| x != p) {
+                continue;
+            }
+            let d = n / t / p;
+            if pins.dp.is_some_and(|x| x != d) {
+                continue;
+            }
+            layouts += 1;
+            let layout_reason = if pins.tp.is_none() && (t > gpn || gpn % t != 0) {
+                Some(Reason::TpAcrossNodes)
+            } else if model.num_heads % t != 0 || model.num_kv_heads % t != 0 {
+                Some(Reason::TpHeads)
+            } else if req.global_batch % d != 0 {
+                Some(Reason::BatchNotDivisible)
+            } else if pins
+                .micro_batch
+                .is_some_and(|b| (req.global_batch / d) % b != 0)
+            {
+                Some(Reason::MicroBatchNotDivisible)
+            } else {
+                None
+            };
+            if let Some(r) = layout_reason {
+                tally.add(r, 1);
+                continue;
+            }
+            layouts_valid += 1;
+            let per_replica = req.global_batch / d;
+            let sps: Vec<bool> = match pins.sequence_parallel {
+                Some(x) => vec![x],
+                None if t > 1 => vec![false, true],
+                None => vec![false],
+            };
+            let zeros: Vec<bool> = match pins.zero1 {
+                Some(x) => vec![x],
+                None if d > 1 => vec![false, true],
+                None => vec![false],
+            };
+            let variants = (recomputes.len() * sps.len() * zeros.len()) as u64;
+            let bs = match pins.micro_batch {
+                Some(b) => vec![b],
+                None => divisors(per_replica),
+            };
+            for &b in &bs {
+                let m = per_replica / b;
+                for &s in &schedules {
+                    // With one pipeline device every schedule runs the same work back to back;
+                    // 1F1B holds the fewest activations, so the others are not enumerated.
+                    if p == 1 && pins.schedule.is_none() && s != ScheduleName::OneFOneB {
+                        continue;
+                    }
+                    let vs: Vec<u64> = match (s.fixed_chunks(), pins.chunks) {
+                        (Some(f), _) => vec![f as u64],
+                        (None, Some(v)) if s.supports_chunks() || v == 1 => vec![v],
+                        (None, Some(_)) => continue,
+                        (None, None) if s.supports_chunks() => {
+                            if p > 1 && layers % p == 0 {
+                                divisors(layers / p)
+                                    .into_iter()
+                                    .filter(|&v| v > 1)
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            }
+                        }
+                        (None, None) => vec![1],
+                    };
+                    for v in vs {
+                        evaluated += variants;
+                        let stages = p.saturating_mul(v);
+                        let per_pair = if s.splits_backward() { 3u128 } else { 2 };
+                        let reason = if v > 1 && p == 1 {
+                            Some(Reason::ChunksNeedPipeline)
+                        } else if stages > layers {
+                            Some(Reason::TooManyStages)
+                        } else if v > 1 && s.supports_chunks() && layers % stages != 0 {
+                            Some(Reason::LayersNotDivisible)
+                        } else if s == ScheduleName::Interleaved1F1B && v > 1 && m % p != 0 {
+                            Some(Reason::MicrobatchesNotMultipleOfP)
+                        } else if (s == ScheduleName::DualPipeV && m < 2 * p)
+                            || (s == ScheduleName::PipeDream2BW && m < p)
+                        {
+                            Some(Reason::TooFewMicrobatches)
+                        } else if per_pair * m as u128 * stages as u128
+                            > MAX_SIMULATED_ACTIONS as u128
+                            || m > u32::MAX as u64
+                        {
+                            Some(Reason::TooLarge)
+                        } else {
+                            None
+                        };
+                        if let Some(r) = reason {
+                            tally.add(r, variants);
+                            continue;
+                        }
+                        for &recompute in &recomputes {
+                            for &sp in &sps {
+                                for &z in &zeros {
+                                    out.push(Candidate {
+                                        tp: t,
+                                        pp: p,
+                                        dp: d,
+                                        micro_batch: b,
+                                        microbatches: m,
+                                        schedule: s,
+                                        chunks: v,
+                                        recompute,
+                                        sequence_parallel: sp,
+                                        zero1: z,
+                                        split: Split::Even,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (layouts, layouts_valid, evaluated, out)
+}

@@ -1,0 +1,10 @@
+//! What the user sees of a simulation or a measurement: Gantt charts, Chrome traces, the
+//! predicted-vs-measured comparison behind `pplan validate`, and the comparison with
+//! published runs.
+//!
+//! May import every other part of the library; nothing imports it but the CLI.
+
+pub mod compare;
+pub mod gantt;
+pub mod trace;
+pub mod validation;
