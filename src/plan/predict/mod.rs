@@ -1,0 +1,20 @@
+//! `pplan predict`: the time, throughput and memory of one training step of a
+//! (model, hardware, t, p, d, b, schedule, v, recompute) configuration.
+//!
+//! The whole step is simulated, not computed by a closed formula: the cost model gives the
+//! per-stage durations of every forward and backward (with tensor-parallel collectives inside),
+//! the point-to-point transfers between stages, each stage's data-parallel gradient reduction
+//! and each device's optimizer step; the discrete-event simulator runs the schedule's action
+//! lists over one pipeline (all data-parallel replicas and tensor-parallel ranks behave alike)
+//! and reports the makespan, the bubble and the peak memory per device.
+//!
+//! No IO; the caller loads the model and hardware.
+//!
+//! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (costs,
+//! balanced split, simulation).
+
+pub mod request;
+pub mod step;
+
+pub use request::*;
+pub use step::*;

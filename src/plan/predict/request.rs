@@ -1,0 +1,344 @@
+//! What a prediction is asked and what it answers: [`PredictRequest`], the split choice, the
+//! [`Prediction`] fields, the typed errors naming the flag, and the checks every request passes
+//! before anything is costed.
+
+use crate::cost::{Recompute, Stack};
+use crate::inputs::hardware::Hardware;
+use crate::inputs::model::Model;
+use crate::inputs::profile::LayerProfile;
+use crate::schedule::generators::ScheduleName;
+use crate::sim::Timeline;
+use serde::Serialize;
+
+/// One configuration to predict.
+#[derive(Debug, Clone)]
+pub struct PredictRequest<'a> {
+    pub model: &'a Model,
+    pub hardware: &'a Hardware,
+    pub gpus: u64,
+    pub tp: u64,
+    pub pp: u64,
+    /// `None`: gpus / (tp * pp).
+    pub dp: Option<u64>,
+    pub global_batch: u64,
+    pub micro_batch: u64,
+    /// `None`: `interleaved-1f1b` when `chunks > 1`, else `1f1b`.
+    pub schedule: Option<ScheduleName>,
+    pub chunks: u64,
+    pub recompute: Recompute,
+    pub sequence_parallel: bool,
+    pub stack: Stack,
+    /// Keep the simulator's timeline (for Gantt charts and traces).
+    pub record_timeline: bool,
+    /// Measured per-layer costs: when given, transformer layers' F/I/W times and activation
+    /// bytes (and the embedding's and output layer's, if the profile has them) come from it,
+    /// and p2p transfers carry the stage's last layer's `output_bytes`.
+    pub profile: Option<&'a LayerProfile>,
+    /// Layers of each of the `pp x chunks` stages, in stage order (`None`: the even split,
+    /// the first `layers % stages` stages one layer more). Lets a partitioner plug in an
+    /// uneven split.
+    pub stage_layers: Option<Vec<u32>>,
+    /// How layers are split when `stage_layers` is `None`: the even split, or the
+    /// partitioner's balanced split ([`balanced_split`]).
+    pub partition: Split,
+}
+
+/// How the layers are spread over the stages (`--partition`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Split {
+    /// `inputs::profile::even_split`: the first `layers % stages` stages one layer more.
+    #[default]
+    Even,
+    /// `partition::dp` over the per-layer costs of [`balance_problem`], kept only when it is
+    /// strictly better than the even split ([`balanced_split`]).
+    Balanced,
+}
+
+impl Split {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Even => "even",
+            Split::Balanced => "balanced",
+        }
+    }
+}
+
+impl std::str::FromStr for Split {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "even" => Ok(Split::Even),
+            "balanced" => Ok(Split::Balanced),
+            _ => Err(format!("unknown partition '{s}' (valid: even, balanced)")),
+        }
+    }
+}
+
+impl<'a> PredictRequest<'a> {
+    /// Megatron-LM 2021 defaults: full recompute, no sequence parallelism, one chunk.
+    pub fn new(model: &'a Model, hardware: &'a Hardware) -> Self {
+        PredictRequest {
+            model,
+            hardware,
+            gpus: 1,
+            tp: 1,
+            pp: 1,
+            dp: None,
+            global_batch: 1,
+            micro_batch: 1,
+            schedule: None,
+            chunks: 1,
+            recompute: Recompute::Full,
+            sequence_parallel: false,
+            stack: Stack::default(),
+            record_timeline: false,
+            profile: None,
+            stage_layers: None,
+            partition: Split::Even,
+        }
+    }
+}
+
+/// The prediction; the first eight fields are the `pplan predict --format json` contract.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    pub step_time_s: f64,
+    /// Hardware FLOP/s per GPU with recomputation counted (Narayanan et al. 2021 convention).
+    pub tflops_per_gpu: f64,
+    /// Model FLOP/s per GPU (3 x forward, recomputation not counted).
+    pub model_tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub tokens_per_s: f64,
+    pub bubble_fraction: f64,
+    pub peak_memory_bytes: u64,
+    pub fits: bool,
+    pub memory_limit_bytes: u64,
+    pub model: String,
+    pub hardware: String,
+    pub gpus: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    pub micro_batch: u64,
+    pub microbatches: u64,
+    pub schedule: String,
+    pub chunks: u64,
+    pub recompute: String,
+    pub sequence_parallel: bool,
+    /// Optimizer state sharded over the data-parallel group (ZeRO-1).
+    pub zero1: bool,
+    pub global_batch: u64,
+    /// Bytes of weights, gradients and optimizer state on the fullest GPU.
+    pub model_state_bytes: u64,
+    /// Layers of each stage, in stage order.
+    pub stage_layers: Vec<u32>,
+    /// `even` when `stage_layers` is the even split, `balanced` when the partitioner's
+    /// split differs from it, `custom` for any other given split.
+    pub split: String,
+    #[serde(skip)]
+    pub timeline: Option<Timeline>,
+}
+
+/// Bad input, naming the flag and what would be valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PredictError {
+    #[error("{flag} must be at least 1 (got {value})")]
+    Zero { flag: &'static str, value: u64 },
+    #[error("--tp x --pp x --dp must equal --gpus: {tp} x {pp} x {dp} = {} but --gpus is {gpus}", (*tp as u128) * (*pp as u128) * (*dp as u128))]
+    GpuCount {
+        gpus: u64,
+        tp: u64,
+        pp: u64,
+        dp: u64,
+    },
+    #[error("--gpus {gpus} is not divisible by --tp x --pp = {}; valid --gpus are multiples of {}", (*tp as u128) * (*pp as u128), (*tp as u128) * (*pp as u128))]
+    GpusNotDivisible { gpus: u64, tp: u64, pp: u64 },
+    #[error(
+        "--tp {tp} must divide the model's {what} ({count}); valid --tp: {}",
+        list(valid)
+    )]
+    TensorParallel {
+        tp: u64,
+        what: &'static str,
+        count: u64,
+        valid: Vec<u64>,
+    },
+    #[error("--global-batch {global_batch} must be divisible by --dp {dp}; valid --global-batch values are multiples of {dp}")]
+    BatchNotDivisible { global_batch: u64, dp: u64 },
+    #[error("--micro-batch {micro_batch} must divide the per-replica batch --global-batch / --dp = {per_replica}; valid --micro-batch: {}", list(valid))]
+    MicroBatch {
+        micro_batch: u64,
+        per_replica: u64,
+        valid: Vec<u64>,
+    },
+    #[error("--pp {pp} x --chunks {chunks} = {} stages exceeds the model's {layers} layers; valid: --pp x --chunks <= {layers}", (*pp as u128) * (*chunks as u128))]
+    TooManyStages { pp: u64, chunks: u64, layers: u64 },
+    #[error("--schedule/--chunks: {0}")]
+    Schedule(String),
+    #[error("stage layer counts: {0}")]
+    StageLayers(String),
+    #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
+    TooLarge { gpus: u64, what: String },
+    #[error("--profile: {0}")]
+    Profile(String),
+    #[error("internal error while simulating: {0}")]
+    Internal(String),
+}
+
+pub(super) fn list(v: &[u64]) -> String {
+    let s: Vec<String> = v.iter().map(u64::to_string).collect();
+    s.join(", ")
+}
+
+/// Divisors of `n` in increasing order.
+pub fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut i = 1;
+    while i * i <= n {
+        if n % i == 0 {
+            small.push(i);
+            if i != n / i {
+                large.push(n / i);
+            }
+        }
+        i += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+/// Per-stage activation bytes above this are clamped (and never fit).
+pub(super) const MEMORY_CLAMP_BYTES: u64 = 1 << 38;
+
+/// Largest number of (stage, micro-batch) actions `predict` will simulate.
+pub const MAX_SIMULATED_ACTIONS: u64 = 20_000_000;
+
+pub(super) fn ns(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds * 1e9).round().min(1e18) as u64
+    } else {
+        0
+    }
+}
+
+/// Check the request and return the data-parallel size.
+pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
+    for (flag, value) in [
+        ("--gpus", req.gpus),
+        ("--tp", req.tp),
+        ("--pp", req.pp),
+        ("--global-batch", req.global_batch),
+        ("--micro-batch", req.micro_batch),
+        ("--chunks", req.chunks),
+    ] {
+        if value == 0 {
+            return Err(PredictError::Zero { flag, value });
+        }
+    }
+    let dp = match req.dp {
+        Some(0) => {
+            return Err(PredictError::Zero {
+                flag: "--dp",
+                value: 0,
+            })
+        }
+        Some(dp) => dp,
+        None => {
+            let tp_pp = req.tp.saturating_mul(req.pp);
+            if req.tp.checked_mul(req.pp).is_none() || req.gpus % tp_pp != 0 {
+                return Err(PredictError::GpusNotDivisible {
+                    gpus: req.gpus,
+                    tp: req.tp,
+                    pp: req.pp,
+                });
+            }
+            req.gpus / tp_pp
+        }
+    };
+    if req.tp.checked_mul(req.pp).and_then(|x| x.checked_mul(dp)) != Some(req.gpus) {
+        return Err(PredictError::GpuCount {
+            gpus: req.gpus,
+            tp: req.tp,
+            pp: req.pp,
+            dp,
+        });
+    }
+    let m = req.model;
+    for (what, count) in [
+        ("attention heads", m.num_heads),
+        ("key/value heads", m.num_kv_heads),
+    ] {
+        if count % req.tp != 0 {
+            return Err(PredictError::TensorParallel {
+                tp: req.tp,
+                what,
+                count,
+                valid: divisors(count),
+            });
+        }
+    }
+    if req.global_batch % dp != 0 {
+        return Err(PredictError::BatchNotDivisible {
+            global_batch: req.global_batch,
+            dp,
+        });
+    }
+    let per_replica = req.global_batch / dp;
+    if per_replica % req.micro_batch != 0 {
+        return Err(PredictError::MicroBatch {
+            micro_batch: req.micro_batch,
+            per_replica,
+            valid: if per_replica <= 1 << 24 {
+                divisors(per_replica)
+            } else {
+                vec![1]
+            },
+        });
+    }
+    let stages = req.pp.saturating_mul(req.chunks);
+    if stages > m.num_layers as u64 {
+        return Err(PredictError::TooManyStages {
+            pp: req.pp,
+            chunks: req.chunks,
+            layers: m.num_layers as u64,
+        });
+    }
+    let microbatches = per_replica / req.micro_batch;
+    let actions = 2u128 * microbatches as u128 * stages as u128;
+    if actions > MAX_SIMULATED_ACTIONS as u128 || req.pp > u32::MAX as u64 {
+        return Err(PredictError::TooLarge {
+            gpus: req.gpus,
+            what: format!(
+                "{microbatches} micro-batches x {stages} stages; at most {MAX_SIMULATED_ACTIONS} actions: raise --micro-batch"
+            ),
+        });
+    }
+    if req.micro_batch > 1 << 20 {
+        return Err(PredictError::TooLarge {
+            gpus: req.gpus,
+            what: "--micro-batch above 2^20".to_string(),
+        });
+    }
+    if let Some(counts) = &req.stage_layers {
+        let total: u64 = counts.iter().map(|&c| c as u64).sum();
+        if counts.len() as u64 != stages || total != m.num_layers as u64 || counts.contains(&0) {
+            return Err(PredictError::StageLayers(format!(
+                "{} counts summing to {total}; need {stages} counts (pp x chunks), each at least 1, summing to the model's {} layers",
+                counts.len(),
+                m.num_layers
+            )));
+        }
+    }
+    Ok(dp)
+}
+
+/// The schedule `req` asks for: `interleaved-1f1b` when `chunks > 1`, else `1f1b`, unless named.
+pub fn schedule_name(req: &PredictRequest) -> ScheduleName {
+    req.schedule.unwrap_or(if req.chunks > 1 {
+        ScheduleName::Interleaved1F1B
+    } else {
+        ScheduleName::OneFOneB
+    })
+}
