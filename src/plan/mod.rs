@@ -5,7 +5,7 @@
 //!   [`crate::schedule`]) and simulates it; [`profiled`] does the same from a layer profile;
 //! - [`search`] enumerates layouts and ranks the feasible ones, with the schedule's memory
 //!   summary in [`search::ScheduleSummary`];
-//! - [`partition`] splits layers into stages (exact DP, DP-seeded ILP in [`partition::ilp`]);
+//! - [`partition`] splits layers into stages (exact DP, DP-seeded ILP in `partition::ilp`);
 //! - [`schedule_search`] searches zero-bubble F/I/W orders;
 //! - [`plan_file`] is the versioned plan file, [`emit`] writes it for other systems.
 //!

@@ -3,7 +3,7 @@
 //! One row per device (row r = rank r), comma-separated action strings, an empty field is an
 //! idle slot and is ignored, no header, LF or CRLF line ends. PyTorch writes CRLF (Python's
 //! `csv.writer` default, `_dump_csv` opens the file with `newline=""`) and writes each idle
-//! slot (`None`) as an empty field. [`write`] writes LF; [`write_torch`] writes CRLF, byte for
+//! slot (`None`) as an empty field. [`write()`] writes LF; [`write_torch`] writes CRLF, byte for
 //! byte what `_dump_csv(format="compute_only")` writes for the same order without idle slots.
 //! Both read back to the same schedule given the placement (stage→device mapping), which the
 //! file does not record: `Placement::Loop` (PyTorch's default "loop" style) or `Placement::V`

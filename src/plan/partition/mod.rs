@@ -3,15 +3,15 @@
 //! transfer to the next stage), under a per-stage memory limit. The model, the formulas and
 //! the tie-break rule are in `docs/partition.md`.
 //!
-//! Two methods over one [`Problem`]: [`dp`], a dynamic program that is exact for the model
-//! (PipeDream's DP with replication, one pass over both bandwidth levels), and [`ilp`], an
+//! Two methods over one [`Problem`]: [`dp()`], a dynamic program that is exact for the model
+//! (PipeDream's DP with replication, one pass over both bandwidth levels), and [`ilp()`], an
 //! integer program (good_lp; microlp by default, HiGHS with the `highs` feature) that proves
 //! the optimum or reports its gap. Both print the same canonical split.
 //!
 //! Invariants: no IO; the clock is read only by the ILP solver for its time limit. Same
 //! problem, same DP answer, byte for byte.
 //!
-//! Files: [`problem`] (the model and [`evaluate`]), [`dp`], [`ilp`].
+//! Files: `problem.rs` (the model and [`evaluate`]), `dp.rs`, `ilp.rs`.
 
 pub mod dp;
 pub mod ilp;

@@ -39,7 +39,7 @@ pub struct PredictRequest<'a> {
     /// uneven split.
     pub stage_layers: Option<Vec<u32>>,
     /// How layers are split when `stage_layers` is `None`: the even split, or the
-    /// partitioner's balanced split ([`balanced_split`]).
+    /// partitioner's balanced split ([`balanced_split`](super::step::balanced_split)).
     pub partition: Split,
 }
 
@@ -49,8 +49,8 @@ pub enum Split {
     /// `inputs::profile::even_split`: the first `layers % stages` stages one layer more.
     #[default]
     Even,
-    /// `partition::dp` over the per-layer costs of [`balance_problem`], kept only when it is
-    /// strictly better than the even split ([`balanced_split`]).
+    /// `partition::dp` over the per-layer costs of [`balance_problem`](super::step::balance_problem), kept only when it is
+    /// strictly better than the even split ([`balanced_split`](super::step::balanced_split)).
     Balanced,
 }
 

@@ -22,13 +22,13 @@
 //!    exhaustive search's (`--exhaustive` simulates everything; `tests/cli_search.rs` checks).
 //!
 //! Ranking is a total order: step time (integer nanoseconds), then peak memory, then
-//! (p, t, d, b, schedule in [`ScheduleName::ALL`] order, v, recompute none < selective <
+//! (p, t, d, b, schedule in [`ScheduleName::ALL`](crate::schedule::ScheduleName::ALL) order, v, recompute none < selective <
 //! full, sequence parallelism off < on, ZeRO-1 off < on). Same inputs, same output.
 //!
 //! No IO and no clock; the caller measures elapsed time.
 //!
-//! Files: [`space`] (request, candidates, structural checks, enumeration),
-//! [`schedule_summary`] (exact memory and the lower bound from the action order), this file
+//! Files: `space.rs` (request, candidates, structural checks, enumeration),
+//! `schedule_summary.rs` (exact memory and the lower bound from the action order), this file
 //! (the best-first simulation and the ranking).
 
 mod schedule_summary;

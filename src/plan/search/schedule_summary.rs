@@ -116,7 +116,7 @@ impl ScheduleSummary {
         }
     }
 
-    /// Peak memory per device, exactly as [`simulate`] reports it for these costs: static
+    /// Peak memory per device, exactly as [`simulate`](crate::sim::simulate) reports it for these costs: static
     /// bytes plus the largest sum of held activations at the start of any `F`.
     pub fn peak_memory_bytes(&self, costs: &Costs) -> Vec<u64> {
         self.devices
