@@ -94,7 +94,7 @@ impl fmt::Display for Action {
 pub enum ActionParseError {
     #[error("'{0}' does not start with a stage number (expected e.g. 0F1, 3I0, 5W2)")]
     MissingStage(String),
-    #[error("'{text}': unknown action kind '{kind}' (valid: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD, OVERLAP_F_B)")]
+    #[error("'{text}': unknown action kind '{kind}' (valid: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD, OVERLAP_F_B)")]
     UnknownKind { text: String, kind: String },
     #[error("'{0}': a compute action needs a micro-batch number after its kind (e.g. 0F1)")]
     MissingMicrobatch(String),
@@ -110,7 +110,7 @@ pub enum ActionParseError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token {
     Compute(Action),
-    /// SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD.
+    /// SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD and the WAIT_* actions.
     Comm {
         stage: u32,
         kind: CommKind,
@@ -129,6 +129,10 @@ pub enum CommKind {
     Unshard,
     Reshard,
     ReduceGrad,
+    /// Newer PyTorch lowerings wait for a send or a gradient reduction explicitly.
+    WaitSendF,
+    WaitSendB,
+    WaitReduceGrad,
 }
 
 impl CommKind {
@@ -141,6 +145,9 @@ impl CommKind {
             CommKind::Unshard => "UNSHARD",
             CommKind::Reshard => "RESHARD",
             CommKind::ReduceGrad => "REDUCE_GRAD",
+            CommKind::WaitSendF => "WAIT_SEND_F",
+            CommKind::WaitSendB => "WAIT_SEND_B",
+            CommKind::WaitReduceGrad => "WAIT_REDUCE_GRAD",
         }
     }
 }
@@ -211,6 +218,9 @@ impl FromStr for Token {
             "UNSHARD" => CommKind::Unshard,
             "RESHARD" => CommKind::Reshard,
             "REDUCE_GRAD" => CommKind::ReduceGrad,
+            "WAIT_SEND_F" => CommKind::WaitSendF,
+            "WAIT_SEND_B" => CommKind::WaitSendB,
+            "WAIT_REDUCE_GRAD" => CommKind::WaitReduceGrad,
             _ => {
                 return Err(ActionParseError::UnknownKind {
                     text: text.to_string(),
