@@ -250,6 +250,7 @@ fn flush_schedule(devices: Vec<Vec<Action>>, num_stages: u32, m: u32) -> Schedul
         placement: Placement::Loop,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m,
+        compounds: Vec::new(),
     }
 }
 
@@ -369,6 +370,7 @@ fn asynchronous_1f1b(p: u32, total: u32, weight_update: WeightUpdate, per_step: 
         placement: Placement::Loop,
         weight_update,
         microbatches_per_step: per_step,
+        compounds: Vec::new(),
     }
 }
 
@@ -434,6 +436,7 @@ pub fn delayed_w_order(p: u32, m: u32, warmup: &[u32], delay: &[u32]) -> Schedul
         placement: Placement::Loop,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m,
+        compounds: Vec::new(),
     }
 }
 

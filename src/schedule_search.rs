@@ -307,6 +307,7 @@ fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Policy)
         placement: Placement::Loop,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m,
+        compounds: Vec::new(),
     }
 }
 
@@ -623,6 +624,7 @@ mod tests {
             placement: Placement::Loop,
             weight_update: WeightUpdate::Flush,
             microbatches_per_step: m,
+            compounds: Vec::new(),
         }
     }
 

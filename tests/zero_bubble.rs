@@ -294,9 +294,17 @@ fn pytorch_schedule_files_are_read_validated_and_simulated() {
     // ScheduleLoopedBFS, 2 ranks, 2 stages each, 2 micro-batches (loop placement).
     let bfs = fixture("torch-looped-bfs-p2-v2-m2.csv", Placement::Loop);
     assert_eq!(bfs, generators::looped_bfs(2, 2, 2));
-    // ScheduleDualPipeV, 2 ranks, 4 micro-batches, with compound OVERLAP_F_B actions.
+    // ScheduleDualPipeV, 2 ranks, 4 micro-batches, with compound OVERLAP_F_B actions: the same
+    // order as the generator's, plus the six compounds the generator does not record.
     let dual = fixture("torch-dualpipev-p2-m4.csv", Placement::V);
-    assert_eq!(dual, generators::dualpipev(2, 4));
+    assert_eq!(dual.compounds.len(), 6);
+    assert_eq!(
+        Schedule {
+            compounds: Vec::new(),
+            ..dual
+        },
+        generators::dualpipev(2, 4)
+    );
     // A lowered compute_comms file (Schedule1F1B-like order): communication is dropped.
     let lowered = fixture("torch-1f1b-p2-m2-compute-comms.csv", Placement::Loop);
     assert_eq!(lowered, generators::one_f_one_b(2, 2));
