@@ -247,6 +247,18 @@ struct ScheduleArgs {
     /// Weight-update policy of a schedule file: flush, stash, stash-vsync or 2bw.
     #[arg(long)]
     weight_update: Option<String>,
+    /// Timing of a schedule file's PyTorch `(F;B)OVERLAP_F_B` compounds: together (default; the
+    /// compound starts when the inputs of all its sub-actions are present, as PyTorch's schedule
+    /// lowering and simulator treat it) or apart (each sub-action starts on its own input, as
+    /// PyTorch's runtime runs them when no OVERLAP_F_B function is registered).
+    #[arg(long, value_enum)]
+    overlap_f_b: Option<OverlapFB>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum OverlapFB {
+    Together,
+    Apart,
 }
 
 #[derive(clap::Args)]
@@ -427,6 +439,11 @@ fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
             "--weight-update applies to schedule files; '{name}' fixes its own policy"
         ));
     }
+    if args.overlap_f_b.is_some() {
+        return input(format!(
+            "--overlap-f-b applies to schedule files; '{name}' has no OVERLAP_F_B compounds"
+        ));
+    }
     let params = GenParams {
         devices: p,
         microbatches: m,
@@ -452,6 +469,9 @@ fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         .map_err(|e| CliError::Input(format!("cannot read --schedule file '{path}': {e}")))?;
     let mut schedule = pplan::csv::parse_bytes(&bytes, placement)
         .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
+    if args.overlap_f_b == Some(OverlapFB::Apart) {
+        schedule.compounds.clear();
+    }
     let p = schedule.num_devices();
     let checks = [
         ("--stages", args.stages, p, "rows (devices)"),
