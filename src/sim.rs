@@ -5,7 +5,9 @@
 //! pop in FIFO order, a hard bound on the number of events. Same inputs, same outputs.
 //!
 //! Resources per device: one compute stream that runs the device's action list in order, one
-//! send stream and one receive stream. A point-to-point transfer occupies the sender's send
+//! send stream and one receive stream. A compound action ([`crate::schedule::ir::Compound`], PyTorch's
+//! `OVERLAP_F_B`) starts when the inputs of all its sub-actions are present and then runs them
+//! back to back; each sub-action's output leaves when that sub-action ends. A point-to-point transfer occupies the sender's send
 //! stream and the receiver's receive stream for its whole duration (latency + bytes/bandwidth,
 //! computed by the caller) and overlaps compute. Transfers between stages on the same device
 //! are free. Transfers start in the order they are requested (FIFO per stream).
@@ -23,7 +25,7 @@
 //! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
 //!   the device's compute and all its reductions. It counts as busy compute time.
 
-use crate::schedule::ir::{Action, Kind, Schedule, WeightUpdate};
+use crate::schedule::ir::{start_length, Action, Kind, Schedule, WeightUpdate};
 use crate::schedule::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -374,6 +376,8 @@ struct Sim<'a> {
     device_of: Vec<u32>,
     /// Per stage: backwards (`B` or `W`) still to finish before its gradients are complete.
     grads_left: Vec<u32>,
+    /// [`Schedule::start_lengths`]: where compound actions start (empty: none).
+    start_len: Vec<Vec<u32>>,
 }
 
 /// Simulate `schedule` with `costs`. The schedule is validated first (shape and completeness);
@@ -437,6 +441,7 @@ pub fn simulate(
         versions,
         device_of: (0..stages).map(|s| schedule.device_of(s)).collect(),
         grads_left: vec![0; stages as usize],
+        start_len: schedule.start_lengths(),
     };
     for a in schedule.devices.iter().flatten() {
         if matches!(a.kind, Kind::B | Kind::W) {
@@ -594,7 +599,17 @@ impl Sim<'_> {
         let Some(&a) = self.sched.devices[d].get(dev.pc) else {
             return;
         };
-        let Some(ready) = self.ready_at(a) else {
+        let n = start_length(&self.start_len, d, dev.pc);
+        let ready = if n == 1 {
+            self.ready_at(a)
+        } else {
+            // A compound (PyTorch's OVERLAP_F_B) starts when the inputs of all its sub-actions
+            // are present; its sub-actions then run back to back.
+            self.sched.devices[d][dev.pc..dev.pc + n]
+                .iter()
+                .try_fold(0, |t, &b| self.ready_at(b).map(|r| r.max(t)))
+        };
+        let Some(ready) = ready else {
             return;
         };
         if ready > now {

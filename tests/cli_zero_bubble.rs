@@ -208,3 +208,49 @@ fn schedule_search_reports_json_and_writes_a_schedule() {
         assert!(!err.contains("cannot be used multiple times"), "{err}");
     }
 }
+
+/// A PyTorch DualPipeV dump with OVERLAP_F_B compounds: 26 steps as PyTorch times it (the
+/// default, `--overlap-f-b together`), 25 with every sub-action timed on its own.
+#[test]
+fn overlap_f_b_compounds_together_or_apart() {
+    let file = format!(
+        "{}/tests/data/pytorch/DualPipeV-p2-m4-v2.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let makespan = |extra: &[&str]| {
+        let mut args = vec!["simulate", "--schedule", &file, "--placement", "v"];
+        args.extend(["--forward", "2", "--backward", "4", "--format", "json"]);
+        args.extend(extra);
+        let (code, out, err) = pplan(&args);
+        assert_eq!(code, 0, "{err}");
+        json(&out)["makespan"].as_f64().unwrap()
+    };
+    assert_eq!(makespan(&[]), 26.0);
+    assert_eq!(makespan(&["--overlap-f-b", "together"]), 26.0);
+    assert_eq!(makespan(&["--overlap-f-b", "apart"]), 25.0);
+    // The dualpipev generator writes the same compounds as PyTorch's ScheduleDualPipeV.
+    let built_in = |extra: &[&str]| {
+        let mut args = vec!["simulate", "--schedule", "dualpipev", "--stages", "2"];
+        args.extend(["--microbatches", "4", "--forward", "2", "--backward", "4"]);
+        args.extend(["--format", "json"]);
+        args.extend(extra);
+        let (code, out, err) = pplan(&args);
+        assert_eq!(code, 0, "{err}");
+        json(&out)["makespan"].as_f64().unwrap()
+    };
+    assert_eq!(built_in(&[]), 26.0);
+    assert_eq!(built_in(&["--overlap-f-b", "apart"]), 25.0);
+    let (code, _, err) = pplan(&[
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "2",
+        "--microbatches",
+        "4",
+        "--overlap-f-b",
+        "apart",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--overlap-f-b applies to schedules with OVERLAP_F_B compounds"), "{err}");
+}

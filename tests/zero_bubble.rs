@@ -281,7 +281,8 @@ fn fixture(name: &str, placement: Placement) -> Schedule {
 }
 
 /// Files written by hand in PyTorch's `_dump_csv` format (CRLF, `None` as an empty field)
-/// from a reading of its generators, for the same (p, m, v) as ours.
+/// from a reading of its generators, for the same (p, m, v) as ours. (The ZBV and DualPipeV
+/// ones are byte for byte what torch 2.15.0 dumps: see `tests/data/pytorch/`.)
 #[test]
 fn pytorch_schedule_files_are_read_validated_and_simulated() {
     // ScheduleZBVZeroBubble, 2 ranks, 2 micro-batches: built for 3 micro-batches, the third's
@@ -294,8 +295,10 @@ fn pytorch_schedule_files_are_read_validated_and_simulated() {
     // ScheduleLoopedBFS, 2 ranks, 2 stages each, 2 micro-batches (loop placement).
     let bfs = fixture("torch-looped-bfs-p2-v2-m2.csv", Placement::Loop);
     assert_eq!(bfs, generators::looped_bfs(2, 2, 2));
-    // ScheduleDualPipeV, 2 ranks, 4 micro-batches, with compound OVERLAP_F_B actions.
+    // ScheduleDualPipeV, 2 ranks, 4 micro-batches, with compound OVERLAP_F_B actions: the same
+    // order and the same six compounds as the generator's.
     let dual = fixture("torch-dualpipev-p2-m4.csv", Placement::V);
+    assert_eq!(dual.compounds.len(), 6);
     assert_eq!(dual, generators::dualpipev(2, 4));
     // A lowered compute_comms file (Schedule1F1B-like order): communication is dropped.
     let lowered = fixture("torch-1f1b-p2-m2-compute-comms.csv", Placement::Loop);
@@ -308,6 +311,126 @@ fn pytorch_schedule_files_are_read_validated_and_simulated() {
     .unwrap();
     let wrong = csv::parse(&text, Placement::Loop).unwrap();
     assert!(validate(&wrong).is_err());
+}
+
+/// Unit costs as PyTorch's schedule simulator counts them: every chunk's F, I and W take one
+/// step, a full backward B two, communication nothing.
+fn torch_unit_costs(s: &Schedule) -> Costs {
+    let v = s.chunks() as u64;
+    Costs::uniform(
+        s.num_stages,
+        s.num_devices(),
+        UnitCosts {
+            forward_ns: v,
+            backward_ns: 2 * v,
+            backward_input_ns: Some(v),
+            backward_weight_ns: Some(v),
+            p2p_ns: 0,
+        },
+    )
+}
+
+/// Schedules dumped by PyTorch itself (torch 2.15.0, `tests/data/dump_torch_schedules.py`),
+/// every schedule class it has, each replayed with PyTorch's unit costs: the makespan must be
+/// the one PyTorch's own simulator (`_schedule_visualizer.add_schedule_op_spacing`) gives,
+/// recorded by the script in `tests/data/pytorch/makespans.csv`.
+#[test]
+fn pytorch_dumps_replay_to_pytorchs_makespan() {
+    let dir = format!("{}/tests/data/pytorch", env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(format!("{dir}/makespans.csv")).unwrap();
+    let mut classes = std::collections::BTreeSet::new();
+    let mut checked = 0;
+    let mut generated = 0;
+    for line in manifest.lines().filter(|l| !l.starts_with('#')).skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let [file, class, p, m, v, placement, want] = f[..] else {
+            panic!("bad manifest line {line}");
+        };
+        classes.insert(class);
+        let text = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+        assert!(text.ends_with("\r\n"), "{file}: PyTorch writes CRLF");
+        let s = csv::parse(&text, placement.parse().unwrap()).unwrap();
+        assert_eq!(s.num_devices().to_string(), p, "{file}");
+        if want == "deadlock" {
+            // Schedule1F1B's order numbers the last rank's forwards 1..=m (it never runs
+            // forward 0): PyTorch's simulator stops with "no progress", pplan rejects it.
+            let err = validate(&s).unwrap_err().to_string();
+            assert!(err.contains("missing action"), "{file}: {err}");
+            continue;
+        }
+        assert_eq!(s.num_microbatches.to_string(), m, "{file}");
+        assert_eq!(s.chunks().to_string(), v, "{file}");
+        validate(&s).unwrap_or_else(|e| panic!("{file}: {e}"));
+        // pplan's generator of the same class builds PyTorch's order, compounds included.
+        let (pn, mn, vn): (u32, u32, u32) = (p.parse().unwrap(), m.parse().unwrap(), v.parse().unwrap());
+        let ours = match class {
+            "DualPipeV" => Some(generators::dualpipev(pn, mn)),
+            "ZBVZeroBubble" => Some(generators::zbv(pn, mn)),
+            "LoopedBFS" => Some(generators::looped_bfs(pn, mn, vn)),
+            _ => None,
+        };
+        if let Some(ours) = ours {
+            assert_eq!(s, ours, "{file}: pplan's {class} order differs from PyTorch's");
+            generated += 1;
+        }
+        let r = simulate(&s, &torch_unit_costs(&s), SimOptions::default()).unwrap();
+        assert_eq!(
+            r.makespan_ns.to_string(),
+            want,
+            "{file} ({class} p={p} m={m} v={v})"
+        );
+        // Where the dump has no idle slots and no non-compute entries, pplan writes it back
+        // byte for byte, compounds included.
+        if !text.contains(",,") && !text.contains("\n,") && !text.contains("GRAD") {
+            assert_eq!(csv::write_torch(&s), text, "{file}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 23);
+    assert_eq!(generated, 13);
+    let want = [
+        "1F1B",
+        "DualPipeV",
+        "GPipe",
+        "Interleaved1F1B",
+        "InterleavedZeroBubble",
+        "LoopedBFS",
+        "ZBVZeroBubble",
+    ];
+    assert_eq!(classes.into_iter().collect::<Vec<_>>(), want);
+}
+
+/// The case: DualPipeV p = 2, m = 4 takes 26 steps in PyTorch. Its compound
+/// `(3F2;0B0)OVERLAP_F_B` on device 0 waits for 0B0's gradient although 3F2 could start a step
+/// earlier; timed apart (the compounds dropped, `--overlap-f-b apart`) the same order takes 25.
+#[test]
+fn dualpipev_compounds_start_together() {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/data/pytorch/DualPipeV-p2-m4-v2.csv",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut s = csv::parse(&text, Placement::V).unwrap();
+    let together = simulate(&s, &torch_unit_costs(&s), SimOptions::default()).unwrap();
+    assert_eq!(together.makespan_ns, 26);
+    let spans = together.timeline.unwrap().spans;
+    let start = |name: &str| {
+        spans
+            .iter()
+            .find(|x| x.stream == Stream::Compute && x.action.to_string() == name)
+            .map(|x| (x.start_ns, x.end_ns))
+            .unwrap()
+    };
+    // Device 0 is free at 10 (after 3B1) and 3F2's activation has been there since 9, but the
+    // compound also waits for 0B0's gradient, which 1B0 sends at 11; 0B0 runs right after 3F2.
+    assert_eq!(start("3B1"), (8, 10));
+    assert_eq!(start("2F2"), (8, 9));
+    assert_eq!(start("1B0"), (9, 11));
+    assert_eq!(start("3F2"), (11, 12));
+    assert_eq!(start("0B0"), (12, 14));
+    s.compounds.clear();
+    let apart = simulate(&s, &torch_unit_costs(&s), SimOptions::default()).unwrap();
+    assert_eq!(apart.makespan_ns, 25);
 }
 
 /// The zero-bubble paper's handcrafted setting (F = I = W, Sec. 2) and two unequal ones with

@@ -91,6 +91,19 @@ pub(crate) struct ScheduleArgs {
     /// Weight-update policy of a schedule file: flush, stash, stash-vsync or 2bw.
     #[arg(long)]
     pub(crate) weight_update: Option<String>,
+    /// Timing of PyTorch's `(F;B)OVERLAP_F_B` compounds (schedule files, and dualpipev, whose
+    /// generator writes them as PyTorch's ScheduleDualPipeV does): together (default; the
+    /// compound starts when the inputs of all its sub-actions are present, as PyTorch's schedule
+    /// lowering and simulator treat it) or apart (each sub-action starts on its own input, as
+    /// PyTorch's runtime runs them when no OVERLAP_F_B function is registered).
+    #[arg(long, value_enum)]
+    pub(crate) overlap_f_b: Option<OverlapFB>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum OverlapFB {
+    Together,
+    Apart,
 }
 
 /// A schedule and where it came from (for error messages).
@@ -130,8 +143,17 @@ pub(crate) fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         steps: args.steps,
         vertical_sync: args.vertical_sync,
     };
-    let schedule =
+    let mut schedule =
         generators::generate(name, params).map_err(|e| CliError::Input(e.to_string()))?;
+    match args.overlap_f_b {
+        Some(_) if schedule.compounds.is_empty() => {
+            return input(format!(
+                "--overlap-f-b applies to schedules with OVERLAP_F_B compounds (dualpipev, or a schedule file); '{name}' has none"
+            ));
+        }
+        Some(OverlapFB::Apart) => schedule.compounds.clear(),
+        _ => {}
+    }
     Ok(Loaded {
         schedule,
         label: name.to_string(),
@@ -148,6 +170,9 @@ pub(crate) fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         .map_err(|e| CliError::Input(format!("cannot read --schedule file '{path}': {e}")))?;
     let mut schedule = pplan::schedule::csv::parse_bytes(&bytes, placement)
         .map_err(|e| CliError::Input(format!("--schedule file '{path}': {e}")))?;
+    if args.overlap_f_b == Some(OverlapFB::Apart) {
+        schedule.compounds.clear();
+    }
     let p = schedule.num_devices();
     let checks = [
         ("--stages", args.stages, p, "rows (devices)"),

@@ -319,6 +319,7 @@ impl Plan {
             placement,
             weight_update,
             microbatches_per_step: sch.microbatches_per_step,
+            compounds: Vec::new(),
         };
         validate(&schedule).map_err(|e| PlanError::Schedule {
             origin: origin.to_string(),

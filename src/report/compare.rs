@@ -59,10 +59,13 @@ pub fn classify(name: &str) -> EventKind {
         Ok(Token::Compute(a)) => EventKind::Compute(a.kind),
         Ok(Token::Overlap(_)) => EventKind::Overlap,
         Ok(Token::Comm { kind, .. }) => match kind {
-            CommKind::SendF | CommKind::RecvF | CommKind::SendB | CommKind::RecvB => {
-                EventKind::SendRecv
-            }
-            CommKind::ReduceGrad => EventKind::ReduceGrad,
+            CommKind::SendF
+            | CommKind::RecvF
+            | CommKind::SendB
+            | CommKind::RecvB
+            | CommKind::WaitSendF
+            | CommKind::WaitSendB => EventKind::SendRecv,
+            CommKind::ReduceGrad | CommKind::WaitReduceGrad => EventKind::ReduceGrad,
             CommKind::Unshard | CommKind::Reshard => EventKind::Other,
         },
         Err(_) if name.contains("OPTIMIZER") => EventKind::Optimizer,

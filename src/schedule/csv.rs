@@ -10,10 +10,12 @@
 //! (its "v" style, used by ScheduleZBVZeroBubble and ScheduleDualPipeV).
 //!
 //! Lowered files (`format="compute_comms"`) are read too: their SEND/RECV/UNSHARD/RESHARD/
-//! REDUCE_GRAD actions are dropped, because the simulator derives communication from the stage
-//! graph. DualPipeV's compound `(0F3;3B1)OVERLAP_F_B` becomes its sub-actions, back to back.
+//! REDUCE_GRAD and WAIT_* actions are dropped, because the simulator derives communication from
+//! the stage graph. DualPipeV's compound `(0F3;3B1)OVERLAP_F_B` puts its sub-actions in the
+//! device list in order and is recorded in [`Schedule::compounds`], so that the simulator starts
+//! them together as PyTorch does; both writers write it back as the same compound token.
 
-use crate::schedule::ir::{ActionParseError, Placement, Schedule, Token, WeightUpdate};
+use crate::schedule::ir::{ActionParseError, Compound, Placement, Schedule, Token, WeightUpdate};
 use std::fmt::Write as _;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +51,7 @@ pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
     let mut devices = Vec::new();
     let mut max_stage = None::<u32>;
     let mut max_mb = None::<u32>;
+    let mut compounds = Vec::new();
     for (r, line) in body.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
         let mut actions = Vec::new();
@@ -63,7 +66,16 @@ pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
             })?;
             match token {
                 Token::Compute(a) => actions.push(a),
-                Token::Overlap(subs) => actions.extend(subs),
+                Token::Overlap(subs) => {
+                    if subs.len() > 1 {
+                        compounds.push(Compound {
+                            device: r as u32,
+                            first: actions.len() as u32,
+                            len: subs.len() as u32,
+                        });
+                    }
+                    actions.extend(subs)
+                }
                 Token::Comm { .. } => {}
             }
         }
@@ -88,6 +100,7 @@ pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
         placement,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m as u32,
+        compounds,
     })
 }
 
@@ -99,15 +112,31 @@ pub fn parse_bytes(bytes: &[u8], placement: Placement) -> Result<Schedule, CsvEr
     parse(text, placement)
 }
 
-/// Write a schedule: one row per device, actions joined by commas, LF line ends.
+/// Write a schedule: one row per device, actions joined by commas, LF line ends. A compound is
+/// written as PyTorch writes it, `(0F3;3B1)OVERLAP_F_B`, in one field.
 pub fn write(schedule: &Schedule) -> String {
     let mut out = String::with_capacity(schedule.num_actions() * 5);
-    for list in &schedule.devices {
-        for (i, a) in list.iter().enumerate() {
+    let lens = schedule.start_lengths();
+    for (d, list) in schedule.devices.iter().enumerate() {
+        let mut i = 0;
+        while i < list.len() {
             if i > 0 {
                 out.push(',');
             }
-            let _ = write!(out, "{a}");
+            let n = crate::schedule::ir::start_length(&lens, d, i).min(list.len() - i);
+            if n > 1 {
+                out.push('(');
+                for (j, a) in list[i..i + n].iter().enumerate() {
+                    if j > 0 {
+                        out.push(';');
+                    }
+                    let _ = write!(out, "{a}");
+                }
+                out.push_str(")OVERLAP_F_B");
+            } else {
+                let _ = write!(out, "{}", list[i]);
+            }
+            i += n.max(1);
         }
         out.push('\n');
     }
@@ -138,6 +167,23 @@ mod tests {
         let s = parse(text, Placement::Loop).unwrap();
         assert_eq!(s.devices.len(), 2);
         assert_eq!(write(&s), "0F0,0B0\n1F0,1B0\n");
+    }
+
+    #[test]
+    fn compounds_are_recorded_and_written_back() {
+        let text = "0F0,(0F1;3B0)OVERLAP_F_B,0I0,0SEND_F1,0WAIT_SEND_F1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\r\n";
+        let s = parse(text, Placement::V).unwrap();
+        assert_eq!(
+            s.compounds,
+            vec![Compound {
+                device: 0,
+                first: 1,
+                len: 2
+            }]
+        );
+        assert_eq!(s.devices[0].len(), 4);
+        assert_eq!(write(&s), "0F0,(0F1;3B0)OVERLAP_F_B,0I0\n");
+        assert_eq!(parse(&write_torch(&s), Placement::V).unwrap(), s);
     }
 
     #[test]

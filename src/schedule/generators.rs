@@ -5,7 +5,7 @@
 //! [`crate::schedule::validate::validate`] for every `p >= 1`, `m >= 1` and `v >= 1` it accepts
 //! (property-tested in `tests/generators.rs`).
 
-use crate::schedule::ir::{Action, Kind, Placement, Schedule, WeightUpdate};
+use crate::schedule::ir::{Action, Compound, Kind, Placement, Schedule, WeightUpdate};
 use std::fmt;
 use std::str::FromStr;
 
@@ -250,6 +250,7 @@ fn flush_schedule(devices: Vec<Vec<Action>>, num_stages: u32, m: u32) -> Schedul
         placement: Placement::Loop,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m,
+        compounds: Vec::new(),
     }
 }
 
@@ -369,6 +370,7 @@ fn asynchronous_1f1b(p: u32, total: u32, weight_update: WeightUpdate, per_step: 
         placement: Placement::Loop,
         weight_update,
         microbatches_per_step: per_step,
+        compounds: Vec::new(),
     }
 }
 
@@ -434,6 +436,7 @@ pub fn delayed_w_order(p: u32, m: u32, warmup: &[u32], delay: &[u32]) -> Schedul
         placement: Placement::Loop,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m,
+        compounds: Vec::new(),
     }
 }
 
@@ -519,9 +522,10 @@ pub fn zbv(p: u32, m: u32) -> Schedule {
 
 /// DualPipeV (DeepSeek-AI, DualPipe repository; PyTorch `ScheduleDualPipeV`): the V placement
 /// of ZB-V with the two chunks fed so that one chunk's forward overlaps the other chunk's
-/// backward. PyTorch writes each such pair as one compound `(F;B)OVERLAP_F_B` action; pplan's
-/// IR has no compound actions, so a pair is its forward followed by its backward on the same
-/// compute stream (which is also how pplan reads the compound token). Device r runs, in phases:
+/// backward. PyTorch writes each such pair as one compound `(F;B)OVERLAP_F_B` action, and so
+/// does this generator: the pair's forward and backward follow each other in the device's list
+/// and are recorded in [`Schedule::compounds`], so the pair starts when both inputs are there
+/// (docs/zero-bubble.md, "Timing of OVERLAP_F_B"). Device r runs, in phases:
 /// 2(p-r-1) first-chunk forwards; r+1 pairs of forwards (first chunk, second chunk); p-r-1
 /// rounds of second-chunk I, the oldest pending W, second-chunk F; m-2p+r+1 rounds of two
 /// overlapped pairs (F first chunk + B second chunk, F second chunk + B first chunk; device p-1
@@ -533,9 +537,18 @@ pub fn zbv(p: u32, m: u32) -> Schedule {
 pub fn dualpipev(p: u32, m: u32) -> Schedule {
     use std::collections::VecDeque;
     let stages = 2 * p;
+    let mut compounds = Vec::new();
     let devices = (0..p)
         .map(|r| {
             let (s0, s1) = (r, stages - 1 - r);
+            // Record the next two pushed actions as one OVERLAP_F_B compound.
+            let mut pair = |out: &Vec<Action>| {
+                compounds.push(Compound {
+                    device: r,
+                    first: out.len() as u32,
+                    len: 2,
+                })
+            };
             let mut out = Vec::with_capacity(6 * m as usize);
             let mut fwd_next = [0u32; 2];
             let mut bwd_next = [0u32; 2];
@@ -572,15 +585,20 @@ pub fn dualpipev(p: u32, m: u32) -> Schedule {
                 flush_one(&mut out, q);
                 push(&mut out, q, s1, Kind::F);
             }
-            for _ in 0..m + r + 1 - 2 * p {
-                // (F s0; B s1) then (F s1; B s0); the compound pairs, flattened.
+            for round in 0..m + r + 1 - 2 * p {
+                // (F s0; B s1) then (F s1; B s0); device p-1 runs its very first pair apart.
+                if !(round == 0 && r == p - 1) {
+                    pair(&out);
+                }
                 push(&mut out, q, s0, Kind::F);
                 push(&mut out, q, s1, Kind::B);
+                pair(&out);
                 push(&mut out, q, s1, Kind::F);
                 push(&mut out, q, s0, Kind::B);
             }
             for _ in 0..p - r - 1 {
                 push(&mut out, q, s1, Kind::B);
+                pair(&out);
                 push(&mut out, q, s1, Kind::F);
                 push(&mut out, q, s0, Kind::B);
             }
@@ -610,7 +628,10 @@ pub fn dualpipev(p: u32, m: u32) -> Schedule {
             out
         })
         .collect();
-    flush_schedule_placed(devices, stages, m, Placement::V)
+    Schedule {
+        compounds,
+        ..flush_schedule_placed(devices, stages, m, Placement::V)
+    }
 }
 
 /// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"; PyTorch

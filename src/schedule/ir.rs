@@ -94,7 +94,7 @@ impl fmt::Display for Action {
 pub enum ActionParseError {
     #[error("'{0}' does not start with a stage number (expected e.g. 0F1, 3I0, 5W2)")]
     MissingStage(String),
-    #[error("'{text}': unknown action kind '{kind}' (valid: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD, OVERLAP_F_B)")]
+    #[error("'{text}': unknown action kind '{kind}' (valid: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD, OVERLAP_F_B)")]
     UnknownKind { text: String, kind: String },
     #[error("'{0}': a compute action needs a micro-batch number after its kind (e.g. 0F1)")]
     MissingMicrobatch(String),
@@ -110,13 +110,14 @@ pub enum ActionParseError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token {
     Compute(Action),
-    /// SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD.
+    /// SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD and the WAIT_* actions.
     Comm {
         stage: u32,
         kind: CommKind,
         microbatch: Option<u32>,
     },
-    /// DualPipeV's `(0F3;3B1)OVERLAP_F_B`: the sub-actions run back to back on one compute stream.
+    /// DualPipeV's `(0F3;3B1)OVERLAP_F_B`: one compound action. The CSV reader keeps its
+    /// sub-actions in the device list and records the group as a [`Compound`].
     Overlap(Vec<Action>),
 }
 
@@ -129,6 +130,10 @@ pub enum CommKind {
     Unshard,
     Reshard,
     ReduceGrad,
+    /// Newer PyTorch lowerings wait for a send or a gradient reduction explicitly.
+    WaitSendF,
+    WaitSendB,
+    WaitReduceGrad,
 }
 
 impl CommKind {
@@ -141,6 +146,9 @@ impl CommKind {
             CommKind::Unshard => "UNSHARD",
             CommKind::Reshard => "RESHARD",
             CommKind::ReduceGrad => "REDUCE_GRAD",
+            CommKind::WaitSendF => "WAIT_SEND_F",
+            CommKind::WaitSendB => "WAIT_SEND_B",
+            CommKind::WaitReduceGrad => "WAIT_REDUCE_GRAD",
         }
     }
 }
@@ -211,6 +219,9 @@ impl FromStr for Token {
             "UNSHARD" => CommKind::Unshard,
             "RESHARD" => CommKind::Reshard,
             "REDUCE_GRAD" => CommKind::ReduceGrad,
+            "WAIT_SEND_F" => CommKind::WaitSendF,
+            "WAIT_SEND_B" => CommKind::WaitSendB,
+            "WAIT_REDUCE_GRAD" => CommKind::WaitReduceGrad,
             _ => {
                 return Err(ActionParseError::UnknownKind {
                     text: text.to_string(),
@@ -314,6 +325,24 @@ impl FromStr for WeightUpdate {
     }
 }
 
+/// Consecutive actions of one device that form a single compound action: PyTorch's
+/// `(0F3;3B1)OVERLAP_F_B`, which DualPipeV uses to pair a forward with a backward of the other
+/// chunk. Actions `first .. first + len` of `devices[device]` are its sub-actions, in order.
+///
+/// A compound starts only when the inputs of *all* its sub-actions are present, then runs them
+/// back to back (so it takes the sum of their durations, and each sub-action's output is
+/// available when that sub-action ends). This is how PyTorch's schedule tools treat the
+/// compound (docs/zero-bubble.md, "Timing of OVERLAP_F_B"). Drop the compounds
+/// (`schedule.compounds.clear()`) to time every sub-action on its own instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Compound {
+    pub device: u32,
+    /// Index of the first sub-action in the device's list.
+    pub first: u32,
+    /// Number of sub-actions (at least 2).
+    pub len: u32,
+}
+
 /// A complete schedule: one ordered action list per device plus the facts needed to interpret it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
@@ -327,6 +356,9 @@ pub struct Schedule {
     pub weight_update: WeightUpdate,
     /// Micro-batches per optimizer step (mini-batch). Equals `num_microbatches` for flush schedules.
     pub microbatches_per_step: u32,
+    /// Compound actions, sorted by (device, first) and not overlapping: PyTorch `OVERLAP_F_B`
+    /// entries of schedule files, and the overlapped pairs of the `dualpipev` generator.
+    pub compounds: Vec<Compound>,
 }
 
 impl Schedule {
@@ -344,4 +376,29 @@ impl Schedule {
     pub fn num_actions(&self) -> usize {
         self.devices.iter().map(Vec::len).sum()
     }
+    /// Per device, how many actions start together at each index: a compound's length at its
+    /// first sub-action, 1 for any other action. Empty when the schedule has no compounds.
+    /// Expects compounds that passed [`crate::schedule::validate`]'s structure checks.
+    pub(crate) fn start_lengths(&self) -> Vec<Vec<u32>> {
+        if self.compounds.is_empty() {
+            return Vec::new();
+        }
+        let mut lens: Vec<Vec<u32>> = self.devices.iter().map(|l| vec![1; l.len()]).collect();
+        for c in &self.compounds {
+            if let Some(slot) = lens
+                .get_mut(c.device as usize)
+                .and_then(|l| l.get_mut(c.first as usize))
+            {
+                *slot = c.len;
+            }
+        }
+        lens
+    }
+}
+
+/// How many actions start together at `index` of device `d` (see [`Schedule::start_lengths`]).
+pub(crate) fn start_length(lens: &[Vec<u32>], d: usize, index: usize) -> usize {
+    lens.get(d)
+        .and_then(|l| l.get(index))
+        .map_or(1, |&n| n as usize)
 }

@@ -201,6 +201,7 @@ pub fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Pol
         placement: Placement::Loop,
         weight_update: WeightUpdate::Flush,
         microbatches_per_step: m,
+        compounds: Vec::new(),
     }
 }
 
@@ -327,6 +328,7 @@ mod tests {
             placement: Placement::Loop,
             weight_update: WeightUpdate::Flush,
             microbatches_per_step: m,
+            compounds: Vec::new(),
         }
     }
 

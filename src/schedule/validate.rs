@@ -10,8 +10,11 @@
 //!    `I(s,k)`) can all complete. Sends never block the sender (the simulator gives them their
 //!    own streams), so an order deadlocks exactly when this dependency graph has a cycle; we find
 //!    it by running the orders with unit time and report every stuck device with what it waits for.
+//!    A compound action ([`crate::schedule::ir::Compound`], PyTorch's `OVERLAP_F_B`) is one step: it
+//!    proceeds only when the dependencies of all its sub-actions are met, so a sub-action that
+//!    needs another sub-action of the same compound can never run.
 
-use crate::schedule::ir::{Action, Kind, Schedule};
+use crate::schedule::ir::{start_length, Action, Compound, Kind, Schedule};
 use std::fmt;
 
 /// Where an action sits: device and position in that device's list (both 0-based).
@@ -51,7 +54,14 @@ impl fmt::Display for Stuck {
             "{} ({}) waits for {} {} ({}",
             self.at, self.action, what, self.waits_for, self.waits_for_at
         )?;
-        if self.waits_for_at.device == self.at.device {
+        if self.waits_for_at.device == self.at.device && self.waits_for_at.index < self.at.index {
+            // Everything before the stuck position has run: only a sub-action of the same
+            // compound can sit there.
+            write!(
+                f,
+                ", in the same compound action, whose sub-actions start together)"
+            )
+        } else if self.waits_for_at.device == self.at.device {
             write!(f, ", later in the same device's list)")
         } else {
             write!(f, ", not yet run)")
@@ -105,6 +115,11 @@ pub enum ValidationError {
         stages: u32,
         microbatches: u32,
     },
+    #[error("compound action {} of device {} (positions {}..{}): {reason}", compound.first, compound.device, compound.first, compound.first as u64 + compound.len as u64)]
+    BadCompound {
+        compound: Compound,
+        reason: &'static str,
+    },
     #[error("the schedule deadlocks; {} device(s) can never proceed:\n  {}", stuck.len(), stuck.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("\n  "))]
     Deadlock { stuck: Vec<Stuck> },
 }
@@ -153,6 +168,26 @@ pub(crate) fn validate_structure(schedule: &Schedule) -> Result<(), ValidationEr
             stages,
             microbatches: m,
         });
+    }
+    let mut prev: Option<Compound> = None;
+    for &compound in &schedule.compounds {
+        let bad = |reason| Err(ValidationError::BadCompound { compound, reason });
+        let Some(list) = schedule.devices.get(compound.device as usize) else {
+            return bad("there is no such device");
+        };
+        if compound.len < 2 {
+            return bad("a compound needs at least two sub-actions");
+        }
+        if compound.first as u64 + compound.len as u64 > list.len() as u64 {
+            return bad("it runs past the end of the device's list");
+        }
+        if let Some(p) = prev {
+            if (p.device, p.first as u64 + p.len as u64) > (compound.device, compound.first as u64)
+            {
+                return bad("compounds must be sorted by device and position and must not overlap");
+            }
+        }
+        prev = Some(compound);
     }
     let mut seen = vec![0u8; stages as usize * m as usize];
     for (d, list) in schedule.devices.iter().enumerate() {
@@ -269,27 +304,35 @@ fn check_liveness(schedule: &Schedule) -> Result<(), ValidationError> {
     // at a bounded number of times: O(actions).
     let mut work: Vec<u32> = (0..schedule.num_devices()).rev().collect();
     let mut queued = vec![true; schedule.devices.len()];
+    let lens = schedule.start_lengths();
     while let Some(d) = work.pop() {
         let d = d as usize;
         queued[d] = false;
         let list = &schedule.devices[d];
-        while let Some(&a) = list.get(pc[d]) {
-            if unmet_dependency(a, stages, m, &done).is_some() {
+        while pc[d] < list.len() {
+            // A compound's sub-actions go together, on the dependencies met before it.
+            let unit = &list[pc[d]..pc[d] + start_length(&lens, d, pc[d])];
+            if unit
+                .iter()
+                .any(|&a| unmet_dependency(a, stages, m, &done).is_some())
+            {
                 break;
             }
-            done[a.stage as usize * m as usize + a.microbatch as usize] |= bit(a.kind);
-            pc[d] += 1;
-            let neighbours = [
-                a.stage.checked_sub(1),
-                Some(a.stage + 1).filter(|&s| s < stages),
-            ];
-            for s in neighbours.into_iter().flatten() {
-                let nd = schedule.device_of(s) as usize;
-                if nd != d && !queued[nd] {
-                    queued[nd] = true;
-                    work.push(nd as u32);
+            for &a in unit {
+                done[a.stage as usize * m as usize + a.microbatch as usize] |= bit(a.kind);
+                let neighbours = [
+                    a.stage.checked_sub(1),
+                    Some(a.stage + 1).filter(|&s| s < stages),
+                ];
+                for s in neighbours.into_iter().flatten() {
+                    let nd = schedule.device_of(s) as usize;
+                    if nd != d && !queued[nd] {
+                        queued[nd] = true;
+                        work.push(nd as u32);
+                    }
                 }
             }
+            pc[d] += unit.len();
         }
     }
     let stuck = stuck_devices(schedule, &pc, &done);
@@ -305,17 +348,23 @@ fn check_liveness(schedule: &Schedule) -> Result<(), ValidationError> {
 /// simulator so both word a deadlock identically.
 pub(crate) fn stuck_devices(schedule: &Schedule, pc: &[usize], done: &[u8]) -> Vec<Stuck> {
     let (stages, m) = (schedule.num_stages, schedule.num_microbatches);
+    let lens = schedule.start_lengths();
     let mut stuck = Vec::new();
     for (d, list) in schedule.devices.iter().enumerate() {
-        let Some(&action) = list.get(pc[d]) else {
+        if pc[d] >= list.len() {
+            continue;
+        }
+        // The first sub-action (of a compound, or the plain action) that cannot start.
+        let unit = pc[d]..(pc[d] + start_length(&lens, d, pc[d])).min(list.len());
+        let Some((index, action, mut waits_for)) = unit.into_iter().find_map(|i| {
+            let a = list[i];
+            unmet_dependency(a, stages, m, done).map(|w| (i, a, w))
+        }) else {
             continue;
         };
         let at = Position {
             device: d as u32,
-            index: pc[d],
-        };
-        let Some(mut waits_for) = unmet_dependency(action, stages, m, done) else {
-            continue;
+            index,
         };
         let mut waits_for_at = position_of(schedule, waits_for);
         if waits_for_at.is_none() && waits_for.kind == Kind::B {
@@ -349,6 +398,7 @@ mod tests {
             placement: Placement::Loop,
             weight_update: WeightUpdate::Flush,
             microbatches_per_step: m,
+            compounds: Vec::new(),
         }
     }
 
@@ -413,5 +463,38 @@ mod tests {
             validate(&mixed),
             Err(ValidationError::MixedBackward { .. })
         ));
+    }
+
+    #[test]
+    fn compounds_go_together() {
+        let c = |device, first, len| Compound { device, first, len };
+        // (0F1;1B0) on device 0 of a one-device, two-stage pipeline: 1B0 needs 1F0, which
+        // comes first; 0F1 needs nothing. Valid.
+        let mut s = sched(
+            vec![vec!["0F0", "1F0", "0F1", "1B0", "1F1", "1B1", "0B0", "0B1"]],
+            2,
+            2,
+        );
+        s.compounds = vec![c(0, 2, 2)];
+        validate(&s).unwrap();
+        // (1F1;1B1): 1B1 needs 1F1 of the same compound, which cannot have run yet.
+        s.compounds = vec![c(0, 4, 2)];
+        let msg = validate(&s).unwrap_err().to_string();
+        assert!(
+            msg.contains("device 0 position 5 (1B1) waits for its own forward 1F1 (device 0 position 4, in the same compound action"),
+            "{msg}"
+        );
+        // Malformed compounds.
+        for (bad, why) in [
+            (vec![c(1, 0, 2)], "no such device"),
+            (vec![c(0, 0, 1)], "at least two"),
+            (vec![c(0, 7, 2)], "past the end"),
+            (vec![c(0, 2, 2), c(0, 3, 2)], "must not overlap"),
+        ] {
+            s.compounds = bad;
+            let err = validate(&s).unwrap_err();
+            assert!(matches!(err, ValidationError::BadCompound { .. }), "{err}");
+            assert!(err.to_string().contains(why), "{err}");
+        }
     }
 }
