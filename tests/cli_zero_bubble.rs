@@ -252,5 +252,8 @@ fn overlap_f_b_compounds_together_or_apart() {
         "apart",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("--overlap-f-b applies to schedules with OVERLAP_F_B compounds"), "{err}");
+    assert!(
+        err.contains("--overlap-f-b applies to schedules with OVERLAP_F_B compounds"),
+        "{err}"
+    );
 }

@@ -3,9 +3,9 @@
 //! (and persists its seed) on failure.
 
 use pplan::schedule::ir::{Action, Compound, Kind, Placement, Schedule, WeightUpdate};
+use pplan::schedule::validate;
 use pplan::schedule::{csv, generators};
 use pplan::sim::{simulate, Costs, SimError, SimOptions, UnitCosts};
-use pplan::schedule::validate;
 use proptest::prelude::*;
 
 fn costs_for(s: &Schedule, p2p_ns: u64) -> Costs {
@@ -30,6 +30,30 @@ fn options() -> SimOptions {
 
 fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![Just(Kind::F), Just(Kind::B), Just(Kind::I), Just(Kind::W)]
+}
+
+/// A loop-placed schedule of two chunks per device and two micro-batches from random
+/// (chunk, kind, micro-batch) lists, one list per device.
+fn two_chunk_schedule(lists: &[Vec<(u32, Kind, u32)>], compounds: Vec<Compound>) -> Schedule {
+    let p = lists.len() as u32;
+    let devices: Vec<Vec<Action>> = lists
+        .iter()
+        .enumerate()
+        .map(|(d, l)| {
+            l.iter()
+                .map(|&(c, k, mb)| Action::new(c * p + d as u32, k, mb))
+                .collect()
+        })
+        .collect();
+    Schedule {
+        devices,
+        num_stages: 2 * p,
+        num_microbatches: 2,
+        placement: Placement::Loop,
+        weight_update: WeightUpdate::Flush,
+        microbatches_per_step: 2,
+        compounds,
+    }
 }
 
 proptest! {
@@ -66,21 +90,7 @@ proptest! {
             proptest::collection::vec((0u32..4, kind(), 0u32..3), 0..12), 1..4),
         p2p in 0u64..3,
     ) {
-        let p = lists.len() as u32;
-        let devices: Vec<Vec<Action>> = lists
-            .iter()
-            .enumerate()
-            .map(|(d, l)| l.iter().map(|&(c, k, mb)| Action::new(c * p + d as u32, k, mb)).collect())
-            .collect();
-        let s = Schedule {
-            devices,
-            num_stages: 2 * p,
-            num_microbatches: 2,
-            placement: Placement::Loop,
-            weight_update: WeightUpdate::Flush,
-            microbatches_per_step: 2,
-            compounds: Vec::new(),
-        };
+        let s = two_chunk_schedule(&lists, Vec::new());
         match (validate(&s), simulate(&s, &costs_for(&s, p2p), options())) {
             (Ok(()), Ok(_)) => {}
             (Err(e), Err(SimError::Invalid(e2))) => prop_assert_eq!(e, e2),
@@ -98,14 +108,8 @@ proptest! {
         pairs in any::<u64>(),
         p2p in 0u64..3,
     ) {
-        let p = lists.len() as u32;
-        let devices: Vec<Vec<Action>> = lists
-            .iter()
-            .enumerate()
-            .map(|(d, l)| l.iter().map(|&(c, k, mb)| Action::new(c * p + d as u32, k, mb)).collect())
-            .collect();
         let mut compounds = Vec::new();
-        for (d, list) in devices.iter().enumerate() {
+        for (d, list) in lists.iter().enumerate() {
             let mut i = 0;
             while i + 1 < list.len() {
                 if pairs >> ((d * 10 + i) % 64) & 1 == 1 {
@@ -116,15 +120,7 @@ proptest! {
                 }
             }
         }
-        let s = Schedule {
-            devices,
-            num_stages: 2 * p,
-            num_microbatches: 2,
-            placement: Placement::Loop,
-            weight_update: WeightUpdate::Flush,
-            microbatches_per_step: 2,
-            compounds,
-        };
+        let s = two_chunk_schedule(&lists, compounds);
         match (validate(&s), simulate(&s, &costs_for(&s, p2p), options())) {
             (Ok(()), Ok(_)) => {}
             (Err(e), Err(SimError::Invalid(e2))) => prop_assert_eq!(e, e2),

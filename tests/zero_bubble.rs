@@ -362,7 +362,8 @@ fn pytorch_dumps_replay_to_pytorchs_makespan() {
         assert_eq!(s.chunks().to_string(), v, "{file}");
         validate(&s).unwrap_or_else(|e| panic!("{file}: {e}"));
         // pplan's generator of the same class builds PyTorch's order, compounds included.
-        let (pn, mn, vn): (u32, u32, u32) = (p.parse().unwrap(), m.parse().unwrap(), v.parse().unwrap());
+        let (pn, mn, vn): (u32, u32, u32) =
+            (p.parse().unwrap(), m.parse().unwrap(), v.parse().unwrap());
         let ours = match class {
             "DualPipeV" => Some(generators::dualpipev(pn, mn)),
             "ZBVZeroBubble" => Some(generators::zbv(pn, mn)),
@@ -370,7 +371,10 @@ fn pytorch_dumps_replay_to_pytorchs_makespan() {
             _ => None,
         };
         if let Some(ours) = ours {
-            assert_eq!(s, ours, "{file}: pplan's {class} order differs from PyTorch's");
+            assert_eq!(
+                s, ours,
+                "{file}: pplan's {class} order differs from PyTorch's"
+            );
             generated += 1;
         }
         let r = simulate(&s, &torch_unit_costs(&s), SimOptions::default()).unwrap();
