@@ -181,6 +181,16 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
                 pred.peak_memory_bytes as f64 / 1e9,
                 pred.memory_limit_bytes as f64 / 1e9
             );
+            let m = &pred.memory_breakdown;
+            let gb = |b: u64| b as f64 / 1e9;
+            println!(
+                "memory (GB)          weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, overheads {:.1}",
+                gb(m.weights),
+                gb(m.gradients),
+                gb(m.optimizer),
+                gb(m.activations),
+                gb(m.overheads)
+            );
             println!("fits                 {}", pred.fits);
             println!(
                 "split                {} {:?}",

@@ -18,7 +18,7 @@
 //! itself split over the t ranks, hence 2sbh/t.) The simulator multiplies a stage's
 //! activations by the micro-batches that stage holds at once, which the schedule decides.
 
-use super::stack::Recompute;
+use super::stack::{Overheads, Recompute};
 use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
@@ -104,6 +104,45 @@ pub fn output_activation_bytes(d: ActDims, vocab: u64) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
+/// Where a GPU's memory goes at its peak (`memory_breakdown` in `pplan predict --format json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryBreakdown {
+    pub weights: u64,
+    pub gradients: u64,
+    pub optimizer: u64,
+    /// Stashed activations and the backward's working memory at the peak.
+    pub activations: u64,
+    /// CUDA context, NCCL, workspaces and the allocator's reserve.
+    pub overheads: u64,
+}
+
+impl MemoryBreakdown {
+    /// The breakdown of a device with `params` parameters whose simulated peak (model state
+    /// plus activations) is `tensor_peak_bytes`.
+    pub fn new(params: u64, dp: u64, zero1: bool, tensor_peak_bytes: u64, o: &Overheads) -> Self {
+        let weights = WEIGHT_BYTES_PER_PARAM.saturating_mul(params);
+        let gradients = GRAD_BYTES_PER_PARAM.saturating_mul(params);
+        let opt = OPTIMIZER_BYTES_PER_PARAM.saturating_mul(params);
+        let optimizer = if zero1 { opt.div_ceil(dp.max(1)) } else { opt };
+        let state = weights.saturating_add(gradients).saturating_add(optimizer);
+        MemoryBreakdown {
+            weights,
+            gradients,
+            optimizer,
+            activations: tensor_peak_bytes.saturating_sub(state),
+            overheads: o.reserved_bytes(tensor_peak_bytes) - tensor_peak_bytes,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.weights
+            .saturating_add(self.gradients)
+            .saturating_add(self.optimizer)
+            .saturating_add(self.activations)
+            .saturating_add(self.overheads)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +210,32 @@ mod tests {
     fn mixed_precision_adam_is_16_bytes_per_param() {
         assert_eq!(model_state_bytes(1_000, 8, false), 16_000);
         assert_eq!(model_state_bytes(1_000, 8, true), 4_000 + 1_500);
+    }
+
+    #[test]
+    fn overheads_budget_is_the_exact_inverse_of_reserved() {
+        let o = Overheads::default();
+        for cap in [0u64, 1 << 30, 80 << 30, 85_899_345_920, 141_000_000_000] {
+            let b = o.tensor_budget_bytes(cap);
+            if b > 0 {
+                assert!(o.reserved_bytes(b) <= cap);
+            }
+            assert!(o.reserved_bytes(b + 1) > cap, "cap {cap}");
+        }
+        assert_eq!(Overheads::NONE.tensor_budget_bytes(1000), 1000);
+        assert_eq!(Overheads::NONE.reserved_bytes(1000), 1000);
+    }
+
+    #[test]
+    fn breakdown_adds_up_to_what_the_gpu_holds() {
+        let o = Overheads::default();
+        let b = MemoryBreakdown::new(1_000_000, 4, true, 40_000_000, &o);
+        assert_eq!(b.weights, 2_000_000);
+        assert_eq!(b.optimizer, 3_000_000);
+        assert_eq!(
+            b.activations,
+            40_000_000 - 2_000_000 - 2_000_000 - 3_000_000
+        );
+        assert_eq!(b.total(), o.reserved_bytes(40_000_000));
     }
 }

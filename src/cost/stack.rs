@@ -101,6 +101,8 @@ pub struct Stack {
     /// and unscale passes over the gradient (4).
     pub optimizer_bytes_per_param: f64,
     pub rank_order: RankOrder,
+    /// Memory beyond the tensors (CUDA context, NCCL, workspaces, allocator reserve).
+    pub overheads: Overheads,
 }
 
 impl Default for Stack {
@@ -115,6 +117,7 @@ impl Default for Stack {
             grad_accumulation_bytes_per_param: 12.0,
             optimizer_bytes_per_param: 32.0,
             rank_order: RankOrder::TensorDataPipeline,
+            overheads: Overheads::default(),
         }
     }
 }
@@ -141,5 +144,71 @@ impl CostModel<'_> {
             self.layout.tp as f64,
             m.head_dim() as f64,
         )
+    }
+}
+
+/// Memory a training process holds besides its tensors, and the caching allocator's reserve:
+/// what turns the simulated peak of weights, gradients, optimizer state and activations into
+/// what `nvidia-smi` shows (docs/cost-model.md, "Memory beyond the tensors").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overheads {
+    /// CUDA context and the kernels' modules loaded into it.
+    pub cuda_context_bytes: u64,
+    /// NCCL's buffers for the communicators a Megatron-style rank creates (tensor, pipeline,
+    /// data-parallel and embedding groups).
+    pub nccl_bytes: u64,
+    /// cuBLAS / Transformer Engine workspaces.
+    pub workspace_bytes: u64,
+    /// Memory PyTorch's caching allocator reserves beyond the peak of live tensors, as a
+    /// fraction of that peak (block rounding and fragmentation).
+    pub allocator_reserve_fraction: f64,
+}
+
+impl Overheads {
+    /// None at all: the memory model of the 2021 reproduction (peak = tensors).
+    pub const NONE: Overheads = Overheads {
+        cuda_context_bytes: 0,
+        nccl_bytes: 0,
+        workspace_bytes: 0,
+        allocator_reserve_fraction: 0.0,
+    };
+
+    /// The bytes that do not depend on the run's tensors.
+    pub fn fixed_bytes(&self) -> u64 {
+        self.cuda_context_bytes
+            .saturating_add(self.nccl_bytes)
+            .saturating_add(self.workspace_bytes)
+    }
+
+    /// What the process holds on the GPU when its live tensors peak at `tensor_bytes`.
+    pub fn reserved_bytes(&self, tensor_bytes: u64) -> u64 {
+        let reserve = (tensor_bytes as f64 * self.allocator_reserve_fraction).ceil();
+        tensor_bytes
+            .saturating_add(reserve.min(u64::MAX as f64) as u64)
+            .saturating_add(self.fixed_bytes())
+    }
+
+    /// The largest tensor peak whose [`Overheads::reserved_bytes`] stay within `capacity_bytes`.
+    pub fn tensor_budget_bytes(&self, capacity_bytes: u64) -> u64 {
+        let free = capacity_bytes.saturating_sub(self.fixed_bytes()) as f64;
+        let mut budget = (free / (1.0 + self.allocator_reserve_fraction)).floor() as u64;
+        // Exact at the boundary despite rounding: the budget's own reserve must fit.
+        while budget > 0 && self.reserved_bytes(budget) > capacity_bytes {
+            budget -= 1;
+        }
+        budget
+    }
+}
+
+impl Default for Overheads {
+    /// Measured figures for a Megatron-Core rank (docs/cost-model.md has each source).
+    fn default() -> Self {
+        const MIB: u64 = 1 << 20;
+        Overheads {
+            cuda_context_bytes: 512 * MIB,
+            nccl_bytes: 4 * 640 * MIB,
+            workspace_bytes: 4 * 32 * MIB,
+            allocator_reserve_fraction: 0.05,
+        }
     }
 }

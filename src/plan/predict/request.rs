@@ -2,6 +2,7 @@
 //! [`Prediction`] fields, the typed errors naming the flag, and the checks every request passes
 //! before anything is costed.
 
+use crate::cost::memory::MemoryBreakdown;
 use crate::cost::{Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
@@ -110,7 +111,11 @@ pub struct Prediction {
     pub mfu: f64,
     pub tokens_per_s: f64,
     pub bubble_fraction: f64,
+    /// What the fullest GPU holds at its peak, as `nvidia-smi` shows it: weights, gradients,
+    /// optimizer state and activations as simulated, plus the stack's overheads.
     pub peak_memory_bytes: u64,
+    /// `peak_memory_bytes` by kind, for the fullest GPU.
+    pub memory_breakdown: MemoryBreakdown,
     pub fits: bool,
     pub memory_limit_bytes: u64,
     pub model: String,

@@ -2,7 +2,7 @@
 //! the balanced layer split, the simulation of the whole step and the figures reported from it.
 
 use super::request::*;
-use crate::cost::memory::{self, ActDims};
+use crate::cost::memory::{self, ActDims, MemoryBreakdown};
 use crate::cost::{BlockCost, CostModel, Layout, Part, Recompute};
 use crate::inputs::profile::{sum_layers, ProfiledLayer};
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
@@ -21,6 +21,8 @@ pub struct StepCosts {
     /// Weights, gradients and optimizer state on the fullest GPU.
     pub model_state_max_bytes: u64,
     pub stage_layers: Vec<u32>,
+    /// Parameters held by each pipeline device (rounded up).
+    pub device_params: Vec<u64>,
 }
 
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
@@ -208,6 +210,7 @@ pub fn step_costs(
         too_big,
         model_state_max_bytes,
         stage_layers,
+        device_params: device_params.iter().map(|&p| p.ceil() as u64).collect(),
     })
 }
 
@@ -270,12 +273,23 @@ pub fn prediction_from(
     let model_flops = samples * 3.0 * (layers as f64 * layer_fwd + logit_fwd);
     let hardware_flops = model_flops + samples * layers as f64 * recompute_per_layer;
     let per_gpu = |flops: f64| flops / step_time_s / req.gpus as f64 / 1e12;
-    let peak_memory_bytes = result
+    // The fullest device: its simulated tensor peak, then what the GPU holds around it.
+    let overheads = &req.stack.overheads;
+    let (fullest, tensor_peak) = result
         .devices
         .iter()
-        .map(|d| d.peak_memory_bytes)
-        .max()
-        .unwrap_or(0);
+        .enumerate()
+        .map(|(d, r)| (d, r.peak_memory_bytes))
+        .max_by_key(|&(d, b)| (b, std::cmp::Reverse(d)))
+        .unwrap_or((0, 0));
+    let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
+    let memory_breakdown = MemoryBreakdown::new(
+        step.device_params.get(fullest).copied().unwrap_or(0),
+        step.dp,
+        req.stack.zero1,
+        tensor_peak,
+        overheads,
+    );
     let limit = hw.gpu.memory_bytes;
     Prediction {
         step_time_s,
@@ -285,7 +299,8 @@ pub fn prediction_from(
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
-        fits: !step.too_big && peak_memory_bytes <= limit,
+        fits: !step.too_big && tensor_peak <= overheads.tensor_budget_bytes(limit),
+        memory_breakdown,
         memory_limit_bytes: limit,
         model: model.name.clone(),
         hardware: hw.name.clone(),

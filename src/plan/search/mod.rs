@@ -84,7 +84,12 @@ pub fn search(
     let (layouts, layouts_valid, evaluated, cands) = enumerate(req, &mut tally);
     let (cands, splits, added) = apply_partition(req, cands)?;
     let evaluated = evaluated + added;
-    let limit = req.hardware.gpu.memory_bytes;
+    // Exact: a candidate fits when its simulated tensor peak stays within what the GPU leaves
+    // for tensors after the stack's overheads (the same test as `Prediction::fits`).
+    let limit = req
+        .stack
+        .overheads
+        .tensor_budget_bytes(req.hardware.gpu.memory_bytes);
 
     // Model state: static bytes alone must fit (exact: the peak is at least the static bytes).
     type Step1 = Result<Candidate, Reason>;

@@ -370,12 +370,13 @@ impl Reason {
                 "more than {MAX_SIMULATED_ACTIONS} actions to simulate (m x p x v too large)"
             ),
             Reason::ModelStateMemory => format!(
-                "weights, gradients and optimizer state exceed the {:.1} GB of a GPU",
+                "weights, gradients and optimizer state exceed the {:.1} GB a GPU's {:.1} GB leave for tensors (CUDA context, NCCL, workspaces, allocator reserve)",
+                req.stack.overheads.tensor_budget_bytes(req.hardware.gpu.memory_bytes) as f64 / 1e9,
                 req.hardware.gpu.memory_bytes as f64 / 1e9
             ),
             Reason::ActivationMemory => format!(
-                "model state plus the schedule's peak of stashed activations exceed the {:.1} GB of a GPU",
-                req.hardware.gpu.memory_bytes as f64 / 1e9
+                "model state plus the schedule's peak of stashed activations exceed the {:.1} GB left for tensors",
+                req.stack.overheads.tensor_budget_bytes(req.hardware.gpu.memory_bytes) as f64 / 1e9
             ),
         }
     }
