@@ -289,3 +289,102 @@ fn predict_draws_a_gantt_chart_with_the_collectives_lane() {
         assert!(svg.contains(needle), "chart lacks {needle:?}");
     }
 }
+
+/// `memory_breakdown` (weights, gradients, optimizer, activations, overheads) adds up to
+/// `peak_memory_bytes`, and `fits` agrees with it and the GPU's memory.
+#[test]
+fn memory_breakdown_adds_up_to_the_peak() {
+    let mut args = GPT_1T.to_vec();
+    args.extend(["2", "--format", "json"]);
+    let (code, out, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let b = &v["memory_breakdown"];
+    let parts = [
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "overheads",
+    ];
+    let sum: u64 = parts.iter().map(|k| b[*k].as_u64().unwrap()).sum();
+    assert_eq!(sum, v["peak_memory_bytes"].as_u64().unwrap(), "{out}");
+    assert!(b["overheads"].as_u64().unwrap() > 2 << 30, "{out}");
+    assert_eq!(
+        v["fits"].as_bool().unwrap(),
+        sum <= v["memory_limit_bytes"].as_u64().unwrap()
+    );
+}
+
+/// `--attention flash` on a profile with measured attention efficiencies is faster and holds
+/// fewer activations than the unfused path; on a profile without them it is exit 2, naming the
+/// profile and the fields.
+#[test]
+fn flash_attention_needs_a_measured_kernel_and_saves_time_and_memory() {
+    let run = |attention: &str, hardware: &str| {
+        let (code, out, err) = pplan(&[
+            "predict",
+            "--model",
+            "gpt3-175b",
+            "--hardware",
+            hardware,
+            "--gpus",
+            "1024",
+            "--tp",
+            "8",
+            "--pp",
+            "16",
+            "--global-batch",
+            "1536",
+            "--micro-batch",
+            "1",
+            "--recompute",
+            "none",
+            "--sequence-parallel",
+            "on",
+            "--attention",
+            attention,
+            "--format",
+            "json",
+        ]);
+        (code, out, err)
+    };
+    let parse = |out: &str| serde_json::from_str::<serde_json::Value>(out.trim()).unwrap();
+    let (code, unfused, err) = run("unfused", "a100-80gb");
+    assert_eq!(code, 0, "{err}");
+    let (code, flash, err) = run("flash", "a100-80gb");
+    assert_eq!(code, 0, "{err}");
+    let (u, f) = (parse(&unfused), parse(&flash));
+    assert!(
+        f["step_time_s"].as_f64() < u["step_time_s"].as_f64(),
+        "{flash}"
+    );
+    let act = |v: &serde_json::Value| v["memory_breakdown"]["activations"].as_u64().unwrap();
+    assert!(act(&f) < act(&u), "{flash}");
+
+    let dir = std::env::temp_dir().join(format!("pplan-flash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut hw: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/hardware/a100-80gb.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let gpu = hw["gpu"].as_object_mut().unwrap();
+    gpu.remove("attention_efficiency_forward");
+    gpu.remove("attention_efficiency_backward");
+    hw["name"] = "no-flash".into();
+    let path = dir.join("no-flash.json");
+    std::fs::write(&path, hw.to_string()).unwrap();
+    let (code, _, err) = run("flash", path.to_str().unwrap());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--attention flash") && err.contains("no-flash"),
+        "{err}"
+    );
+    assert!(err.contains("attention_efficiency_forward"), "{err}");
+    let (code, _, err) = run("unfused", path.to_str().unwrap());
+    assert_eq!(code, 0, "{err}");
+}

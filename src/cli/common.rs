@@ -307,3 +307,19 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
     println!("{text}");
     Ok(())
 }
+
+/// `--attention`.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum AttentionArg {
+    Unfused,
+    Flash,
+}
+
+impl From<AttentionArg> for pplan::cost::Attention {
+    fn from(a: AttentionArg) -> Self {
+        match a {
+            AttentionArg::Unfused => pplan::cost::Attention::Unfused,
+            AttentionArg::Flash => pplan::cost::Attention::Flash,
+        }
+    }
+}

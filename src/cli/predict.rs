@@ -56,6 +56,10 @@ pub(crate) struct PredictArgs {
     /// scatter/gather optimisation.
     #[arg(long)]
     pub(crate) no_scatter_gather: bool,
+    /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
+    /// traffic; the hardware profile's measured kernel efficiency).
+    #[arg(long, value_enum, default_value = "unfused")]
+    pub(crate) attention: AttentionArg,
     /// A measured layer profile (JSON): transformer layers' forward/backward times and
     /// activation bytes come from it instead of the cost model (num_layers entries, or
     /// num_layers + 2 with the embedding first and the output layer last).
@@ -110,6 +114,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         overlap_grad_reduce: args.overlap_grad_reduce,
         zero1: args.zero1,
         scatter_gather: !args.no_scatter_gather,
+        attention: args.attention.into(),
         ..Stack::default()
     };
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();

@@ -53,6 +53,9 @@ pub(crate) struct PlanSearchArgs {
     /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group).
     #[arg(long, value_enum)]
     pub(crate) zero1: Option<OnOff>,
+    /// Attention kernel of every candidate: unfused (scores in HBM) or flash (fused).
+    #[arg(long, value_enum, default_value = "unfused")]
+    pub(crate) attention: AttentionArg,
     /// Simulate every feasible candidate (no pruning by the lower bound).
     #[arg(long)]
     pub(crate) exhaustive: bool,
@@ -99,6 +102,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.top = args.top;
     req.pins = pins;
     req.exhaustive = args.exhaustive;
+    req.stack.attention = args.attention.into();
     req.partition = args
         .partition
         .parse()

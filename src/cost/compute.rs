@@ -4,7 +4,11 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-use super::stack::{CostModel, Recompute};
+use super::stack::{Attention, CostModel, Recompute};
+
+/// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
+/// 128-row tiles for head dimension 128): the diagonal tiles are computed whole.
+const FLASH_BLOCK_ROWS: f64 = 128.0;
 use crate::inputs::hardware::Hardware;
 
 /// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
@@ -170,20 +174,29 @@ impl CostModel<'_> {
         let sbf = s * b * f / t;
         let as2b = a * s * s * b / t;
         let gated = self.model.gated_mlp;
-        let (attn_f, attn_b, rest_f, rest_b) = if self.stack.fused_kernels {
+        let (attn_f, attn_b) = if self.stack.attention == Attention::Flash {
+            // The fused kernel reads Q, K, V and writes O (and the 4-byte log-sum-exp per row);
+            // its backward reads Q, K, V, O, dO and writes dQ, dK, dV. No s^2 traffic.
+            let q = 2.0 * s * b * h / t;
+            let kv =
+                2.0 * s * b * self.model.num_kv_heads as f64 * self.model.head_dim() as f64 / t;
+            let lse = 4.0 * s * b * a / t;
+            (2.0 * q + 2.0 * kv + lse, 3.0 * q + 4.0 * kv + lse)
+        } else if self.stack.fused_kernels {
+            (9.0 * as2b, 11.0 * as2b)
+        } else {
+            (17.0 * as2b, 19.0 * as2b)
+        };
+        let (rest_f, rest_b) = if self.stack.fused_kernels {
             (
-                9.0 * as2b,
-                11.0 * as2b,
                 (4.0 + 4.0 + 7.0 + 7.0) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
                 (6.0 + 6.0 + 11.0 + 11.0) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
             )
         } else {
+            // Unfused: scale, mask, softmax as three kernels (4 each) and dropout 5 forward,
+            // their backwards 3 x 4 + softmax's extra read 2 and dropout 5 (the 17 and 19
+            // above); bias add 4, dropout 5, residual add 6 per block; bias 4 + GeLU 4.
             (
-                // scale, mask, softmax as three kernels (4 each), dropout 5.
-                17.0 * as2b,
-                // their backwards: 3 x 4 + softmax's extra read 2, dropout 5.
-                19.0 * as2b,
-                // bias add 4, dropout 5, residual add 6 per block; bias 4 + GeLU 4.
                 (4.0 + 4.0 + 15.0 + 15.0) * sbh + if gated { 10.0 } else { 8.0 } * sbf,
                 (6.0 + 6.0 + 15.0 + 15.0) * sbh + if gated { 14.0 } else { 10.0 } * sbf,
             )
@@ -196,25 +209,70 @@ impl CostModel<'_> {
         }
     }
 
+    /// Forward and backward time of the attention core (scores and values) on one rank.
+    /// Unfused: its four forward and backward GEMMs at the shape-dependent GEMM efficiency.
+    /// Flash: the kernel does the non-masked part of the `4 b s^2 a d / t` forward FLOPs
+    /// (causal: the blocks on and below the diagonal, `(1 + B/s)/2` of them for B = 128-row
+    /// blocks) and 2.5 times that backward (the four backward GEMMs plus the recomputed
+    /// scores, Dao 2023, Sec. 3.1.2), at the profile's measured attention efficiencies.
+    pub fn attention_core_s(&self) -> (f64, f64) {
+        let g = self.layer_gemms();
+        match self.stack.attention {
+            Attention::Unfused => {
+                let fwd = gemm_time_s(self.hw, &g[1]) + gemm_time_s(self.hw, &g[2]);
+                let bwd: f64 = [g[1], g[2]]
+                    .iter()
+                    .map(|x| {
+                        gemm_time_s(self.hw, &x.input_grad())
+                            + gemm_time_s(self.hw, &x.weight_grad())
+                    })
+                    .sum();
+                (fwd, bwd)
+            }
+            Attention::Flash => {
+                let s = self.model.seq_len as f64;
+                let causal = ((1.0 + FLASH_BLOCK_ROWS / s) / 2.0).min(1.0);
+                let flops = (g[1].flops() + g[2].flops()) * causal;
+                let (ef, eb) = self.hw.attention_efficiency();
+                let peak = self.hw.gpu.peak_flops_per_s;
+                (flops / (peak * ef), 2.5 * flops / (peak * eb))
+            }
+        }
+    }
+
     /// One transformer layer for one micro-batch on one rank.
     pub fn layer(&self) -> BlockCost {
         let (b, s, h, ..) = self.dims();
         let hbm = self.hw.hbm_bytes_per_s();
         let gemms = self.layer_gemms();
-        let fwd_gemm: f64 = gemms.iter().map(|g| gemm_time_s(self.hw, g)).sum();
-        let attn_gemm = gemm_time_s(self.hw, &gemms[1]) + gemm_time_s(self.hw, &gemms[2]);
+        let flash = self.stack.attention == Attention::Flash;
+        let (attn_gemm, attn_bwd) = self.attention_core_s();
+        let fwd_gemm: f64 = if flash {
+            [0, 3, 4, 5]
+                .iter()
+                .map(|&i| gemm_time_s(self.hw, &gemms[i]))
+                .sum::<f64>()
+                + attn_gemm
+        } else {
+            gemms.iter().map(|g| gemm_time_s(self.hw, g)).sum()
+        };
         // In the attention core both operands are activations: all its backward GEMMs are
         // input gradients. For the four weight GEMMs, one input- and one weight-gradient GEMM.
         let mut bwd_input_gemm = 0.0;
         let mut bwd_weight_gemm = 0.0;
         for (i, g) in gemms.iter().enumerate() {
             if i == 1 || i == 2 {
-                bwd_input_gemm +=
-                    gemm_time_s(self.hw, &g.input_grad()) + gemm_time_s(self.hw, &g.weight_grad());
+                if !flash {
+                    bwd_input_gemm += gemm_time_s(self.hw, &g.input_grad())
+                        + gemm_time_s(self.hw, &g.weight_grad());
+                }
             } else {
                 bwd_input_gemm += gemm_time_s(self.hw, &g.input_grad());
                 bwd_weight_gemm += gemm_time_s(self.hw, &g.weight_grad());
             }
+        }
+        if flash {
+            bwd_input_gemm += attn_bwd;
         }
         let mem = self.layer_memory_bytes();
         let act_bytes = 2.0 * b * s * h;

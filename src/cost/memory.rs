@@ -18,7 +18,7 @@
 //! itself split over the t ranks, hence 2sbh/t.) The simulator multiplies a stage's
 //! activations by the micro-batches that stage holds at once, which the schedule decides.
 
-use super::stack::{Overheads, Recompute};
+use super::stack::{Attention, Overheads, Recompute};
 use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
@@ -70,6 +70,49 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         (Recompute::Full, true) => 2 * sbh / t as u128,
     };
     u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// [`layer_activation_bytes`] for an attention kernel. With flash attention the scores, the
+/// softmax output and the dropout mask over them (the `5as^2b/t` term) are never stored; the
+/// kernel keeps the log-sum-exp of each row, 4 bytes x a s b / t, for its backward, so selective
+/// recomputation has nothing left to save and equals none (Dao 2023; Megatron-Core with
+/// Transformer Engine).
+pub fn layer_activation_bytes_for(
+    d: ActDims,
+    recompute: Recompute,
+    sequence_parallel: bool,
+    attention: Attention,
+) -> u64 {
+    match (attention, recompute) {
+        (Attention::Unfused, _) | (_, Recompute::Full) => {
+            layer_activation_bytes(d, recompute, sequence_parallel)
+        }
+        (Attention::Flash, _) => {
+            let lse = 4 * d.a as u128 * d.s as u128 * d.b as u128 / d.t as u128;
+            layer_activation_bytes(d, Recompute::Selective, sequence_parallel)
+                .saturating_add(u64::try_from(lse).unwrap_or(u64::MAX))
+        }
+    }
+}
+
+/// [`recompute_working_bytes`] for an attention kernel: with flash attention the recomputed
+/// attention core is tiled on chip (nothing for selective); full recompute rebuilds the flash
+/// layer's activations.
+pub fn recompute_working_bytes_for(
+    d: ActDims,
+    recompute: Recompute,
+    sequence_parallel: bool,
+    attention: Attention,
+) -> u64 {
+    match (attention, recompute) {
+        (Attention::Unfused, _) | (_, Recompute::None) => {
+            recompute_working_bytes(d, recompute, sequence_parallel)
+        }
+        (Attention::Flash, Recompute::Selective) => 0,
+        (Attention::Flash, Recompute::Full) => {
+            layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention)
+        }
+    }
 }
 
 /// Working memory of the backward of one layer beyond what is stored: with full recompute the
@@ -237,5 +280,36 @@ mod tests {
             40_000_000 - 2_000_000 - 2_000_000 - 3_000_000
         );
         assert_eq!(b.total(), o.reserved_bytes(40_000_000));
+    }
+
+    #[test]
+    fn flash_attention_stores_no_scores() {
+        let d = ActDims {
+            s: 2048,
+            b: 1,
+            h: 12288,
+            a: 96,
+            t: 8,
+        };
+        let lse = 4 * 96 * 2048 / 8;
+        for sp in [false, true] {
+            let sel = layer_activation_bytes(d, Recompute::Selective, sp);
+            for r in [Recompute::None, Recompute::Selective] {
+                assert_eq!(
+                    layer_activation_bytes_for(d, r, sp, Attention::Flash),
+                    sel + lse
+                );
+            }
+            assert_eq!(
+                layer_activation_bytes_for(d, Recompute::Full, sp, Attention::Flash),
+                layer_activation_bytes(d, Recompute::Full, sp)
+            );
+            for r in Recompute::ALL {
+                assert_eq!(
+                    layer_activation_bytes_for(d, r, sp, Attention::Unfused),
+                    layer_activation_bytes(d, r, sp)
+                );
+            }
+        }
     }
 }

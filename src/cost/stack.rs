@@ -51,6 +51,45 @@ impl FromStr for Recompute {
     }
 }
 
+/// How the attention core (scores, softmax, values) is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Attention {
+    /// Scores materialised in HBM: the GEMMs QK^T and PV, and scale, mask, softmax and dropout
+    /// kernels over the `a s^2 b / t` scores (Megatron-LM 2021; Korthikanti et al. 2022).
+    #[default]
+    Unfused,
+    /// One fused kernel that keeps the scores on chip (FlashAttention-2/-3, cuDNN fused
+    /// attention): no `s^2` traffic or activations; causal blocks above the diagonal skipped;
+    /// its speed is the hardware profile's measured attention efficiency.
+    Flash,
+}
+
+impl Attention {
+    pub const ALL: [Attention; 2] = [Attention::Unfused, Attention::Flash];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attention::Unfused => "unfused",
+            Attention::Flash => "flash",
+        }
+    }
+}
+
+impl fmt::Display for Attention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Attention {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Attention::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| format!("unknown attention '{s}' (valid: flash, unfused)"))
+    }
+}
+
 /// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum RankOrder {
@@ -80,6 +119,8 @@ pub struct Layout {
 pub struct Stack {
     /// Fused bias+GeLU, scale+mask+softmax and bias+dropout+add kernels.
     pub fused_kernels: bool,
+    /// The attention kernel.
+    pub attention: Attention,
     /// Pipeline sends split over the t tensor-parallel ranks' NICs, then all-gathered over
     /// NVLink (Narayanan et al. 2021, Sec. 4.1).
     pub scatter_gather: bool,
@@ -109,6 +150,7 @@ impl Default for Stack {
     fn default() -> Self {
         Stack {
             fused_kernels: true,
+            attention: Attention::Unfused,
             scatter_gather: true,
             blocking_p2p: true,
             overlap_grad_reduce: false,

@@ -25,6 +25,13 @@ pub struct Gpu {
     pub gemm_efficiency_max: f64,
     /// GEMM dimension (elements) at which that dimension alone halves the efficiency.
     pub gemm_half_dim: f64,
+    /// Fraction of `peak_flops_per_s` the fused (flash) attention kernel reaches forward and
+    /// backward, causal, head dimension 128, at training sequence lengths (needed only for
+    /// `--attention flash`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_efficiency_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_efficiency_backward: Option<f64>,
 }
 
 /// One node: GPUs on a switched intra-node fabric (NVLink/NVSwitch) and the node's NICs.
@@ -103,6 +110,22 @@ pub fn valid_names() -> Vec<&'static str> {
 }
 
 impl Hardware {
+    /// The fused attention kernel's (forward, backward) efficiency; `None` when the profile
+    /// has not measured it.
+    pub fn attention_efficiencies(&self) -> Option<(f64, f64)> {
+        Some((
+            self.gpu.attention_efficiency_forward?,
+            self.gpu.attention_efficiency_backward?,
+        ))
+    }
+
+    /// The fused attention kernel's (forward, backward) efficiency, the GEMM ceiling when the
+    /// profile has none (callers check [`Hardware::attention_efficiencies`] first).
+    pub fn attention_efficiency(&self) -> (f64, f64) {
+        self.attention_efficiencies()
+            .unwrap_or((self.gpu.gemm_efficiency_max, self.gpu.gemm_efficiency_max))
+    }
+
     /// A bundled profile by name.
     pub fn bundled(name: &str) -> Result<Hardware, HardwareError> {
         let (_, text) =
@@ -173,7 +196,20 @@ impl Hardware {
             ("node.nvlink_efficiency", self.node.nvlink_efficiency),
             ("node.nic_efficiency", self.node.nic_efficiency),
         ];
-        for (field, v) in fractions {
+        let optional = [
+            (
+                "gpu.attention_efficiency_forward",
+                self.gpu.attention_efficiency_forward,
+            ),
+            (
+                "gpu.attention_efficiency_backward",
+                self.gpu.attention_efficiency_backward,
+            ),
+        ];
+        for (field, v) in fractions
+            .into_iter()
+            .chain(optional.into_iter().filter_map(|(f, v)| Some((f, v?))))
+        {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(self.invalid(field, format!("must be in (0, 1] (got {v})")));
             }

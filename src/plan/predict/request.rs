@@ -3,7 +3,7 @@
 //! before anything is costed.
 
 use crate::cost::memory::MemoryBreakdown;
-use crate::cost::{Recompute, Stack};
+use crate::cost::{Attention, Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::inputs::profile::LayerProfile;
@@ -185,6 +185,8 @@ pub enum PredictError {
     StageLayers(String),
     #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
     TooLarge { gpus: u64, what: String },
+    #[error("--attention flash: hardware profile '{hardware}' has no measured attention efficiency (gpu.attention_efficiency_forward/backward); valid: --attention unfused, or a profile that has them (e.g. a100-80gb, h100-80gb)")]
+    NoAttentionEfficiency { hardware: String },
     #[error("--profile: {0}")]
     Profile(String),
     #[error("internal error while simulating: {0}")]
@@ -241,6 +243,11 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         if value == 0 {
             return Err(PredictError::Zero { flag, value });
         }
+    }
+    if req.stack.attention == Attention::Flash && req.hardware.attention_efficiencies().is_none() {
+        return Err(PredictError::NoAttentionEfficiency {
+            hardware: req.hardware.name.clone(),
+        });
     }
     let dp = match req.dp {
         Some(0) => {

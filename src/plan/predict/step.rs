@@ -62,7 +62,12 @@ pub fn step_costs(
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
     let dims = ActDims::new(model, req.micro_batch, req.tp);
-    let layer_act = memory::layer_activation_bytes(dims, req.recompute, req.sequence_parallel);
+    let layer_act = memory::layer_activation_bytes_for(
+        dims,
+        req.recompute,
+        req.sequence_parallel,
+        req.stack.attention,
+    );
     // The one place a measured profile replaces the cost model (docs/cost-model.md).
     let prof = match req.profile {
         None => None,
@@ -172,7 +177,12 @@ pub fn step_costs(
     for (s, &prm) in stage_params.iter().enumerate() {
         device_params[device_of(s as u64)] += prm;
     }
-    let working = memory::recompute_working_bytes(dims, req.recompute, req.sequence_parallel);
+    let working = memory::recompute_working_bytes_for(
+        dims,
+        req.recompute,
+        req.sequence_parallel,
+        req.stack.attention,
+    );
     let static_bytes: Vec<u64> = device_params
         .iter()
         .map(|&prm| {

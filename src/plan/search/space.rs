@@ -525,6 +525,14 @@ pub const SEARCHED_SCHEDULES: [ScheduleName; 8] = [
 ];
 
 pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
+    if req.stack.attention == crate::cost::Attention::Flash
+        && req.hardware.attention_efficiencies().is_none()
+    {
+        let e = crate::plan::predict::PredictError::NoAttentionEfficiency {
+            hardware: req.hardware.name.clone(),
+        };
+        return Err(SearchError::Pin(e.to_string()));
+    }
     for (flag, value) in [("--gpus", req.gpus), ("--global-batch", req.global_batch)] {
         if value == 0 {
             return Err(SearchError::Zero { flag, value });
