@@ -700,6 +700,9 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             hbm_efficiency: 1.0,
             gemm_efficiency_max: emax,
             gemm_half_dim: d0,
+            // The executor's kernels are not flash attention; nothing measured.
+            attention_efficiency_forward: None,
+            attention_efficiency_backward: None,
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,
