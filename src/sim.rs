@@ -78,6 +78,11 @@ pub struct Costs {
     /// Start each stage's reduction when its last backward finishes, instead of when the
     /// device's whole program has finished.
     pub overlap_grad_reduce: bool,
+    /// Per stage, the buckets its gradients are reduced in (empty or 1: one piece). With
+    /// [`Costs::overlap_grad_reduce`] bucket k of n is ready k/n of the way through the
+    /// stage's last backward and is reduced as soon as the data-parallel stream is free, so
+    /// the reduction runs under that backward (Megatron-Core's bucketed `overlap_grad_reduce`).
+    pub grad_reduce_buckets: Vec<u32>,
     /// Per device, the optimizer step after all its reductions (empty: none).
     pub optimizer_ns: Vec<u64>,
 }
@@ -89,6 +94,9 @@ pub struct TpCommNs {
     pub forward_ns: u64,
     /// Inside `B` or `I` (input-gradient collectives, and the recomputed forward's).
     pub backward_ns: u64,
+    /// The collectives are pipelined with the action's GEMMs (`--tp-comm-overlap`): shown
+    /// from the action's start, under its compute, rather than at its end.
+    pub overlapped: bool,
 }
 
 /// Unit costs as the CLI takes them: per *device* (a device's whole share of the model); with
@@ -686,23 +694,25 @@ impl Sim<'_> {
                     start_ns: dev.start_ns,
                     end_ns: now,
                 });
-                let tp_ns =
-                    self.costs
-                        .tensor_parallel
-                        .get(a.stage as usize)
-                        .map_or(0, |tp| match a.kind {
-                            Kind::F => tp.forward_ns,
-                            Kind::B | Kind::I => tp.backward_ns,
-                            Kind::W => 0,
-                        });
+                let tp = self.costs.tensor_parallel.get(a.stage as usize);
+                let tp_ns = tp.map_or(0, |tp| match a.kind {
+                    Kind::F => tp.forward_ns,
+                    Kind::B | Kind::I => tp.backward_ns,
+                    Kind::W => 0,
+                });
                 if tp_ns > 0 {
+                    let (start_ns, end_ns) = if tp.is_some_and(|tp| tp.overlapped) {
+                        (dev.start_ns, (dev.start_ns + tp_ns).min(now))
+                    } else {
+                        (now.saturating_sub(tp_ns).max(dev.start_ns), now)
+                    };
                     spans.push(Span {
                         device: d as u32,
                         stream: Stream::TensorParallel,
                         action: a,
                         peer: None,
-                        start_ns: now.saturating_sub(tp_ns).max(dev.start_ns),
-                        end_ns: now,
+                        start_ns,
+                        end_ns,
                     });
                 }
             }
@@ -719,7 +729,8 @@ impl Sim<'_> {
             *left -= 1;
             if *left == 0 && self.costs.overlap_grad_reduce && !self.costs.grad_reduce_ns.is_empty()
             {
-                self.start_reduce(d, a.stage, now);
+                let produced_from = self.dev[d].start_ns;
+                self.start_reduce(d, a.stage, now, produced_from);
             }
         }
         let sent_until = match a.kind {
@@ -757,7 +768,7 @@ impl Sim<'_> {
                 .filter(|&s| self.device_of[s as usize] as usize == d)
                 .collect();
             for s in mine {
-                self.start_reduce(d, s, now);
+                self.start_reduce(d, s, now, now);
             }
         }
         let dev = &mut self.dev[d];
@@ -787,17 +798,36 @@ impl Sim<'_> {
         self.push(now + dur, Event::ComputeDone(d as u32));
     }
 
-    /// Queue the gradient reduction of `stage` on device `d`'s data-parallel stream.
-    fn start_reduce(&mut self, d: usize, stage: u32, now: u64) {
+    /// Queue the gradient reduction of `stage` on device `d`'s data-parallel stream. Its
+    /// gradients were produced from `produced_from` until `now`, in the stage's buckets, each
+    /// reduced once produced and once the stream is free (a two-stage flow shop; one bucket:
+    /// the reduction starts at `now`).
+    fn start_reduce(&mut self, d: usize, stage: u32, now: u64, produced_from: u64) {
         let dur = self.costs.grad_reduce_ns[stage as usize];
+        let n = self
+            .costs
+            .grad_reduce_buckets
+            .get(stage as usize)
+            .copied()
+            .unwrap_or(1)
+            .max(1) as u64;
         let dev = &mut self.dev[d];
         if dev.reduces_waiting == 0 {
             return;
         }
         dev.reduces_waiting -= 1;
         dev.reduces_running += 1;
-        let start = now.max(dev.dp_free_ns);
-        let end = start + dur;
+        let produce = now - produced_from.min(now);
+        let mut start = None;
+        let mut end = dev.dp_free_ns;
+        for k in 1..=n {
+            let ready = produced_from + produce * k / n;
+            let s = ready.max(end);
+            start.get_or_insert(s);
+            // Bucket sizes sum exactly to `dur`.
+            end = s + dur * k / n - dur * (k - 1) / n;
+        }
+        let start = start.unwrap_or(now);
         dev.dp_free_ns = end;
         if let Some(spans) = self.spans.as_mut() {
             spans.push(Span {

@@ -90,12 +90,20 @@ fn blocking_sends_hold_the_sender() {
 
 #[test]
 fn tensor_parallel_spans_sit_inside_their_action() {
+    for overlapped in [false, true] {
+        tensor_parallel_spans_inside(overlapped);
+    }
+}
+
+/// At the end of their action, or from its start when they are pipelined with its GEMMs.
+fn tensor_parallel_spans_inside(overlapped: bool) {
     let s = generate(ScheduleName::GPipe, GenParams::new(2, 2)).unwrap();
     let mut c = unit(2, 1, 1);
     c.tensor_parallel = vec![
         TpCommNs {
             forward_ns: 4,
             backward_ns: 6,
+            overlapped,
         };
         2
     ];
@@ -115,7 +123,12 @@ fn tensor_parallel_spans_sit_inside_their_action() {
             .iter()
             .find(|x| x.stream == Stream::Compute && x.action == span.action)
             .unwrap();
-        assert!(host.start_ns <= span.start_ns && span.end_ns == host.end_ns);
+        assert!(host.start_ns <= span.start_ns && span.end_ns <= host.end_ns);
+        if overlapped {
+            assert_eq!(span.start_ns, host.start_ns);
+        } else {
+            assert_eq!(span.end_ns, host.end_ns);
+        }
     }
 }
 

@@ -46,9 +46,14 @@ pub(crate) struct PredictArgs {
     /// Override the model's sequence length.
     #[arg(long)]
     pub(crate) seq_len: Option<u64>,
-    /// Start each stage's data-parallel gradient reduction when its last backward finishes.
-    #[arg(long)]
-    pub(crate) overlap_grad_reduce: bool,
+    /// Start each stage's data-parallel gradient reduction when its last backward finishes
+    /// (`on|off`; the bare flag means on).
+    #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
+    pub(crate) overlap_grad_reduce: OnOff,
+    /// Pipeline the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them
+    /// (Megatron-Core --tp-comm-overlap; needs --sequence-parallel on).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) tp_comm_overlap: OnOff,
     /// Shard the optimizer state over the data-parallel group (ZeRO-1).
     #[arg(long)]
     pub(crate) zero1: bool,
@@ -110,8 +115,14 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.chunks = args.chunks;
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
+    if args.tp_comm_overlap == OnOff::On && !req.sequence_parallel && args.tp > 1 {
+        return input(
+            "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
+        );
+    }
     req.stack = Stack {
-        overlap_grad_reduce: args.overlap_grad_reduce,
+        overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
+        tp_comm_overlap: args.tp_comm_overlap == OnOff::On,
         zero1: args.zero1,
         scatter_gather: !args.no_scatter_gather,
         attention: args.attention.into(),

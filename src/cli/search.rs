@@ -53,6 +53,10 @@ pub(crate) struct PlanSearchArgs {
     /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group).
     #[arg(long, value_enum)]
     pub(crate) zero1: Option<OnOff>,
+    /// Pipeline tensor-parallel collectives with the GEMMs in every candidate with sequence
+    /// parallelism (Megatron-Core --tp-comm-overlap).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) tp_comm_overlap: OnOff,
     /// Attention kernel of every candidate: unfused (scores in HBM) or flash (fused).
     #[arg(long, value_enum, default_value = "unfused")]
     pub(crate) attention: AttentionArg,
@@ -103,6 +107,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.pins = pins;
     req.exhaustive = args.exhaustive;
     req.stack.attention = args.attention.into();
+    req.stack.tp_comm_overlap = args.tp_comm_overlap == OnOff::On;
     req.partition = args
         .partition
         .parse()

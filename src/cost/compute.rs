@@ -66,7 +66,11 @@ pub fn gemm_time_s(hw: &Hardware, g: &Gemm) -> f64 {
 pub struct Part {
     pub gemm_s: f64,
     pub memory_s: f64,
+    /// Tensor-parallel communication on the critical path.
     pub tp_comm_s: f64,
+    /// Tensor-parallel communication hidden under the GEMMs (`--tp-comm-overlap`): it runs,
+    /// but adds no time.
+    pub tp_hidden_s: f64,
 }
 
 impl Part {
@@ -78,6 +82,7 @@ impl Part {
             gemm_s: self.gemm_s + o.gemm_s,
             memory_s: self.memory_s + o.memory_s,
             tp_comm_s: self.tp_comm_s + o.tp_comm_s,
+            tp_hidden_s: self.tp_hidden_s + o.tp_hidden_s,
         }
     }
     fn scale(self, x: f64) -> Part {
@@ -85,6 +90,7 @@ impl Part {
             gemm_s: self.gemm_s * x,
             memory_s: self.memory_s * x,
             tp_comm_s: self.tp_comm_s * x,
+            tp_hidden_s: self.tp_hidden_s * x,
         }
     }
 }
@@ -240,6 +246,27 @@ impl CostModel<'_> {
         }
     }
 
+    /// The exposed and hidden parts of a layer's tensor-parallel communication `tp_s` (two
+    /// all-reduces, i.e. two reduce-scatters and two all-gathers of `tp_s / 4` each) next to
+    /// the four GEMMs `gemm_s` they pair with. Without overlap all of it is exposed. With
+    /// `--tp-comm-overlap` (and sequence parallelism, which Megatron requires) each collective
+    /// and its GEMM run on two streams in t chunks, chunk k of the GEMM waiting for chunk k of
+    /// the all-gather (or chunk k of the reduce-scatter for chunk k of the GEMM): a two-stage
+    /// flow shop whose makespan is `max(c, g) + min(c, g) / t` for equal chunks, so
+    /// `min(c, g) (1 - 1/t)` of the communication is hidden.
+    pub fn tp_exposed_s(&self, tp_s: f64, gemm_s: &[f64; 4]) -> (f64, f64) {
+        let t = self.layout.tp;
+        if !(self.stack.tp_comm_overlap && self.layout.sequence_parallel && t > 1) {
+            return (tp_s, 0.0);
+        }
+        let c = tp_s / 4.0;
+        let hidden: f64 = gemm_s
+            .iter()
+            .map(|&g| c.min(g) * (1.0 - 1.0 / t as f64))
+            .sum();
+        (tp_s - hidden, hidden)
+    }
+
     /// One transformer layer for one micro-batch on one rank.
     pub fn layer(&self) -> BlockCost {
         let (b, s, h, ..) = self.dims();
@@ -279,10 +306,22 @@ impl CostModel<'_> {
         // Two all-reduces forward (after attention and after the MLP), two backward
         // (Shoeybi et al. 2019, Fig. 4: the f and g operators).
         let tp = 2.0 * self.tp_all_reduce_s(act_bytes);
+        // With overlap, each all-reduce is its reduce-scatter and all-gather (sequence
+        // parallelism), each pipelined with the GEMM next to it: forward the all-gather into
+        // QKV and into MLP-in, the reduce-scatter after the attention projection and after
+        // MLP-out; backward the same collectives beside those GEMMs' input-gradient GEMMs.
+        let weight_gemms = [gemms[0], gemms[3], gemms[4], gemms[5]];
+        let (tp_fwd, tp_fwd_hidden) =
+            self.tp_exposed_s(tp, &weight_gemms.map(|g| gemm_time_s(self.hw, &g)));
+        let (tp_bwd, tp_bwd_hidden) = self.tp_exposed_s(
+            tp,
+            &weight_gemms.map(|g| gemm_time_s(self.hw, &g.input_grad())),
+        );
         let forward = Part {
             gemm_s: fwd_gemm,
             memory_s: (mem.attention_forward_bytes + mem.other_forward_bytes) / hbm,
-            tp_comm_s: tp,
+            tp_comm_s: tp_fwd,
+            tp_hidden_s: tp_fwd_hidden,
         };
         let recompute = match self.layout.recompute {
             Recompute::None => Part::default(),
@@ -290,6 +329,7 @@ impl CostModel<'_> {
                 gemm_s: attn_gemm,
                 memory_s: mem.attention_forward_bytes / hbm,
                 tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
             },
             Recompute::Full => forward,
         };
@@ -297,13 +337,15 @@ impl CostModel<'_> {
         let backward_input = Part {
             gemm_s: bwd_input_gemm,
             memory_s: (mem.attention_backward_bytes + mem.other_backward_bytes) / hbm,
-            tp_comm_s: tp,
+            tp_comm_s: tp_bwd,
+            tp_hidden_s: tp_bwd_hidden,
         }
         .add(recompute);
         let backward_weight = Part {
             gemm_s: bwd_weight_gemm,
             memory_s: params * self.stack.grad_accumulation_bytes_per_param / hbm,
             tp_comm_s: 0.0,
+            tp_hidden_s: 0.0,
         };
         BlockCost {
             forward,
@@ -327,16 +369,19 @@ impl CostModel<'_> {
                 gemm_s: 0.0,
                 memory_s: (4.0 + 6.0 + 5.0) * sbh / hbm,
                 tp_comm_s: tp,
+                tp_hidden_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: 0.0,
                 memory_s: 5.0 * sbh / hbm,
                 tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
             },
             backward_weight: Part {
                 gemm_s: 0.0,
                 memory_s: 6.0 * sbh / hbm,
                 tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
             },
         }
     }
@@ -362,6 +407,7 @@ impl CostModel<'_> {
                 gemm_s: gemm_time_s(self.hw, &logits),
                 memory_s: (4.0 * sbh + 10.0 * n_logits) / hbm,
                 tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
@@ -369,11 +415,13 @@ impl CostModel<'_> {
                 // The output layer's input is copied into the tensor-parallel region: its
                 // gradient is all-reduced.
                 tp_comm_s: self.tp_all_reduce_s(2.0 * sbh),
+                tp_hidden_s: 0.0,
             },
             backward_weight: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.weight_grad()),
                 memory_s: 0.0,
                 tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
             },
         }
     }

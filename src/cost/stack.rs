@@ -121,6 +121,10 @@ pub struct Stack {
     pub fused_kernels: bool,
     /// The attention kernel.
     pub attention: Attention,
+    /// Tensor-parallel all-gathers and reduce-scatters pipelined with the GEMMs they feed or
+    /// follow (Megatron-Core `--tp-comm-overlap`, Transformer Engine userbuffers). Megatron
+    /// requires sequence parallelism for it; without it the setting has no effect.
+    pub tp_comm_overlap: bool,
     /// Pipeline sends split over the t tensor-parallel ranks' NICs, then all-gathered over
     /// NVLink (Narayanan et al. 2021, Sec. 4.1).
     pub scatter_gather: bool,
@@ -151,6 +155,7 @@ impl Default for Stack {
         Stack {
             fused_kernels: true,
             attention: Attention::Unfused,
+            tp_comm_overlap: false,
             scatter_gather: true,
             blocking_p2p: true,
             overlap_grad_reduce: false,

@@ -159,8 +159,9 @@ pub fn step_costs(
             weight_grad_bytes: weight_share,
         });
         tp_comm.push(TpCommNs {
-            forward_ns: ns(c.forward.tp_comm_s),
-            backward_ns: ns(c.backward_input.tp_comm_s),
+            forward_ns: ns(c.forward.tp_comm_s + c.forward.tp_hidden_s),
+            backward_ns: ns(c.backward_input.tp_comm_s + c.backward_input.tp_hidden_s),
+            overlapped: c.forward.tp_hidden_s > 0.0,
         });
         stage_params.push(params);
     }
@@ -208,6 +209,10 @@ pub fn step_costs(
             .map(|&prm| ns(cm.grad_reduce_s(prm)))
             .collect(),
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
+        grad_reduce_buckets: stage_params
+            .iter()
+            .map(|&prm| grad_reduce_buckets(prm, dp))
+            .collect(),
         optimizer_ns: device_params
             .iter()
             .map(|&prm| ns(cm.optimizer_s(prm)))
@@ -222,6 +227,14 @@ pub fn step_costs(
         stage_layers,
         device_params: device_params.iter().map(|&p| p.ceil() as u64).collect(),
     })
+}
+
+/// Gradient buckets of a stage with `params` parameters on one rank: Megatron-Core's
+/// distributed data parallelism reduces gradients in buckets of `max(40M, 1M x d)` parameters
+/// (`DistributedDataParallel.__init__`, `bucket_size` when `--ddp-bucket-size` is unset).
+pub fn grad_reduce_buckets(params: f64, dp: u64) -> u32 {
+    let bucket = (40e6f64).max(1e6 * dp as f64);
+    (params / bucket).ceil().clamp(1.0, 1e6) as u32
 }
 
 /// Predict one configuration.

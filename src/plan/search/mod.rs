@@ -346,6 +346,7 @@ mod tests {
             blocking_sends: blocking,
             grad_reduce_ns: (0..n).map(|_| rng.next(100)).collect(),
             overlap_grad_reduce: overlap,
+            grad_reduce_buckets: (0..n).map(|_| 1 + rng.next(4) as u32).collect(),
             optimizer_ns: (0..p).map(|_| rng.next(100)).collect(),
         }
     }
