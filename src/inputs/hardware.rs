@@ -178,10 +178,21 @@ impl FromStr for Precision {
 }
 
 /// The bundled profiles: (name, JSON text).
-pub const BUNDLED: [(&str, &str); 3] = [
+pub const BUNDLED: [(&str, &str); 8] = [
     ("a100-80gb", include_str!("../../hardware/a100-80gb.json")),
     ("h100-80gb", include_str!("../../hardware/h100-80gb.json")),
     ("h200", include_str!("../../hardware/h200.json")),
+    ("h800", include_str!("../../hardware/h800.json")),
+    ("b200", include_str!("../../hardware/b200.json")),
+    ("b300", include_str!("../../hardware/b300.json")),
+    (
+        "gb200-nvl72",
+        include_str!("../../hardware/gb200-nvl72.json"),
+    ),
+    (
+        "gb300-nvl72",
+        include_str!("../../hardware/gb300-nvl72.json"),
+    ),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
