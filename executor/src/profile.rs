@@ -695,6 +695,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
         gpu: Gpu {
             name: m.device_name.clone(),
             peak_flops_per_s: peak,
+            peak_fp8_flops_per_s: 0.0,
+            peak_fp4_flops_per_s: 0.0,
             memory_bytes: m.memory_bytes,
             hbm_bandwidth_bytes_per_s: m.memory_bandwidth_bytes_per_s,
             hbm_efficiency: 1.0,
@@ -706,6 +708,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,
+            nvlink_domain_gpus: None,
             nvlink_bandwidth_bytes_per_s: link_bw,
             nvlink_efficiency: 1.0,
             nvlink_latency_s: lat,

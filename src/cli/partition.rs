@@ -52,11 +52,12 @@ pub(crate) struct PartitionArgs {
     /// Relative speed of each device in pipeline order, comma-separated (1 = the profile's speed).
     #[arg(long, value_delimiter = ',')]
     pub(crate) device_speeds: Option<Vec<f64>>,
-    /// Link numbers from a hardware profile (a100-80gb, h100-80gb, h200, or a JSON file): NVLink
-    /// inside a node, NICs across nodes.
+    /// Link numbers from a hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72, or a JSON
+    /// file): NVLink inside an NVLink domain (a node, or an NVL72 rack), NICs across domains.
     #[arg(long)]
     pub(crate) hardware: Option<String>,
-    /// Devices per node for the two link levels (default: the hardware's GPUs per node).
+    /// Devices per fast-link group for the two link levels (default: the hardware's NVLink
+    /// domain, the GPUs of a node or of an NVL72 rack).
     #[arg(long)]
     pub(crate) gpus_per_node: Option<usize>,
     /// One link for every transfer instead: bandwidth in GB/s (10^9 bytes/s).
@@ -131,7 +132,8 @@ pub(crate) fn cmd_partition(args: PartitionArgs) -> Result<(), CliError> {
     if let Some(hw) = &args.hardware {
         let hw = pplan::inputs::hardware::Hardware::load(hw)
             .map_err(|e| CliError::Input(e.to_string()))?;
-        pb.gpus_per_node = hw.node.gpus_per_node as usize;
+        // The fast link level is the NVLink domain (a node, or an NVL72 rack).
+        pb.gpus_per_node = hw.nvlink_domain_gpus() as usize;
         pb.intra_node = Link {
             bandwidth_bytes_per_s: hw.nvlink_bytes_per_s(),
             latency_s: hw.node.nvlink_latency_s,

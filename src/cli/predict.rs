@@ -10,7 +10,8 @@ pub(crate) struct PredictArgs {
     /// Hugging Face config.json / Megatron-style JSON file.
     #[arg(long)]
     pub(crate) model: String,
-    /// A bundled hardware profile (a100-80gb, h100-80gb, h200) or a JSON profile.
+    /// A bundled hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72) or
+    /// a JSON profile.
     #[arg(long, default_value = "a100-80gb")]
     pub(crate) hardware: String,
     /// Total GPUs; must equal tp x pp x dp.

@@ -1,8 +1,15 @@
 //! Network: collectives and point-to-point transfers on the links they cross: ring
 //! all-reduce and all-gather, the tensor-parallel group's link, pipeline transfers between
-//! ranks (NVLink inside a node, the NICs and the fat-tree between nodes, Megatron's
+//! ranks (NVLink inside an NVLink domain, the NICs and the fat-tree between domains, Megatron's
 //! scatter/gather), and the data-parallel gradient reduction (hierarchical when the group
-//! shares nodes). Formulas and sources: docs/cost-model.md.
+//! shares domains). Formulas and sources: docs/cost-model.md.
+//!
+//! Placement: ranks fill NVLink domains in order (`hw.nvlink_domain_gpus()` GPUs: one node for
+//! DGX/HGX boxes, 72 GPUs = 18 trays for NVL72 racks), nodes (which hold the NICs) in order
+//! inside a domain. When the tensor-parallel group is a whole number of nodes that does not
+//! divide the domain (t = 16 on a 72-GPU rack), the trays left over at the end of each domain
+//! stay idle so that no group straddles two domains ([`ranks_per_nvlink_domain`]); where the
+//! domain is one node, this changes nothing.
 
 use super::stack::{CostModel, RankOrder};
 use crate::inputs::hardware::Hardware;
@@ -22,13 +29,34 @@ pub fn all_gather_s(bytes: f64, n: u64, bw_bytes_per_s: f64, latency_s: f64) -> 
 }
 
 /// One point-to-point transfer of `bytes`: bytes / link bandwidth + latency, over NVLink when
-/// both GPUs share a node, else over the GPU's share of the node's NICs.
-pub fn p2p_link_s(hw: &Hardware, bytes: f64, same_node: bool) -> f64 {
-    if same_node {
+/// both GPUs share an NVLink domain, else over the GPU's share of its node's NICs.
+pub fn p2p_link_s(hw: &Hardware, bytes: f64, same_domain: bool) -> f64 {
+    if same_domain {
         bytes / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s
     } else {
         bytes / hw.nic_bytes_per_s_per_gpu(false) + hw.node.nic_latency_s
     }
+}
+
+/// Ranks placed in one NVLink domain for a tensor-parallel size `tp`: the whole domain, except
+/// when the group is a whole number of nodes that does not divide the domain; then as many whole
+/// groups as fit (a launcher allocates whole nodes, so it can leave trays idle but not single
+/// GPUs). 64 on a 72-GPU NVL72 rack for t = 16; the node's GPUs where the domain is the node.
+pub fn ranks_per_nvlink_domain(hw: &Hardware, tp: u64) -> u64 {
+    let domain = hw.nvlink_domain_gpus() as u64;
+    let gpn = hw.node.gpus_per_node as u64;
+    if tp > 1 && tp % gpn == 0 && tp <= domain && domain % tp != 0 {
+        domain / tp * tp
+    } else {
+        domain
+    }
+}
+
+/// Whether a tensor-parallel group of `tp` ranks (t innermost) stays inside one NVLink domain:
+/// it fits and the groups tile the ranks placed in a domain.
+pub fn tp_on_nvlink(hw: &Hardware, tp: u64) -> bool {
+    let per_domain = ranks_per_nvlink_domain(hw, tp);
+    tp <= per_domain && per_domain % tp == 0
 }
 
 impl CostModel<'_> {
@@ -43,11 +71,10 @@ impl CostModel<'_> {
         all_reduce_s(bytes, t, bw, lat)
     }
 
-    /// Bandwidth and latency of the tensor-parallel group's ring: NVLink when the group fits
-    /// in a node (t innermost), else the NICs.
+    /// Bandwidth and latency of the tensor-parallel group's ring: NVLink when the group stays in
+    /// an NVLink domain ([`tp_on_nvlink`]; t innermost), else the NICs.
     pub(super) fn tp_link(&self) -> (f64, f64) {
-        let gpn = self.hw.node.gpus_per_node as u64;
-        if self.layout.tp <= gpn && gpn % self.layout.tp == 0 {
+        if tp_on_nvlink(self.hw, self.layout.tp) {
             (self.hw.nvlink_bytes_per_s(), self.hw.node.nvlink_latency_s)
         } else {
             (
@@ -57,8 +84,18 @@ impl CostModel<'_> {
         }
     }
 
+    /// NVLink domain of `rank`.
+    fn domain_of(&self, rank: u64) -> u64 {
+        rank / ranks_per_nvlink_domain(self.hw, self.layout.tp)
+    }
+
+    /// Node (the unit that holds the NICs and hangs off a leaf switch) of `rank`, counting idle
+    /// nodes at the end of a domain.
     fn node_of(&self, rank: u64) -> u64 {
-        rank / self.hw.node.gpus_per_node as u64
+        let gpn = self.hw.node.gpus_per_node as u64;
+        let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
+        let nodes_per_domain = self.hw.nvlink_domain_gpus() as u64 / gpn;
+        rank / per_domain * nodes_per_domain + rank % per_domain / gpn
     }
 
     /// Rank of (tensor rank 0, data rank `d`, pipeline rank `p`).
@@ -70,24 +107,25 @@ impl CostModel<'_> {
         }
     }
 
-    /// Activation (or gradient) transfer between pipeline ranks `from` and `to` for one
-    /// micro-batch: `2 b s h` bytes. Inside a node over NVLink. Across nodes each of the t
-    /// tensor-parallel ranks uses its own NIC: with scatter/gather each sends `1/t` of the
-    /// tensor and the receivers all-gather over NVLink; without it each sends all of it. With
-    /// sequence parallelism the tensor is already split `1/t` per rank.
     /// `bytes` (per GPU, as a layer profile's `output_bytes` gives them) sent from pipeline rank
-    /// `from` to `to`: NVLink inside a node, the NICs between nodes; no scatter/gather.
+    /// `from` to `to`: NVLink inside an NVLink domain, the NICs between domains; no
+    /// scatter/gather.
     pub fn p2p_bytes_s(&self, from: u64, to: u64, bytes: f64) -> f64 {
         let (ra, rb) = (self.rank(0, from), self.rank(0, to));
-        p2p_link_s(self.hw, bytes, self.node_of(ra) == self.node_of(rb))
+        p2p_link_s(self.hw, bytes, self.domain_of(ra) == self.domain_of(rb))
     }
 
+    /// Activation (or gradient) transfer between pipeline ranks `from` and `to` for one
+    /// micro-batch: `2 b s h` bytes. Inside an NVLink domain over NVLink. Across domains each
+    /// of the t tensor-parallel ranks uses its own NIC: with scatter/gather each sends `1/t` of
+    /// the tensor and the receivers all-gather over NVLink; without it each sends all of it.
+    /// With sequence parallelism the tensor is already split `1/t` per rank.
     pub fn p2p_s(&self, from: u64, to: u64) -> f64 {
         let (b, s, h, _, _, t, _) = self.dims();
         let bytes = 2.0 * b * s * h;
         let tp = self.layout.tp;
         let (ra, rb) = (self.rank(0, from), self.rank(0, to));
-        if self.node_of(ra) == self.node_of(rb) {
+        if self.domain_of(ra) == self.domain_of(rb) {
             let per_rank = if self.layout.sequence_parallel {
                 bytes / t
             } else {
@@ -110,10 +148,10 @@ impl CostModel<'_> {
     }
 
     /// Data-parallel reduction of `params` parameters held by one rank: hierarchical when
-    /// several members of the group share a node (reduce-scatter over NVLink among the `k`
-    /// local members, all-reduce of the `1/k` shard across the `n` nodes over the NICs, then
-    /// all-gather over NVLink), else a flat ring over the NICs. Every GPU of a node reduces at
-    /// the same time (all tensor/pipeline ranks do), so each gets its share of the NICs.
+    /// several members of the group share an NVLink domain (reduce-scatter over NVLink among the
+    /// `k` local members, all-reduce of the `1/k` shard across the `n` domains over the NICs,
+    /// then all-gather over NVLink), else a flat ring over the NICs. Every GPU of a node reduces
+    /// at the same time (all tensor/pipeline ranks do), so each gets its share of the NICs.
     pub fn grad_reduce_s(&self, params: f64) -> f64 {
         let l = self.layout;
         if l.dp <= 1 {
@@ -127,13 +165,13 @@ impl CostModel<'_> {
         } else {
             1
         };
-        let gpn = self.hw.node.gpus_per_node as u64;
-        let local = if stride >= gpn {
+        let per_domain = ranks_per_nvlink_domain(self.hw, l.tp);
+        let local = if stride >= per_domain {
             1
         } else {
-            (gpn / stride).clamp(1, l.dp)
+            (per_domain / stride).clamp(1, l.dp)
         };
-        let nodes = l.dp.div_ceil(local);
+        let domains = l.dp.div_ceil(local);
         let (first_node, last_node) = (self.node_of(first), self.node_of(last));
         let leaves = first_node / self.hw.network.nodes_per_leaf_switch as u64
             != last_node / self.hw.network.nodes_per_leaf_switch as u64;
@@ -142,7 +180,7 @@ impl CostModel<'_> {
         let intra = 2.0 * all_gather_s(bytes, local, nvl, nvl_lat);
         let inter = all_reduce_s(
             bytes / local as f64,
-            nodes,
+            domains,
             self.hw.nic_bytes_per_s_per_gpu(leaves),
             self.hw.node.nic_latency_s,
         );
@@ -153,6 +191,34 @@ impl CostModel<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensor_parallel_groups_and_nvlink_domains() {
+        // The domain is the node: unchanged rule, t divides the node.
+        let h100 = Hardware::bundled("h100-80gb").unwrap();
+        for t in 1..=16 {
+            assert_eq!(ranks_per_nvlink_domain(&h100, t), 8);
+            assert_eq!(tp_on_nvlink(&h100, t), t <= 8 && 8 % t == 0, "t = {t}");
+        }
+        // A 72-GPU domain of 4-GPU trays.
+        let mut rack = h100.clone();
+        rack.node.gpus_per_node = 4;
+        rack.node.nvlink_domain_gpus = Some(72);
+        for (t, per_domain, nvlink) in [
+            (1, 72, true),
+            (4, 72, true),
+            (8, 72, true),
+            (16, 64, true),
+            (24, 72, true),
+            (32, 64, true),
+            (72, 72, true),
+            (5, 72, false),
+            (144, 72, false),
+        ] {
+            assert_eq!(ranks_per_nvlink_domain(&rack, t), per_domain, "t = {t}");
+            assert_eq!(tp_on_nvlink(&rack, t), nvlink, "t = {t}");
+        }
+    }
 
     #[test]
     fn ring_collectives() {

@@ -90,7 +90,9 @@ impl FromStr for Attention {
     }
 }
 
-/// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`).
+/// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`; where
+/// an NVLink domain spans several nodes and t = 16 does not tile it, a domain's leftover nodes
+/// are skipped, see `cost::network`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum RankOrder {
     /// Tensor-parallel innermost, then data-parallel, then pipeline (Megatron-LM's default).

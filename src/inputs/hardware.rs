@@ -6,17 +6,33 @@
 //! the constants fitted to data. One profile serves every run on that hardware: nothing in it is
 //! specific to a model or a run. This module reads files only in [`Hardware::load`]; the cost
 //! model itself does no IO.
+//!
+//! Fields added after the first profiles (`gpu.peak_fp8_flops_per_s`, `gpu.peak_fp4_flops_per_s`,
+//! `node.nvlink_domain_gpus`) are optional in JSON, so older user profiles keep loading: an absent
+//! peak means the GPU has no tensor cores for that precision, an absent domain means the NVLink
+//! fabric ends at the node.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 /// One GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gpu {
     pub name: String,
-    /// Dense 16-bit (BF16/FP16) tensor-core peak.
+    /// Dense (no 2:4 sparsity) BF16/FP16 tensor-core peak. The cost model's GEMM times are
+    /// fractions of it; the FP8 and FP4 peaks are separate fields, and
+    /// [`Hardware::peak_flops_per_s_for`] picks one by [`Precision`].
     pub peak_flops_per_s: f64,
+    /// Dense FP8 tensor-core peak (E4M3/E5M2; also MXFP8 where the GPU has block-scaled tensor
+    /// cores). 0 or absent: no FP8 tensor cores (A100).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peak_fp8_flops_per_s: f64,
+    /// Dense FP4 tensor-core peak (NVFP4). 0 or absent: no FP4 tensor cores (A100, Hopper).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peak_fp4_flops_per_s: f64,
     pub memory_bytes: u64,
     pub hbm_bandwidth_bytes_per_s: f64,
     /// Fraction of `hbm_bandwidth_bytes_per_s` that memory-bound kernels achieve.
@@ -34,11 +50,22 @@ pub struct Gpu {
     pub attention_efficiency_backward: Option<f64>,
 }
 
-/// One node: GPUs on a switched intra-node fabric (NVLink/NVSwitch) and the node's NICs.
+/// One node: GPUs on a switched NVLink/NVSwitch fabric and the node's NICs. A node is what
+/// holds the NICs (a DGX/HGX box, or one 4-GPU compute tray of a GB200/GB300 NVL72 rack);
+/// the NVLink fabric may span several nodes (`nvlink_domain_gpus`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Node {
     pub gpus_per_node: u32,
+    /// GPUs that share one NVLink/NVSwitch fabric: `gpus_per_node` for DGX/HGX boxes, 72 for a
+    /// GB200/GB300 NVL72 rack (18 trays of 4). A whole number of nodes. Absent: one node
+    /// ([`Hardware::nvlink_domain_gpus`] gives the effective value).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole_count"
+    )]
+    pub nvlink_domain_gpus: Option<u32>,
     /// Per GPU, per direction.
     pub nvlink_bandwidth_bytes_per_s: f64,
     pub nvlink_efficiency: f64,
@@ -81,11 +108,98 @@ pub struct Hardware {
     pub fitted: Vec<String>,
 }
 
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// `node.nvlink_domain_gpus` as a whole number >= 1, with an error that names the field (serde's
+/// own message for a bad `u32` names only the type).
+fn whole_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let v: Option<serde_json::Value> = Option::deserialize(d)?;
+    let Some(v) = v else { return Ok(None) };
+    match v.as_u64() {
+        Some(n) if n >= 1 && n <= u32::MAX as u64 => Ok(Some(n as u32)),
+        _ => Err(serde::de::Error::custom(format!(
+            "node.nvlink_domain_gpus must be a whole number of GPUs >= 1 (got {v})"
+        ))),
+    }
+}
+
+/// Tensor-core number format of the GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// BF16 (or FP16): `gpu.peak_flops_per_s`.
+    #[default]
+    Bf16,
+    /// FP8 with per-tensor scales (E4M3/E5M2, Hopper and later): `gpu.peak_fp8_flops_per_s`.
+    Fp8,
+    /// FP8 with a shared exponent per 32 elements (OCP MX): block-scaled tensor cores,
+    /// Blackwell and later, at the FP8 peak.
+    Mxfp8,
+    /// NVIDIA's FP4 with an FP8 scale per 16 elements: `gpu.peak_fp4_flops_per_s`.
+    Nvfp4,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [
+        Precision::Bf16,
+        Precision::Fp8,
+        Precision::Mxfp8,
+        Precision::Nvfp4,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Bf16 => "bf16",
+            Precision::Fp8 => "fp8",
+            Precision::Mxfp8 => "mxfp8",
+            Precision::Nvfp4 => "nvfp4",
+        }
+    }
+
+    /// The tensor cores a GPU needs for this precision, as an error message names them.
+    fn tensor_cores(self) -> &'static str {
+        match self {
+            Precision::Bf16 => "BF16",
+            Precision::Fp8 => "FP8",
+            Precision::Mxfp8 => "block-scaled (MXFP8)",
+            Precision::Nvfp4 => "FP4",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("unknown precision '{s}' (valid: bf16, fp8, mxfp8, nvfp4)"))
+    }
+}
+
 /// The bundled profiles: (name, JSON text).
-pub const BUNDLED: [(&str, &str); 3] = [
+pub const BUNDLED: [(&str, &str); 8] = [
     ("a100-80gb", include_str!("../../hardware/a100-80gb.json")),
     ("h100-80gb", include_str!("../../hardware/h100-80gb.json")),
     ("h200", include_str!("../../hardware/h200.json")),
+    ("h800", include_str!("../../hardware/h800.json")),
+    ("b200", include_str!("../../hardware/b200.json")),
+    ("b300", include_str!("../../hardware/b300.json")),
+    (
+        "gb200-nvl72",
+        include_str!("../../hardware/gb200-nvl72.json"),
+    ),
+    (
+        "gb300-nvl72",
+        include_str!("../../hardware/gb300-nvl72.json"),
+    ),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,12 +211,37 @@ pub enum HardwareError {
     Read { path: String, reason: String },
     #[error("--hardware: '{path}' is not a valid hardware profile: {reason}")]
     Parse { path: String, reason: String },
-    #[error("--hardware: profile '{name}': field {field} {reason}")]
+    /// `origin` is the bundled name or the file the profile was read from.
+    #[error(
+        "--hardware: {}: field {field} {reason}",
+        profile_and_file(name, origin)
+    )]
     Invalid {
         name: String,
+        origin: String,
         field: &'static str,
         reason: String,
     },
+    /// The GPU has no tensor cores for `precision`; `valid` lists those it has.
+    #[error("{name} has no {} tensor cores; valid: {}", precision.tensor_cores(), join(valid))]
+    Unsupported {
+        name: String,
+        precision: Precision,
+        valid: Vec<Precision>,
+    },
+}
+
+fn profile_and_file(name: &str, origin: &str) -> String {
+    if name == origin {
+        format!("profile '{name}'")
+    } else {
+        format!("profile '{name}' in '{origin}'")
+    }
+}
+
+fn join(ps: &[Precision]) -> String {
+    let v: Vec<&str> = ps.iter().map(|p| p.as_str()).collect();
+    v.join(", ")
 }
 
 pub fn valid_names() -> Vec<&'static str> {
@@ -144,7 +283,7 @@ impl Hardware {
             path: origin.to_string(),
             reason: e.to_string(),
         })?;
-        hw.check()?;
+        hw.check(origin)?;
         Ok(hw)
     }
 
@@ -166,7 +305,13 @@ impl Hardware {
         }
     }
 
-    fn check(&self) -> Result<(), HardwareError> {
+    fn check(&self, origin: &str) -> Result<(), HardwareError> {
+        let invalid = |field: &'static str, reason: String| HardwareError::Invalid {
+            name: self.name.clone(),
+            origin: origin.to_string(),
+            field,
+            reason,
+        };
         let positive = [
             ("gpu.peak_flops_per_s", self.gpu.peak_flops_per_s),
             (
@@ -187,7 +332,10 @@ impl Hardware {
         ];
         for (field, v) in positive {
             if !(v.is_finite() && v > 0.0) {
-                return Err(self.invalid(field, format!("must be a positive number (got {v})")));
+                return Err(invalid(
+                    field,
+                    format!("must be a positive number (got {v})"),
+                ));
             }
         }
         let fractions = [
@@ -211,7 +359,7 @@ impl Hardware {
             .chain(optional.into_iter().filter_map(|(f, v)| Some((f, v?))))
         {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-                return Err(self.invalid(field, format!("must be in (0, 1] (got {v})")));
+                return Err(invalid(field, format!("must be in (0, 1] (got {v})")));
             }
         }
         for (field, v) in [
@@ -219,23 +367,53 @@ impl Hardware {
             ("node.nic_latency_s", self.node.nic_latency_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(self.invalid(field, format!("must be >= 0 (got {v})")));
+                return Err(invalid(field, format!("must be >= 0 (got {v})")));
+            }
+        }
+        for (field, v, what) in [
+            (
+                "gpu.peak_fp8_flops_per_s",
+                self.gpu.peak_fp8_flops_per_s,
+                "FP8",
+            ),
+            (
+                "gpu.peak_fp4_flops_per_s",
+                self.gpu.peak_fp4_flops_per_s,
+                "FP4",
+            ),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(invalid(
+                    field,
+                    format!("must be a positive number, or 0 for no {what} tensor cores (got {v})"),
+                ));
             }
         }
         if self.node.gpus_per_node == 0 || self.node.nics_per_node == 0 {
-            return Err(self.invalid(
+            return Err(invalid(
                 "node.gpus_per_node/nics_per_node",
                 "must be at least 1".to_string(),
             ));
         }
+        if let Some(domain) = self.node.nvlink_domain_gpus {
+            let gpn = self.node.gpus_per_node;
+            if domain == 0 || domain % gpn != 0 {
+                return Err(invalid(
+                    "node.nvlink_domain_gpus",
+                    format!(
+                        "must be a whole number of nodes: a multiple of node.gpus_per_node ({gpn}) (got {domain})"
+                    ),
+                ));
+            }
+        }
         if self.network.nodes_per_leaf_switch == 0 {
-            return Err(self.invalid(
+            return Err(invalid(
                 "network.nodes_per_leaf_switch",
                 "must be at least 1".to_string(),
             ));
         }
         if self.network.topology != "fat-tree" {
-            return Err(self.invalid(
+            return Err(invalid(
                 "network.topology",
                 format!(
                     "'{}' is not modelled (valid: fat-tree)",
@@ -246,12 +424,52 @@ impl Hardware {
         Ok(())
     }
 
-    fn invalid(&self, field: &'static str, reason: String) -> HardwareError {
-        HardwareError::Invalid {
-            name: self.name.clone(),
-            field,
-            reason,
+    /// GPUs on one NVLink fabric: `node.nvlink_domain_gpus`, or the node when absent.
+    pub fn nvlink_domain_gpus(&self) -> u32 {
+        self.node
+            .nvlink_domain_gpus
+            .unwrap_or(self.node.gpus_per_node)
+    }
+
+    /// Dense tensor-core peak for GEMMs in `precision`: BF16 `gpu.peak_flops_per_s`, FP8 and
+    /// MXFP8 `gpu.peak_fp8_flops_per_s`, NVFP4 `gpu.peak_fp4_flops_per_s`. An error when the GPU
+    /// lacks those tensor cores, listing the precisions it has.
+    ///
+    /// MXFP8 needs block-scaled (microscaling) tensor cores. They came with FP4 (Blackwell's
+    /// fifth-generation tensor cores); Hopper runs FP8 with per-tensor scales only. So a GPU
+    /// counts as having MXFP8 when it has both an FP8 and an FP4 peak.
+    pub fn peak_flops_per_s_for(&self, precision: Precision) -> Result<f64, HardwareError> {
+        let g = &self.gpu;
+        let peak = match precision {
+            Precision::Bf16 => g.peak_flops_per_s,
+            Precision::Fp8 => g.peak_fp8_flops_per_s,
+            Precision::Mxfp8 if g.peak_fp4_flops_per_s > 0.0 => g.peak_fp8_flops_per_s,
+            Precision::Mxfp8 => 0.0,
+            Precision::Nvfp4 => g.peak_fp4_flops_per_s,
+        };
+        if peak > 0.0 {
+            Ok(peak)
+        } else {
+            Err(HardwareError::Unsupported {
+                name: self.name.clone(),
+                precision,
+                valid: self.precisions(),
+            })
         }
+    }
+
+    /// The precisions this GPU has tensor cores for, in [`Precision::ALL`] order.
+    pub fn precisions(&self) -> Vec<Precision> {
+        let g = &self.gpu;
+        Precision::ALL
+            .into_iter()
+            .filter(|p| match p {
+                Precision::Bf16 => g.peak_flops_per_s > 0.0,
+                Precision::Fp8 => g.peak_fp8_flops_per_s > 0.0,
+                Precision::Mxfp8 => g.peak_fp8_flops_per_s > 0.0 && g.peak_fp4_flops_per_s > 0.0,
+                Precision::Nvfp4 => g.peak_fp4_flops_per_s > 0.0,
+            })
+            .collect()
     }
 
     /// Achieved intra-node bandwidth per GPU per direction.
@@ -260,7 +478,8 @@ impl Hardware {
     }
 
     /// Achieved inter-node bandwidth per GPU per direction when every GPU of the node sends at
-    /// once (the node's NICs are shared evenly), through a leaf whose uplinks are
+    /// once (the node's NICs are shared evenly; on an NVL72 rack the node is the 4-GPU tray that
+    /// holds the NICs, whatever the NVLink domain), through a leaf whose uplinks are
     /// oversubscribed when the flow leaves the leaf switch.
     pub fn nic_bytes_per_s_per_gpu(&self, leaves_leaf_switch: bool) -> f64 {
         let node_bw = self.node.nics_per_node as f64
@@ -321,6 +540,102 @@ mod tests {
     fn unknown_name_lists_valid_ones() {
         let e = Hardware::load("tpu-v9").unwrap_err().to_string();
         assert!(e.contains("--hardware") && e.contains("a100-80gb"), "{e}");
+    }
+
+    /// `a100-80gb` with `edit` applied to its JSON text.
+    fn a100_with(edit: impl Fn(&mut serde_json::Value)) -> String {
+        let mut v: serde_json::Value = serde_json::from_str(BUNDLED[0].1).unwrap();
+        edit(&mut v);
+        v.to_string()
+    }
+
+    #[test]
+    fn precision_names_round_trip() {
+        for p in Precision::ALL {
+            assert_eq!(p.as_str().parse::<Precision>(), Ok(p));
+            assert_eq!(p.to_string(), p.as_str());
+        }
+        let e = "fp6".parse::<Precision>().unwrap_err();
+        assert!(e.contains("bf16, fp8, mxfp8, nvfp4"), "{e}");
+    }
+
+    #[test]
+    fn peaks_by_precision_and_what_is_missing() {
+        let a100 = Hardware::bundled("a100-80gb").unwrap();
+        assert_eq!(a100.peak_flops_per_s_for(Precision::Bf16), Ok(312e12));
+        assert_eq!(a100.precisions(), vec![Precision::Bf16]);
+        let e = a100.peak_flops_per_s_for(Precision::Fp8).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "a100-80gb has no FP8 tensor cores; valid: bf16"
+        );
+        let h100 = Hardware::bundled("h100-80gb").unwrap();
+        assert_eq!(h100.peak_flops_per_s_for(Precision::Fp8), Ok(1978.9e12));
+        let e = h100.peak_flops_per_s_for(Precision::Nvfp4).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h100-80gb has no FP4 tensor cores; valid: bf16, fp8"
+        );
+        assert!(matches!(
+            h100.peak_flops_per_s_for(Precision::Mxfp8),
+            Err(HardwareError::Unsupported {
+                precision: Precision::Mxfp8,
+                ..
+            })
+        ));
+        // A GPU with FP4 has block-scaled tensor cores: MXFP8 at the FP8 peak.
+        let mut b = h100.clone();
+        b.gpu.peak_fp4_flops_per_s = 4.0 * b.gpu.peak_fp8_flops_per_s;
+        assert_eq!(b.peak_flops_per_s_for(Precision::Mxfp8), Ok(1978.9e12));
+        assert_eq!(b.precisions(), Precision::ALL.to_vec());
+    }
+
+    #[test]
+    fn new_fields_are_optional_and_not_written_when_absent() {
+        let a100 = Hardware::bundled("a100-80gb").unwrap();
+        assert_eq!(a100.node.nvlink_domain_gpus, None);
+        assert_eq!(a100.nvlink_domain_gpus(), 8);
+        let json = serde_json::to_string(&a100).unwrap();
+        for field in ["peak_fp8", "peak_fp4", "nvlink_domain"] {
+            assert!(!json.contains(field), "{json}");
+        }
+        assert_eq!(Hardware::from_json(&json, "copy.json").unwrap(), a100);
+    }
+
+    #[test]
+    fn bad_new_fields_name_the_field_and_the_file() {
+        let cases: [(&str, serde_json::Value, &str); 6] = [
+            ("node", serde_json::json!(12), "node.nvlink_domain_gpus"),
+            ("node", serde_json::json!(0), "node.nvlink_domain_gpus"),
+            ("node", serde_json::json!(-8), "node.nvlink_domain_gpus"),
+            ("node", serde_json::json!(7.5), "node.nvlink_domain_gpus"),
+            ("gpu", serde_json::json!(-1.0), "gpu.peak_fp8_flops_per_s"),
+            ("gpu", serde_json::json!(-1e15), "gpu.peak_fp4_flops_per_s"),
+        ];
+        for (part, value, field) in cases {
+            let key = field.split('.').nth(1).unwrap();
+            let text = a100_with(|v| v[part][key] = value.clone());
+            let e = Hardware::from_json(&text, "my-cluster.json")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(field) && e.contains("my-cluster.json") && e.starts_with("--hardware"),
+                "{field} = {value}: {e}"
+            );
+        }
+        let text = a100_with(|v| v["node"]["nvlink_domain_gpus"] = serde_json::json!(12));
+        let e = Hardware::from_json(&text, "my-cluster.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("multiple of node.gpus_per_node (8)"), "{e}");
+        // A whole number of nodes is fine.
+        let text = a100_with(|v| v["node"]["nvlink_domain_gpus"] = serde_json::json!(16));
+        assert_eq!(
+            Hardware::from_json(&text, "x.json")
+                .unwrap()
+                .nvlink_domain_gpus(),
+            16
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@ use crate::sim::{Costs, StageCost};
 /// its layers' F, I, W times (B = I + W) and activation bytes; a third of the activations is
 /// held until W (as `predict` assumes); static memory is the weights of a device's stages. With
 /// `hardware`, the transfer after stage s carries its last layer's `output_bytes` over NVLink
-/// (devices in one node, `gpus_per_node` consecutive devices per node) or the NICs
-/// ([`crate::cost::p2p_link_s`]); without, transfers take no time.
+/// (devices in one NVLink domain, `nvlink_domain_gpus` consecutive devices per domain: a node,
+/// or an NVL72 rack) or the NICs ([`crate::cost::p2p_link_s`]); without, transfers take no time.
 pub fn stage_costs(
     profile: &LayerProfile,
     boundaries: &[u32],
@@ -52,9 +52,9 @@ pub fn stage_costs(
         .map(|s| match hardware {
             None => 0,
             Some(hw) => {
-                let gpn = hw.node.gpus_per_node.max(1);
-                let same_node = device_of(s as u32) / gpn == device_of(s as u32 + 1) / gpn;
-                let secs = p2p_link_s(hw, out_bytes[s] as f64, same_node);
+                let domain = hw.nvlink_domain_gpus().max(1);
+                let same_domain = device_of(s as u32) / domain == device_of(s as u32 + 1) / domain;
+                let secs = p2p_link_s(hw, out_bytes[s] as f64, same_domain);
                 (secs * 1e9).round().min(1e18) as u64
             }
         })

@@ -265,7 +265,8 @@ pub(super) fn apply_partition(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
-    /// t larger than a node (or not dividing its GPU count) while --tp is not pinned.
+    /// t larger than an NVLink domain (a node, or an NVL72 rack) or not dividing its GPU count,
+    /// while --tp is not pinned.
     TpAcrossNodes,
     /// t does not divide the attention heads or key/value heads.
     TpHeads,
@@ -339,10 +340,16 @@ impl Reason {
     pub fn constraint(self, req: &SearchRequest) -> String {
         let m = req.model;
         match self {
-            Reason::TpAcrossNodes => format!(
-                "t must divide the {} GPUs of a node (pin --tp to go across nodes)",
-                req.hardware.node.gpus_per_node
-            ),
+            Reason::TpAcrossNodes => {
+                let domain = req.hardware.nvlink_domain_gpus();
+                if domain == req.hardware.node.gpus_per_node {
+                    format!("t must divide the {domain} GPUs of a node (pin --tp to go across nodes)")
+                } else {
+                    format!(
+                        "t must divide the {domain} GPUs of an NVLink domain (pin --tp to go across domains)"
+                    )
+                }
+            }
             Reason::TpHeads => format!(
                 "t must divide the {} attention heads and {} key/value heads",
                 m.num_heads, m.num_kv_heads
@@ -602,7 +609,8 @@ fn list(v: &[u64]) -> String {
 pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u64, Vec<Candidate>) {
     let model = req.model;
     let layers = model.num_layers as u64;
-    let gpn = req.hardware.node.gpus_per_node as u64;
+    // Unpinned, t stays inside an NVLink domain and tiles it: no GPU is left idle.
+    let domain = req.hardware.nvlink_domain_gpus() as u64;
     let pins = &req.pins;
     let n = req.gpus;
     let mut layouts = 0u64;
@@ -630,7 +638,7 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                 continue;
             }
             layouts += 1;
-            let layout_reason = if pins.tp.is_none() && (t > gpn || gpn % t != 0) {
+            let layout_reason = if pins.tp.is_none() && (t > domain || domain % t != 0) {
                 Some(Reason::TpAcrossNodes)
             } else if model.num_heads % t != 0 || model.num_kv_heads % t != 0 {
                 Some(Reason::TpHeads)

@@ -1,0 +1,532 @@
+//! Bundled hardware profiles: every one loads, every number has its source and unit, the
+//! datasheet figures are the ones the sources quote, and the NVLink domain decides which
+//! collectives and transfers stay on NVLink.
+
+mod common;
+use common::{json, pplan};
+
+use pplan::cost::network::{ranks_per_nvlink_domain, tp_on_nvlink};
+use pplan::cost::{all_gather_s, all_reduce_s, CostModel, Layout, Recompute, Stack};
+use pplan::inputs::hardware::{valid_names, Hardware, HardwareError, Precision, BUNDLED};
+use pplan::inputs::profile::LayerProfile;
+use pplan::inputs::Model;
+use pplan::plan::profiled::stage_costs;
+
+const ALL: [&str; 8] = [
+    "a100-80gb",
+    "h100-80gb",
+    "h200",
+    "h800",
+    "b200",
+    "b300",
+    "gb200-nvl72",
+    "gb300-nvl72",
+];
+
+fn hw(name: &str) -> Hardware {
+    Hardware::bundled(name).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn every_bundled_profile_loads_under_its_name() {
+    assert_eq!(valid_names(), ALL.to_vec());
+    for name in ALL {
+        let h = hw(name);
+        assert_eq!(h.name, name);
+        assert_eq!(Hardware::load(name).unwrap(), h);
+        // The file on disk is the one compiled in.
+        let path = format!("{}/hardware/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        assert_eq!(Hardware::load(&path).unwrap(), h, "{path}");
+    }
+}
+
+/// Every number under gpu, node and network has a non-empty source that gives its unit.
+#[test]
+fn every_number_has_a_source_with_its_unit() {
+    const UNITS: [&str; 7] = [
+        "(FLOP/s",
+        "(bytes",
+        "(count",
+        "(dimensionless",
+        "(s)",
+        "(elements",
+        "(ratio",
+    ];
+    for (name, text) in BUNDLED {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let sources = v["sources"].as_object().unwrap();
+        let mut numbers = 0;
+        for part in ["gpu", "node", "network"] {
+            for (key, value) in v[part].as_object().unwrap() {
+                if !value.is_number() {
+                    continue;
+                }
+                numbers += 1;
+                let field = format!("{part}.{key}");
+                let source = sources
+                    .get(&field)
+                    .and_then(|s| s.as_str())
+                    .unwrap_or_else(|| panic!("{name}: {field} has no source"));
+                assert!(!source.trim().is_empty(), "{name}: {field}");
+                let unit =
+                    field == "network.oversubscription" || UNITS.iter().any(|u| source.contains(u));
+                assert!(unit, "{name}: {field}: no unit in '{source}'");
+            }
+        }
+        assert!(numbers >= 16, "{name}: {numbers} numbers");
+        for f in v["fitted"].as_array().unwrap() {
+            let f = f.as_str().unwrap();
+            assert!(
+                sources[f].as_str().unwrap().contains("FITTED"),
+                "{name}: {f}"
+            );
+        }
+    }
+}
+
+/// Dense tensor-core peaks, HBM and links, as the cited datasheets give them.
+#[test]
+fn datasheet_figures() {
+    // (name, BF16, FP8, FP4 dense FLOP/s, HBM bytes, HBM B/s, NVLink B/s per direction,
+    //  NVLink domain, GPUs per node, NIC B/s per direction per GPU)
+    type Row = (&'static str, f64, f64, f64, u64, f64, f64, u32, u32, f64);
+    let rows: [Row; 8] = [
+        (
+            "a100-80gb",
+            312e12,
+            0.0,
+            0.0,
+            80 << 30,
+            2039e9,
+            300e9,
+            8,
+            8,
+            25e9,
+        ),
+        (
+            "h100-80gb",
+            989.4e12,
+            1978.9e12,
+            0.0,
+            80 << 30,
+            3.35e12,
+            450e9,
+            8,
+            8,
+            50e9,
+        ),
+        (
+            "h200",
+            989.4e12,
+            1978.9e12,
+            0.0,
+            141_000_000_000,
+            4.8e12,
+            450e9,
+            8,
+            8,
+            50e9,
+        ),
+        (
+            "h800",
+            989.4e12,
+            1978.9e12,
+            0.0,
+            80 << 30,
+            3.35e12,
+            200e9,
+            8,
+            8,
+            50e9,
+        ),
+        (
+            "b200",
+            2.25e15,
+            4.5e15,
+            9e15,
+            180_000_000_000,
+            8e12,
+            900e9,
+            8,
+            8,
+            50e9,
+        ),
+        (
+            "b300",
+            2.25e15,
+            4.5e15,
+            13.5e15,
+            270_000_000_000,
+            8e12,
+            900e9,
+            8,
+            8,
+            100e9,
+        ),
+        (
+            "gb200-nvl72",
+            2.5e15,
+            5e15,
+            10e15,
+            186_000_000_000,
+            8e12,
+            900e9,
+            72,
+            4,
+            50e9,
+        ),
+        (
+            "gb300-nvl72",
+            2.5e15,
+            5e15,
+            15e15,
+            279_000_000_000,
+            8e12,
+            900e9,
+            72,
+            4,
+            100e9,
+        ),
+    ];
+    for (name, bf16, fp8, fp4, mem, hbm, nvlink, domain, gpn, nic) in rows {
+        let h = hw(name);
+        let g = &h.gpu;
+        assert_eq!(g.peak_flops_per_s, bf16, "{name} bf16");
+        assert_eq!(g.peak_fp8_flops_per_s, fp8, "{name} fp8");
+        assert_eq!(g.peak_fp4_flops_per_s, fp4, "{name} fp4");
+        assert_eq!(g.memory_bytes, mem, "{name} memory");
+        assert_eq!(g.hbm_bandwidth_bytes_per_s, hbm, "{name} hbm");
+        assert_eq!(h.node.nvlink_bandwidth_bytes_per_s, nvlink, "{name} nvlink");
+        assert_eq!(h.nvlink_domain_gpus(), domain, "{name} domain");
+        assert_eq!(h.node.gpus_per_node, gpn, "{name} gpus per node");
+        // One NIC per GPU on every profile.
+        assert_eq!(h.node.nics_per_node, gpn, "{name} nics");
+        assert_eq!(h.node.nic_bandwidth_bytes_per_s, nic, "{name} nic");
+        // Sparse datasheet figures are twice these; FP8 is twice BF16 wherever it exists.
+        if fp8 > 0.0 {
+            assert!((fp8 / bf16 - 2.0).abs() < 1e-3, "{name}");
+        }
+    }
+    // NVLink 5 is 1.8 TB/s bidirectional per GPU; NVLink 4 900 GB/s; H800 400 GB/s.
+    assert_eq!(
+        hw("gb200-nvl72").node.nvlink_bandwidth_bytes_per_s * 2.0,
+        1.8e12
+    );
+    assert_eq!(
+        hw("h100-80gb").node.nvlink_bandwidth_bytes_per_s * 2.0,
+        900e9
+    );
+    assert_eq!(hw("h800").node.nvlink_bandwidth_bytes_per_s * 2.0, 400e9);
+    // An NVL72 rack is 18 trays of 4 GPUs.
+    let rack = hw("gb300-nvl72");
+    assert_eq!(rack.nvlink_domain_gpus() / rack.node.gpus_per_node, 18);
+}
+
+#[test]
+fn precisions_each_gpu_has() {
+    use Precision::*;
+    for (name, valid) in [
+        ("a100-80gb", vec![Bf16]),
+        ("h100-80gb", vec![Bf16, Fp8]),
+        ("h200", vec![Bf16, Fp8]),
+        ("h800", vec![Bf16, Fp8]),
+        ("b200", vec![Bf16, Fp8, Mxfp8, Nvfp4]),
+        ("b300", vec![Bf16, Fp8, Mxfp8, Nvfp4]),
+        ("gb200-nvl72", vec![Bf16, Fp8, Mxfp8, Nvfp4]),
+        ("gb300-nvl72", vec![Bf16, Fp8, Mxfp8, Nvfp4]),
+    ] {
+        let h = hw(name);
+        assert_eq!(h.precisions(), valid, "{name}");
+        for p in Precision::ALL {
+            let got = h.peak_flops_per_s_for(p);
+            assert_eq!(got.is_ok(), valid.contains(&p), "{name} {p}");
+        }
+    }
+    let b200 = hw("b200");
+    assert_eq!(b200.peak_flops_per_s_for(Bf16), Ok(2.25e15));
+    assert_eq!(b200.peak_flops_per_s_for(Fp8), Ok(4.5e15));
+    assert_eq!(b200.peak_flops_per_s_for(Mxfp8), Ok(4.5e15));
+    assert_eq!(b200.peak_flops_per_s_for(Nvfp4), Ok(9e15));
+    let e = hw("h100-80gb").peak_flops_per_s_for(Nvfp4).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "h100-80gb has no FP4 tensor cores; valid: bf16, fp8"
+    );
+    assert!(matches!(e, HardwareError::Unsupported { .. }));
+}
+
+fn cost_model<'a>(model: &'a Model, hw: &'a Hardware, tp: u64, pp: u64, dp: u64) -> CostModel<'a> {
+    CostModel {
+        model,
+        hw,
+        layout: Layout {
+            tp,
+            pp,
+            dp,
+            micro_batch: 1,
+            chunks: 1,
+            sequence_parallel: false,
+            recompute: Recompute::None,
+        },
+        stack: Stack::default(),
+    }
+}
+
+/// A TP group of 16 or 72 stays on NVLink in a GB200 NVL72 rack; on DGX H100 a group of 16
+/// spans two nodes and its ring runs over the NICs.
+#[test]
+fn tensor_parallel_16_and_72_stay_on_nvlink_in_an_nvl72_rack() {
+    let model = Model::preset("gpt3-175b").unwrap();
+    let bytes = 2.0 * model.seq_len as f64 * model.hidden_size as f64;
+    let nvl72 = hw("gb200-nvl72");
+    let h100 = hw("h100-80gb");
+    let over =
+        |h: &Hardware, t: u64| -> f64 { cost_model(&model, h, t, 1, 1).layer().forward.tp_comm_s };
+    let nvlink = |h: &Hardware, t: u64| {
+        2.0 * all_reduce_s(bytes, t, h.nvlink_bytes_per_s(), h.node.nvlink_latency_s)
+    };
+    let nics = |h: &Hardware, t: u64| {
+        2.0 * all_reduce_s(
+            bytes,
+            t,
+            h.nic_bytes_per_s_per_gpu(true),
+            h.node.nic_latency_s,
+        )
+    };
+    for t in [4, 8, 16, 72] {
+        assert!(tp_on_nvlink(&nvl72, t), "t = {t}");
+        assert_eq!(over(&nvl72, t), nvlink(&nvl72, t), "t = {t}");
+    }
+    assert!(tp_on_nvlink(&h100, 8) && !tp_on_nvlink(&h100, 16));
+    assert_eq!(over(&h100, 8), nvlink(&h100, 8));
+    assert_eq!(over(&h100, 16), nics(&h100, 16));
+    // 900 GB/s NVLink against one 400 Gb/s NIC per GPU.
+    assert!(over(&h100, 16) > 5.0 * over(&nvl72, 16));
+    // Beyond the rack the ring leaves NVLink.
+    assert!(!tp_on_nvlink(&nvl72, 144));
+    assert_eq!(over(&nvl72, 144), nics(&nvl72, 144));
+    // t = 16 does not tile 72 GPUs: four groups per rack, two trays idle.
+    assert_eq!(ranks_per_nvlink_domain(&nvl72, 16), 64);
+    assert_eq!(ranks_per_nvlink_domain(&nvl72, 8), 72);
+}
+
+/// Pipeline transfers between trays of one rack use NVLink; between racks the NICs.
+#[test]
+fn pipeline_transfers_cross_trays_on_nvlink() {
+    let model = Model::preset("gpt3-175b").unwrap();
+    let nvl72 = hw("gb200-nvl72");
+    let h100 = hw("h100-80gb");
+    let bytes = 2.0 * model.seq_len as f64 * model.hidden_size as f64;
+    // t = 4, d = 2: a pipeline stage is 8 ranks = 2 trays; stages 0..8 fill the rack.
+    let cm = cost_model(&model, &nvl72, 4, 18, 2);
+    let on_nvlink = bytes / nvl72.nvlink_bytes_per_s() + nvl72.node.nvlink_latency_s;
+    for p in 0..8 {
+        assert_eq!(cm.p2p_s(p, p + 1), on_nvlink, "stage {p}");
+    }
+    // Stage 9 starts at rank 72: the next rack.
+    assert!(cm.p2p_s(8, 9) > on_nvlink);
+    // On DGX H100 every stage (8 ranks) is its own node: every transfer crosses the NICs.
+    let cm = cost_model(&model, &h100, 4, 18, 2);
+    let h100_nvlink = bytes / h100.nvlink_bytes_per_s() + h100.node.nvlink_latency_s;
+    assert!(cm.p2p_s(0, 1) > h100_nvlink);
+    assert_eq!(
+        cm.p2p_bytes_s(0, 1, 1e6),
+        1e6 / h100.nic_bytes_per_s_per_gpu(false) + h100.node.nic_latency_s
+    );
+}
+
+/// The data-parallel reduction counts its members per NVLink domain, not per node.
+#[test]
+fn data_parallel_reduction_stays_in_the_rack() {
+    let model = Model::preset("gpt3-175b").unwrap();
+    let params = 1e9;
+    let bytes = params * Stack::default().grad_reduce_bytes_per_param;
+    // t = 4, d = 18: the whole group is one rack; reduce-scatter + all-gather over NVLink only.
+    let nvl72 = hw("gb200-nvl72");
+    let cm = cost_model(&model, &nvl72, 4, 1, 18);
+    let nvl = nvl72.nvlink_bytes_per_s();
+    let lat = nvl72.node.nvlink_latency_s;
+    assert_eq!(
+        cm.grad_reduce_s(params),
+        2.0 * all_gather_s(bytes, 18, nvl, lat)
+    );
+    // The same group on DGX H100: 2 members per node, 9 nodes over the NICs.
+    let h100 = hw("h100-80gb");
+    let cm = cost_model(&model, &h100, 4, 1, 18);
+    let intra = 2.0
+        * all_gather_s(
+            bytes,
+            2,
+            h100.nvlink_bytes_per_s(),
+            h100.node.nvlink_latency_s,
+        );
+    let inter = all_reduce_s(
+        bytes / 2.0,
+        9,
+        h100.nic_bytes_per_s_per_gpu(false),
+        h100.node.nic_latency_s,
+    );
+    assert_eq!(cm.grad_reduce_s(params), intra + inter);
+}
+
+/// With a layer profile, transfers between devices of one NVL72 rack take NVLink.
+#[test]
+fn profiled_transfers_use_the_nvlink_domain() {
+    let text = std::fs::read_to_string(format!(
+        "{}/examples/profiles/uneven-12.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let profile = LayerProfile::from_json(&text, "uneven-12.json").unwrap();
+    let boundaries: Vec<u32> = (0..12).collect();
+    let rack = hw("gb200-nvl72");
+    let mut trays = rack.clone();
+    trays.node.nvlink_domain_gpus = None;
+    let on_rack = stage_costs(&profile, &boundaries, 12, |s| s, Some(&rack));
+    let on_trays = stage_costs(&profile, &boundaries, 12, |s| s, Some(&trays));
+    for s in 0..11 {
+        let crosses_tray = s % 4 == 3;
+        assert_eq!(
+            on_rack.send_forward_ns[s] < on_trays.send_forward_ns[s],
+            crosses_tray,
+            "stage {s}"
+        );
+    }
+}
+
+#[test]
+fn predict_on_b200_from_the_cli() {
+    let (code, out, err) = pplan(&[
+        "predict",
+        "--model",
+        "llama3-70b",
+        "--hardware",
+        "b200",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["hardware"], "b200");
+    assert_eq!(v["memory_limit_bytes"], 180_000_000_000u64);
+    assert!(v["step_time_s"].as_f64().unwrap() > 0.0, "{out}");
+    assert_eq!(v["fits"], true, "{out}");
+}
+
+#[test]
+fn tp_16_on_an_nvl72_rack_beats_dgx_h100_from_the_cli() {
+    let run = |hardware: &str| {
+        let (code, out, err) = pplan(&[
+            "predict",
+            "--model",
+            "gpt3-175b",
+            "--hardware",
+            hardware,
+            "--gpus",
+            "128",
+            "--tp",
+            "16",
+            "--pp",
+            "8",
+            "--global-batch",
+            "128",
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{hardware}: {err}");
+        json(&out)
+    };
+    let rack = run("gb200-nvl72");
+    let dgx = run("h100-80gb");
+    assert!(
+        rack["step_time_s"].as_f64().unwrap() < dgx["step_time_s"].as_f64().unwrap(),
+        "{rack} {dgx}"
+    );
+}
+
+#[test]
+fn search_on_an_nvl72_rack_tries_tensor_parallel_beyond_a_tray() {
+    let (code, out, err) = pplan(&[
+        "search",
+        "--model",
+        "gpt3-175b",
+        "--hardware",
+        "gb200-nvl72",
+        "--gpus",
+        "144",
+        "--global-batch",
+        "144",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let rejected = v["rejected"].as_array().unwrap();
+    let tp = rejected
+        .iter()
+        .find(|r| r["reason"] == "tp_across_nodes")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        tp["constraint"],
+        "t must divide the 72 GPUs of an NVLink domain (pin --tp to go across domains)"
+    );
+    // Groups wider than a 4-GPU tray (t = 6 here) are searched and rank among the best.
+    let results = v["results"].as_array().unwrap();
+    assert!(
+        results.iter().any(|r| r["tp"].as_u64().unwrap() > 4),
+        "{out}"
+    );
+}
+
+#[test]
+fn unknown_hardware_lists_every_bundled_name() {
+    let (code, _, err) = pplan(&[
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--hardware",
+        "tpu-v9",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains(&ALL.join(", ")), "{err}");
+}
+
+#[test]
+fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
+    let mut v: serde_json::Value = serde_json::from_str(BUNDLED[1].1).unwrap();
+    v["node"]["nvlink_domain_gpus"] = serde_json::json!(20);
+    let dir = std::env::temp_dir().join(format!("pplan-hw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("my-cluster.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let (code, _, err) = pplan(&[
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--hardware",
+        path.to_str().unwrap(),
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("my-cluster.json")
+            && err.contains("node.nvlink_domain_gpus")
+            && err.contains("multiple of node.gpus_per_node (8)"),
+        "{err}"
+    );
+}
