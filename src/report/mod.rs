@@ -6,5 +6,6 @@
 
 pub mod compare;
 pub mod gantt;
+pub mod nemo;
 pub mod trace;
 pub mod validation;
