@@ -15,13 +15,15 @@
 //! Optional step-level work (all off with [`Costs::default`] fields):
 //! - tensor-parallel collectives that sit inside compute actions ([`Costs::tensor_parallel`]):
 //!   they are part of the action's duration (Megatron runs them synchronously between GEMMs) and
-//!   are shown on the device's [`Stream::TensorParallel`] at the end of the action;
+//!   are shown on the device's [`Stream::TensorParallel`] at the end of the action, or from
+//!   its start when they are pipelined with its GEMMs ([`TpCommNs::overlapped`]);
 //! - blocking point-to-point sends ([`Costs::blocking_sends`]): the sender's compute stream waits
 //!   until its send has finished, as Megatron-LM 2021's batched isend/irecv + synchronize did;
 //! - the data-parallel gradient all-reduce of each stage ([`Costs::grad_reduce_ns`]) on the
 //!   device's [`Stream::DataParallel`]: with [`Costs::overlap_grad_reduce`] a stage's reduction
-//!   starts when its last backward finishes, otherwise all of a device's reductions start when its
-//!   last compute action has finished; reductions on one device run one after another (FIFO);
+//!   runs in its [`Costs::grad_reduce_buckets`], each reduced once the stage's last backward has
+//!   produced it, otherwise all of a device's reductions start when its last compute action has
+//!   finished; reductions on one device run one after another (FIFO);
 //! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
 //!   the device's compute and all its reductions. It counts as busy compute time.
 

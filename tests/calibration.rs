@@ -105,3 +105,28 @@ fn flash_attention_core_is_its_flops_over_the_measured_rate() {
         cost_model(&m, &hw, Attention::Unfused).layer_forward_flops()
     );
 }
+
+/// The H100 GEMM ceiling is derived from the published matmul ceilings, not fitted: at each
+/// GPU's best measured shape (Maximum Achievable Matmul FLOPS table, ml-engineering), H100's
+/// efficiency relative to A100's equals the published ratio (792.1/989) / (267.9/312).
+#[test]
+fn h100_gemm_ceiling_keeps_the_published_ratio_to_a100() {
+    use pplan::cost::{gemm_efficiency, Gemm};
+    let g = |m: f64, n: f64, k: f64| Gemm {
+        m,
+        n,
+        k,
+        batch: 1.0,
+    };
+    let a100 = Hardware::bundled("a100-80gb").unwrap();
+    for name in ["h100-80gb", "h200"] {
+        let h = Hardware::bundled(name).unwrap();
+        let ratio = gemm_efficiency(&h, &g(6144.0, 17920.0, 2816.0))
+            / gemm_efficiency(&a100, &g(6912.0, 16384.0, 2048.0));
+        let published = (792.1 / 989.0) / (267.9 / 312.0);
+        assert!(
+            (ratio / published - 1.0).abs() < 0.01,
+            "{name}: {ratio} vs {published}"
+        );
+    }
+}

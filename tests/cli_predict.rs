@@ -388,3 +388,73 @@ fn flash_attention_needs_a_measured_kernel_and_saves_time_and_memory() {
     let (code, _, err) = run("unfused", path.to_str().unwrap());
     assert_eq!(code, 0, "{err}");
 }
+
+/// `--precision fp8` on H100 runs the linear layers on the FP8 peak (faster, with FP8 weight
+/// copies in memory) and reports MFU against both peaks; a format the GPU lacks is exit 2
+/// naming the valid ones.
+#[test]
+fn precision_uses_its_peak_and_is_checked_against_the_gpu() {
+    let run = |precision: &str| {
+        pplan(&[
+            "predict",
+            "--model",
+            "llama3-70b",
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            "64",
+            "--tp",
+            "4",
+            "--pp",
+            "4",
+            "--global-batch",
+            "128",
+            "--micro-batch",
+            "1",
+            "--chunks",
+            "5",
+            "--recompute",
+            "none",
+            "--sequence-parallel",
+            "on",
+            "--attention",
+            "flash",
+            "--precision",
+            precision,
+            "--format",
+            "json",
+        ])
+    };
+    let parse = |out: &str| serde_json::from_str::<serde_json::Value>(out.trim()).unwrap();
+    let (code, bf16, err) = run("bf16");
+    assert_eq!(code, 0, "{err}");
+    let (code, fp8, err) = run("fp8");
+    assert_eq!(code, 0, "{err}");
+    let (b, f) = (parse(&bf16), parse(&fp8));
+    assert!(
+        f["step_time_s"].as_f64() < b["step_time_s"].as_f64(),
+        "{fp8}"
+    );
+    assert_eq!(f["precision"], "fp8");
+    let w = |v: &serde_json::Value| v["memory_breakdown"]["weights"].as_u64().unwrap();
+    assert_eq!(
+        w(&f),
+        2 * w(&b),
+        "FP8 copy and transpose: 2 more bytes per 2-byte weight"
+    );
+    let (mfu, mfu_fp8) = (
+        f["mfu"].as_f64().unwrap(),
+        f["mfu_precision_peak"].as_f64().unwrap(),
+    );
+    assert!((mfu / mfu_fp8 - 1978.9 / 989.4).abs() < 1e-6, "{fp8}");
+    assert_eq!(b["mfu"], b["mfu_precision_peak"]);
+    let (code, _, err) = run("nvfp4");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--precision") && err.contains("valid: bf16, fp8"),
+        "{err}"
+    );
+    let (code, _, err) = run("fp16");
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown precision 'fp16'"), "{err}");
+}

@@ -215,7 +215,16 @@ fn requests_carry_the_rows_layout_and_the_given_stack() {
             Recompute::None
         };
         assert_eq!(req.recompute, recompute, "{}", r.id);
-        assert_eq!(req.stack, stack, "{}", r.id);
+        // The recipe sets the runtime switches; the stack passed in everything else.
+        let recipe = &c.spec.recipe;
+        let want_stack = Stack {
+            zero1: recipe.distributed_optimizer,
+            overlap_grad_reduce: recipe.overlap_grad_sync,
+            tp_comm_overlap: recipe.tp_comm_overlap,
+            blocking_p2p: !recipe.overlap_p2p_comm,
+            ..stack
+        };
+        assert_eq!(req.stack, want_stack, "{}", r.id);
     }
     // VP=k is k chunks.
     let c = nemo_cases().unwrap();
@@ -298,24 +307,28 @@ fn the_stack_parameter_reaches_the_prediction() {
     let hw = h100();
     let plain = Stack::default();
     let r = validate_nemo(&hw, plain).unwrap();
-    assert!(r.compared.iter().all(|c| !c.prediction.zero1));
+    assert!(r.compared.iter().all(|c| c.prediction.precision == "bf16"));
+    // Every recipe uses the distributed optimizer (ZeRO-1), whatever the stack passed.
+    assert!(r.compared.iter().all(|c| c.prediction.zero1));
     let nemo = validate_nemo(&hw, nemo_24_07_stack()).unwrap();
-    // ZeRO-1 shards the optimizer state over d > 1 (every row has d >= 2).
+    assert!(nemo
+        .compared
+        .iter()
+        .all(|c| c.prediction.precision == "fp8"));
+    // FP8 linear layers and flash attention: every row is faster than in BF16.
     assert!(nemo
         .compared
         .iter()
         .zip(&r.compared)
-        .all(|(n, p)| n.prediction.model_state_bytes < p.prediction.model_state_bytes));
+        .all(|(n, p)| n.prediction.step_time_s < p.prediction.step_time_s));
 }
 
-/// Acceptance for later: every cp = 1 row fits in 80 GB. Today it does not: without flash
-/// attention the memory model keeps the 5 a s^2 b / t bytes of attention scores per layer
-/// (Korthikanti et al. 2022) that NeMo's fused attention never stores, which puts nine rows
-/// over 80 GB; r090 (Nemotron-340B, selective recompute, so no scores stored) needs 91.9 GB of
-/// model state and activations (docs/validation.md). Un-ignore when the cost model has flash
-/// attention and the memory of NeMo's distributed optimizer is checked.
+/// Acceptance for later: every cp = 1 row fits in 80 GB. With flash attention and FP8 seven
+/// do; r082, r084 and r090 are predicted over 80 GB although they ran (docs/validation.md,
+/// "What the rows say"). Un-ignore when the memory model of NeMo's FP8 weights and
+/// distributed optimizer is settled.
 #[test]
-#[ignore = "needs flash attention in the cost model (attention scores are not stored)"]
+#[ignore = "three rows predicted over 80 GB: FP8 weight copies and optimizer memory unsettled"]
 fn every_cp1_row_fits() {
     let r = validate_nemo(&h100(), nemo_24_07_stack()).unwrap();
     let over: Vec<String> = r
@@ -331,4 +344,25 @@ fn every_cp1_row_fits() {
         })
         .collect();
     assert!(over.is_empty(), "do not fit: {over:?}");
+}
+
+/// Where the FP8 model stands on the ten cp = 1 rows (docs/validation.md): mean absolute
+/// error 13.1 %, worst 26.4 %. A guard against regressions while the calibration improves, not
+/// the bar (5 % / 10 %), which is not met yet.
+#[test]
+fn fp8_model_error_does_not_regress() {
+    let r = validate_nemo(&h100(), nemo_24_07_stack()).unwrap();
+    assert_eq!(r.compared.len(), 10);
+    assert!(
+        r.tflops_mae() < 0.135,
+        "mean absolute error {}",
+        r.tflops_mae()
+    );
+    let worst = r.worst().unwrap();
+    assert!(
+        worst.tflops_error.abs() < 0.27,
+        "worst {} {}",
+        worst.row.id,
+        worst.tflops_error
+    );
 }

@@ -323,3 +323,9 @@ impl From<AttentionArg> for pplan::cost::Attention {
         }
     }
 }
+
+/// `--precision`: the linear layers' number format.
+pub(crate) fn parse_precision(text: &str) -> Result<pplan::inputs::hardware::Precision, CliError> {
+    text.parse()
+        .map_err(|e: String| CliError::Input(format!("--precision: {e}")))
+}

@@ -62,6 +62,10 @@ pub(crate) struct PredictArgs {
     /// scatter/gather optimisation.
     #[arg(long)]
     pub(crate) no_scatter_gather: bool,
+    /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
+    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
+    #[arg(long, default_value = "bf16")]
+    pub(crate) precision: String,
     /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
     /// traffic; the hardware profile's measured kernel efficiency).
     #[arg(long, value_enum, default_value = "unfused")]
@@ -127,6 +131,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         zero1: args.zero1,
         scatter_gather: !args.no_scatter_gather,
         attention: args.attention.into(),
+        precision: parse_precision(&args.precision)?,
         ..Stack::default()
     };
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();

@@ -58,6 +58,10 @@ pub(crate) struct PlanSearchArgs {
     /// parallelism (Megatron-Core --tp-comm-overlap).
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) tp_comm_overlap: OnOff,
+    /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
+    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
+    #[arg(long, default_value = "bf16")]
+    pub(crate) precision: String,
     /// Attention kernel of every candidate: unfused (scores in HBM) or flash (fused).
     #[arg(long, value_enum, default_value = "unfused")]
     pub(crate) attention: AttentionArg,
@@ -108,6 +112,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.pins = pins;
     req.exhaustive = args.exhaustive;
     req.stack.attention = args.attention.into();
+    req.stack.precision = parse_precision(&args.precision)?;
     req.stack.tp_comm_overlap = args.tp_comm_overlap == OnOff::On;
     req.partition = args
         .partition

@@ -9,7 +9,7 @@ use super::stack::{Attention, CostModel, Recompute};
 /// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
 /// 128-row tiles for head dimension 128): the diagonal tiles are computed whole.
 const FLASH_BLOCK_ROWS: f64 = 128.0;
-use crate::inputs::hardware::Hardware;
+use crate::inputs::hardware::{Hardware, Precision};
 
 /// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -59,6 +59,24 @@ pub fn gemm_time_s(hw: &Hardware, g: &Gemm) -> f64 {
         return 0.0;
     }
     g.flops() / (hw.gpu.peak_flops_per_s * gemm_efficiency(hw, g))
+}
+
+/// A GEMM in `precision` on that precision's tensor-core peak, with the same shape-dependent
+/// efficiency as BF16 (the fraction of peak a GEMM of a given shape reaches is about the same
+/// in FP8 and BF16 on Hopper: 81% of the FP8 peak at 8192^3 against 80% of the BF16 peak at
+/// the best BF16 shape, docs/cost-model.md). A GPU without that precision runs it in BF16
+/// (callers check [`Hardware::peak_flops_per_s_for`] first).
+pub fn gemm_time_in_s(hw: &Hardware, g: &Gemm, precision: Precision) -> f64 {
+    if precision == Precision::Bf16 {
+        return gemm_time_s(hw, g);
+    }
+    if g.flops() <= 0.0 {
+        return 0.0;
+    }
+    let peak = hw
+        .peak_flops_per_s_for(precision)
+        .unwrap_or(hw.gpu.peak_flops_per_s);
+    g.flops() / (peak * gemm_efficiency(hw, g))
 }
 
 /// Time of one piece of work, split by what bounds it.
@@ -207,11 +225,12 @@ impl CostModel<'_> {
                 (6.0 + 6.0 + 15.0 + 15.0) * sbh + if gated { 14.0 } else { 10.0 } * sbf,
             )
         };
+        let (cast_f, cast_b) = self.low_precision_cast_bytes();
         MemoryTraffic {
             attention_forward_bytes: attn_f,
             attention_backward_bytes: attn_b,
-            other_forward_bytes: rest_f,
-            other_backward_bytes: rest_b,
+            other_forward_bytes: rest_f + cast_f,
+            other_backward_bytes: rest_b + cast_b,
         }
     }
 
@@ -246,6 +265,29 @@ impl CostModel<'_> {
         }
     }
 
+    /// HBM traffic (forward, backward) of casting a layer's GEMM operands to the stack's low
+    /// precision, on one rank (Transformer Engine, fused cast + amax + transpose): every element
+    /// cast is read in BF16 (2 bytes) and written twice in the format (row- and column-wise, for
+    /// the input- and weight-gradient GEMMs): 4 bytes for FP8/MXFP8, 3 for NVFP4. Forward: the
+    /// inputs of the attention projection (`s b h / t`) and of MLP-out (`s b f / t`); the
+    /// inputs of QKV and MLP-in come cast out of the fused LayerNorm. Backward: the output
+    /// gradients of all four linear layers. The FP8 weights are cast once per step and cached
+    /// (not counted per micro-batch). Zero for BF16.
+    pub fn low_precision_cast_bytes(&self) -> (f64, f64) {
+        let per_element = match self.stack.precision {
+            Precision::Bf16 => return (0.0, 0.0),
+            Precision::Fp8 | Precision::Mxfp8 => 4.0,
+            Precision::Nvfp4 => 3.0,
+        };
+        let (b, s, h, _, f, t, dh) = self.dims();
+        let kv = self.model.num_kv_heads as f64;
+        let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
+        let sb = s * b;
+        let forward = sb * (h / t + f / t);
+        let backward = sb * ((h + 2.0 * kv * dh) / t + h + mlp_in / t + h);
+        (per_element * forward, per_element * backward)
+    }
+
     /// The exposed and hidden parts of a layer's tensor-parallel communication `tp_s` (two
     /// all-reduces, i.e. two reduce-scatters and two all-gathers of `tp_s / 4` each) next to
     /// the four GEMMs `gemm_s` they pair with. Without overlap all of it is exposed. With
@@ -274,14 +316,22 @@ impl CostModel<'_> {
         let gemms = self.layer_gemms();
         let flash = self.stack.attention == Attention::Flash;
         let (attn_gemm, attn_bwd) = self.attention_core_s();
+        // The four linear GEMMs run in the stack's precision; the attention core in BF16.
+        let lin = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision);
         let fwd_gemm: f64 = if flash {
-            [0, 3, 4, 5]
-                .iter()
-                .map(|&i| gemm_time_s(self.hw, &gemms[i]))
-                .sum::<f64>()
-                + attn_gemm
+            [0, 3, 4, 5].iter().map(|&i| lin(&gemms[i])).sum::<f64>() + attn_gemm
         } else {
-            gemms.iter().map(|g| gemm_time_s(self.hw, g)).sum()
+            gemms
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    if i == 1 || i == 2 {
+                        gemm_time_s(self.hw, g)
+                    } else {
+                        lin(g)
+                    }
+                })
+                .sum()
         };
         // In the attention core both operands are activations: all its backward GEMMs are
         // input gradients. For the four weight GEMMs, one input- and one weight-gradient GEMM.
@@ -294,8 +344,8 @@ impl CostModel<'_> {
                         + gemm_time_s(self.hw, &g.weight_grad());
                 }
             } else {
-                bwd_input_gemm += gemm_time_s(self.hw, &g.input_grad());
-                bwd_weight_gemm += gemm_time_s(self.hw, &g.weight_grad());
+                bwd_input_gemm += lin(&g.input_grad());
+                bwd_weight_gemm += lin(&g.weight_grad());
             }
         }
         if flash {
@@ -311,12 +361,9 @@ impl CostModel<'_> {
         // QKV and into MLP-in, the reduce-scatter after the attention projection and after
         // MLP-out; backward the same collectives beside those GEMMs' input-gradient GEMMs.
         let weight_gemms = [gemms[0], gemms[3], gemms[4], gemms[5]];
-        let (tp_fwd, tp_fwd_hidden) =
-            self.tp_exposed_s(tp, &weight_gemms.map(|g| gemm_time_s(self.hw, &g)));
-        let (tp_bwd, tp_bwd_hidden) = self.tp_exposed_s(
-            tp,
-            &weight_gemms.map(|g| gemm_time_s(self.hw, &g.input_grad())),
-        );
+        let (tp_fwd, tp_fwd_hidden) = self.tp_exposed_s(tp, &weight_gemms.map(|g| lin(&g)));
+        let (tp_bwd, tp_bwd_hidden) =
+            self.tp_exposed_s(tp, &weight_gemms.map(|g| lin(&g.input_grad())));
         let forward = Part {
             gemm_s: fwd_gemm,
             memory_s: (mem.attention_forward_bytes + mem.other_forward_bytes) / hbm,

@@ -162,8 +162,17 @@ pub struct MemoryBreakdown {
 impl MemoryBreakdown {
     /// The breakdown of a device with `params` parameters whose simulated peak (model state
     /// plus activations) is `tensor_peak_bytes`.
-    pub fn new(params: u64, dp: u64, zero1: bool, tensor_peak_bytes: u64, o: &Overheads) -> Self {
-        let weights = WEIGHT_BYTES_PER_PARAM.saturating_mul(params);
+    /// `extra_weight_bytes_per_param` counts low-precision weight copies with the weights.
+    pub fn new(
+        params: u64,
+        dp: u64,
+        zero1: bool,
+        extra_weight_bytes_per_param: u64,
+        tensor_peak_bytes: u64,
+        o: &Overheads,
+    ) -> Self {
+        let weights =
+            (WEIGHT_BYTES_PER_PARAM + extra_weight_bytes_per_param).saturating_mul(params);
         let gradients = GRAD_BYTES_PER_PARAM.saturating_mul(params);
         let opt = OPTIMIZER_BYTES_PER_PARAM.saturating_mul(params);
         let optimizer = if zero1 { opt.div_ceil(dp.max(1)) } else { opt };
@@ -272,7 +281,7 @@ mod tests {
     #[test]
     fn breakdown_adds_up_to_what_the_gpu_holds() {
         let o = Overheads::default();
-        let b = MemoryBreakdown::new(1_000_000, 4, true, 40_000_000, &o);
+        let b = MemoryBreakdown::new(1_000_000, 4, true, 0, 40_000_000, &o);
         assert_eq!(b.weights, 2_000_000);
         assert_eq!(b.optimizer, 3_000_000);
         assert_eq!(

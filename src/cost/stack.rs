@@ -8,7 +8,7 @@
 //! sharding) are added here as fields, read by the compute, network and memory models through
 //! the `CostModel`, rather than threaded through every function as booleans.
 
-use crate::inputs::hardware::Hardware;
+use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
 use std::fmt;
 use std::str::FromStr;
@@ -123,6 +123,10 @@ pub struct Stack {
     pub fused_kernels: bool,
     /// The attention kernel.
     pub attention: Attention,
+    /// Number format of the transformer layers' linear GEMMs (forward, input- and
+    /// weight-gradient), as Transformer Engine runs them; attention, norms, the embedding and
+    /// the output layer stay BF16.
+    pub precision: Precision,
     /// Tensor-parallel all-gathers and reduce-scatters pipelined with the GEMMs they feed or
     /// follow (Megatron-Core `--tp-comm-overlap`, Transformer Engine userbuffers). Megatron
     /// requires sequence parallelism for it; without it the setting has no effect.
@@ -152,11 +156,26 @@ pub struct Stack {
     pub overheads: Overheads,
 }
 
+impl Stack {
+    /// Bytes per parameter of the low-precision weight copies Transformer Engine keeps beside
+    /// the BF16 weights (without `fp8_model_params`): the cast weight and its transpose, for
+    /// the forward and the input-gradient GEMMs. FP8/MXFP8: 1 + 1; NVFP4: 0.5 + 0.5 plus its
+    /// scales, rounded up to 1. BF16: none.
+    pub fn low_precision_weight_bytes_per_param(&self) -> u64 {
+        match self.precision {
+            Precision::Bf16 => 0,
+            Precision::Fp8 | Precision::Mxfp8 => 2,
+            Precision::Nvfp4 => 1,
+        }
+    }
+}
+
 impl Default for Stack {
     fn default() -> Self {
         Stack {
             fused_kernels: true,
             attention: Attention::Unfused,
+            precision: Precision::Bf16,
             tp_comm_overlap: false,
             scatter_gather: true,
             blocking_p2p: true,

@@ -15,8 +15,8 @@
 //! and tokens/s per GPU with the published figures. Rows with cp > 1 are skipped with a reason
 //! until pplan models context parallelism.
 
-use crate::cost::{CostModel, Layout, Recompute, Stack};
-use crate::inputs::hardware::Hardware;
+use crate::cost::{Attention, CostModel, Layout, Recompute, Stack};
+use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::{Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
 use crate::schedule::generators::ScheduleName;
@@ -93,9 +93,9 @@ pub struct NemoRecipe {
     pub distributed_optimizer: bool,
     /// `optim.overlap_grad_sync`.
     pub overlap_grad_sync: bool,
-    /// `overlap_p2p_comm` (interleaved schedules only). Not modelled yet.
+    /// `overlap_p2p_comm` (interleaved schedules only): non-blocking pipeline sends.
     pub overlap_p2p_comm: bool,
-    /// `ub_tp_comm_overlap` (tensor-parallel communication overlap). Not modelled yet.
+    /// `ub_tp_comm_overlap` (tensor-parallel communication overlap).
     pub tp_comm_overlap: bool,
 }
 
@@ -200,16 +200,21 @@ pub fn nemo_models() -> Result<Vec<NemoModel>, NemoError> {
         .map_err(|e| NemoError::Data(format!("data/nemo-24.07-models.json: {e}")))
 }
 
-/// The training stack of NeMo 24.07 as far as today's cost model expresses it: the Megatron-LM
-/// defaults (BF16 kernels) plus the distributed optimizer (`distributed_fused_adam`, optimizer
-/// state sharded over the data-parallel group: ZeRO-1) and the gradient reduction overlapped
-/// with the backward (`optim.overlap_grad_sync: True`), both set by every 24.07 config.
-/// FP8, flash attention and TP/p2p overlap are not in it; pass a newer [`Stack`] to
-/// [`validate_nemo`] or [`NemoCase::request`] when the cost model has them.
+/// The training stack of NeMo 24.07 (Megatron-Core with Transformer Engine): FP8 linear layers
+/// (`fp8: hybrid`), fused attention (TE/cuDNN flash attention), the distributed optimizer
+/// (`distributed_fused_adam`, optimizer state sharded over the data-parallel group: ZeRO-1),
+/// the gradient reduction overlapped with the backward (`optim.overlap_grad_sync: True`). The
+/// per-model switches (tensor-parallel overlap, overlapped pipeline sends, distributed
+/// optimizer, overlapped gradient reduction) come from each model's recipe in
+/// [`NemoCase::request`].
 pub fn nemo_24_07_stack() -> Stack {
     Stack {
         zero1: true,
         overlap_grad_reduce: true,
+        precision: Precision::Fp8,
+        attention: Attention::Flash,
+        tp_comm_overlap: true,
+        blocking_p2p: false,
         ..Stack::default()
     }
 }
@@ -296,7 +301,16 @@ impl NemoCase {
         req.chunks = chunks;
         req.recompute = self.recompute()?;
         req.sequence_parallel = self.spec.recipe.sequence_parallel && self.row.t > 1;
-        req.stack = stack;
+        // The model's recipe decides the parallel-runtime switches; the stack passed in the
+        // kernels and the number format.
+        let r = &self.spec.recipe;
+        req.stack = Stack {
+            zero1: r.distributed_optimizer,
+            overlap_grad_reduce: r.overlap_grad_sync,
+            tp_comm_overlap: r.tp_comm_overlap,
+            blocking_p2p: !r.overlap_p2p_comm,
+            ..stack
+        };
         Ok(req)
     }
 }

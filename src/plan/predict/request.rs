@@ -108,7 +108,13 @@ pub struct Prediction {
     pub tflops_per_gpu: f64,
     /// Model FLOP/s per GPU (3 x forward, recomputation not counted).
     pub model_tflops_per_gpu: f64,
+    /// Model FLOP/s over the GPU's dense BF16 peak (whatever the precision).
     pub mfu: f64,
+    /// Model FLOP/s over the dense peak of the precision the linear layers run in (equals
+    /// `mfu` for BF16).
+    pub mfu_precision_peak: f64,
+    /// `bf16`, `fp8`, `mxfp8` or `nvfp4`: the linear layers' GEMMs.
+    pub precision: String,
     pub tokens_per_s: f64,
     pub bubble_fraction: f64,
     /// What the fullest GPU holds at its peak, as `nvidia-smi` shows it: weights, gradients,
@@ -187,6 +193,8 @@ pub enum PredictError {
     TooLarge { gpus: u64, what: String },
     #[error("--attention flash: hardware profile '{hardware}' has no measured attention efficiency (gpu.attention_efficiency_forward/backward); valid: --attention unfused, or a profile that has them (e.g. a100-80gb, h100-80gb)")]
     NoAttentionEfficiency { hardware: String },
+    #[error("--precision: {0}")]
+    Precision(String),
     #[error("--profile: {0}")]
     Profile(String),
     #[error("internal error while simulating: {0}")]
@@ -244,6 +252,9 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             return Err(PredictError::Zero { flag, value });
         }
     }
+    req.hardware
+        .peak_flops_per_s_for(req.stack.precision)
+        .map_err(|e| PredictError::Precision(e.to_string()))?;
     if req.stack.attention == Attention::Flash && req.hardware.attention_efficiencies().is_none() {
         return Err(PredictError::NoAttentionEfficiency {
             hardware: req.hardware.name.clone(),

@@ -184,17 +184,24 @@ pub fn step_costs(
         req.sequence_parallel,
         req.stack.attention,
     );
+    let extra_weights = |prm: f64| {
+        (prm.ceil() as u64).saturating_mul(req.stack.low_precision_weight_bytes_per_param())
+    };
     let static_bytes: Vec<u64> = device_params
         .iter()
         .map(|&prm| {
             memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1)
+                .saturating_add(extra_weights(prm))
                 .saturating_add(working)
                 .min(1 << 60)
         })
         .collect();
     let model_state_max_bytes = device_params
         .iter()
-        .map(|&prm| memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1))
+        .map(|&prm| {
+            memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1)
+                .saturating_add(extra_weights(prm))
+        })
         .max()
         .unwrap_or(0);
     let costs = Costs {
@@ -310,6 +317,7 @@ pub fn prediction_from(
         step.device_params.get(fullest).copied().unwrap_or(0),
         step.dp,
         req.stack.zero1,
+        req.stack.low_precision_weight_bytes_per_param(),
         tensor_peak,
         overheads,
     );
@@ -319,6 +327,10 @@ pub fn prediction_from(
         tflops_per_gpu: per_gpu(hardware_flops),
         model_tflops_per_gpu: per_gpu(model_flops),
         mfu: per_gpu(model_flops) * 1e12 / hw.gpu.peak_flops_per_s,
+        mfu_precision_peak: per_gpu(model_flops) * 1e12
+            / hw.peak_flops_per_s_for(req.stack.precision)
+                .unwrap_or(hw.gpu.peak_flops_per_s),
+        precision: req.stack.precision.as_str().to_string(),
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,

@@ -532,6 +532,9 @@ pub const SEARCHED_SCHEDULES: [ScheduleName; 8] = [
 ];
 
 pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
+    if let Err(e) = req.hardware.peak_flops_per_s_for(req.stack.precision) {
+        return Err(SearchError::Pin(format!("--precision: {e}")));
+    }
     if req.stack.attention == crate::cost::Attention::Flash
         && req.hardware.attention_efficiencies().is_none()
     {
