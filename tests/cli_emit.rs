@@ -56,6 +56,7 @@ fn plan(name: ScheduleName, p: u32, v: u32, m: u32, counts: Option<&[u32]>) -> P
             recompute: "full".into(),
             sequence_parallel: true,
             zero1: true,
+            ..Parallelism::stack_defaults()
         },
         dtype: "bf16".into(),
         stages: stages_from_counts(&counts, name.placement(), p),
@@ -285,4 +286,90 @@ fn bad_plans_exit_2_naming_file_and_field() {
     let (code, _, err) = emit(garbage.to_str().unwrap(), "csv");
     assert_eq!(code, 2);
     assert!(err.contains("version 7"), "{err}");
+}
+
+/// The stack a prediction assumed travels in the plan and reaches Megatron-LM as its flags;
+/// torchtitan says what it does not set; a default stack writes none of the new fields.
+#[test]
+fn the_predicted_stack_reaches_megatron_flags() {
+    let path = tmp("stack-plan.json");
+    let (code, _, err) = pplan(&[
+        "predict",
+        "--model",
+        "llama3-70b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "64",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--global-batch",
+        "128",
+        "--micro-batch",
+        "1",
+        "--chunks",
+        "5",
+        "--recompute",
+        "none",
+        "--sequence-parallel",
+        "on",
+        "--precision",
+        "fp8",
+        "--attention",
+        "flash",
+        "--tp-comm-overlap",
+        "on",
+        "--overlap-grad-reduce",
+        "on",
+        "--output",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let written: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(written["parallelism"]["precision"], "fp8");
+    assert_eq!(written["parallelism"]["attention"], "flash");
+    let (code, out, err) = emit(path.to_str().unwrap(), "megatron");
+    assert_eq!(code, 0, "{err}");
+    for f in [
+        "--fp8-format hybrid",
+        "--attention-backend flash",
+        "--tp-comm-overlap",
+        "--overlap-grad-reduce",
+    ] {
+        assert!(out.contains(f), "missing {f}:\n{out}");
+    }
+    let (code, out, err) = emit(path.to_str().unwrap(), "torchtitan");
+    assert!(code == 0 || code == 2, "{err}");
+    if code == 0 {
+        assert!(out.contains("precision 'fp8' is not set here"), "{out}");
+    }
+    // A default plan carries none of the stack fields.
+    let default = write_plan(
+        "default-stack.json",
+        &plan(ScheduleName::OneFOneB, 2, 1, 4, None),
+    );
+    let text = std::fs::read_to_string(&default).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let par = value["parallelism"].as_object_mut().unwrap();
+    for key in [
+        "precision",
+        "attention",
+        "tp_comm_overlap",
+        "overlap_grad_reduce",
+    ] {
+        assert!(!par.contains_key(key), "{key} in a default plan: {text}");
+    }
+    // A bad value names the field and the valid ones.
+    par.insert("precision".into(), "fp6".into());
+    let bad_path = tmp("bad-precision.json");
+    std::fs::write(&bad_path, value.to_string()).unwrap();
+    let (code, _, err) = emit(bad_path.to_str().unwrap(), "megatron");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("parallelism.precision") && err.contains("valid: bf16, fp8"),
+        "{err}"
+    );
 }

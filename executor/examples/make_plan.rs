@@ -46,6 +46,7 @@ fn main() {
             recompute: "none".into(),
             sequence_parallel: false,
             zero1: false,
+            ..Parallelism::stack_defaults()
         },
         dtype: "f32".into(),
         stages: stages_from_counts(

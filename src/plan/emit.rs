@@ -221,6 +221,32 @@ fn megatron(plan: &Plan) -> Emitted {
     if par.zero1 {
         flag("--use-distributed-optimizer".into());
     }
+    // The stack the prediction assumed (Megatron-Core argument names; docs/emit.md).
+    match par.precision.as_str() {
+        "fp8" => {
+            flag("--fp8-format hybrid".into());
+            flag("--fp8-amax-history-len 1024".into());
+            flag("--fp8-amax-compute-algo max".into());
+        }
+        "mxfp8" => {
+            flag("--fp8-format e4m3".into());
+            flag("--fp8-recipe mxfp8".into());
+        }
+        "nvfp4" => {
+            flag("--fp4-format e2m1".into());
+            flag("--fp4-recipe nvfp4".into());
+        }
+        _ => {}
+    }
+    if par.attention == "flash" {
+        flag("--attention-backend flash".into());
+    }
+    if par.tp_comm_overlap {
+        flag("--tp-comm-overlap".into());
+    }
+    if par.overlap_grad_reduce {
+        flag("--overlap-grad-reduce".into());
+    }
     if plan.dtype == "bf16" {
         flag("--bf16".into());
     }
@@ -334,6 +360,21 @@ fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitError>
         notes.push(
             "sequence parallelism off is not expressible: torchtitan's tensor-parallel plan always shards the norms along the sequence".into(),
         );
+    }
+    // The stack fields the prediction assumed that this config does not set.
+    if par.precision != "bf16" {
+        notes.push(format!(
+            "precision '{}' is not set here: torchtitan's float8/mx converters ([model] converters) differ from Transformer Engine's recipes the prediction assumed",
+            par.precision
+        ));
+    }
+    if par.tp_comm_overlap {
+        notes.push(
+            "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism (enable_async_tensor_parallel, with torch.compile)".into(),
+        );
+    }
+    if par.overlap_grad_reduce {
+        notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
     }
     parallelism.push(format!("pipeline_parallel_degree = {}", par.pp));
     if par.pp > 1 {
@@ -479,6 +520,7 @@ mod tests {
                 recompute: "none".into(),
                 sequence_parallel: false,
                 zero1: false,
+                ..Parallelism::stack_defaults()
             },
             dtype: "bf16".into(),
             stages: stages_from_counts(&[1, 22, 1], Placement::Loop, 3),

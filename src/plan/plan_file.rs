@@ -84,6 +84,63 @@ pub struct Parallelism {
     /// Optimizer state sharded over data-parallel ranks (ZeRO stage 1).
     #[serde(default)]
     pub zero1: bool,
+    /// Number format of the linear layers: `bf16` (default, omitted), `fp8`, `mxfp8`, `nvfp4`.
+    #[serde(
+        default = "default_precision",
+        skip_serializing_if = "is_default_precision"
+    )]
+    pub precision: String,
+    /// Attention kernel: `unfused` (default, omitted) or `flash`.
+    #[serde(
+        default = "default_attention",
+        skip_serializing_if = "is_default_attention"
+    )]
+    pub attention: String,
+    /// Tensor-parallel collectives pipelined with the GEMMs (omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tp_comm_overlap: bool,
+    /// Data-parallel gradient reduction overlapped with the backward (omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub overlap_grad_reduce: bool,
+}
+
+impl Parallelism {
+    /// A layout with the default stack fields (`bf16`, `unfused`, no overlaps) and zeros for
+    /// the rest; for struct update syntax (`..Parallelism::stack_defaults()`).
+    pub fn stack_defaults() -> Parallelism {
+        Parallelism {
+            gpus: 0,
+            tp: 0,
+            pp: 0,
+            dp: 0,
+            micro_batch: 0,
+            global_batch: 0,
+            chunks: 0,
+            recompute: String::new(),
+            sequence_parallel: false,
+            zero1: false,
+            precision: default_precision(),
+            attention: default_attention(),
+            tp_comm_overlap: false,
+            overlap_grad_reduce: false,
+        }
+    }
+}
+
+fn default_precision() -> String {
+    "bf16".to_string()
+}
+fn is_default_precision(p: &str) -> bool {
+    p == "bf16"
+}
+fn default_attention() -> String {
+    "unfused".to_string()
+}
+fn is_default_attention(a: &str) -> bool {
+    a == "unfused"
+}
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// One pipeline stage.
@@ -269,6 +326,10 @@ pub fn plan_from_prediction(
             recompute: pred.recompute.clone(),
             sequence_parallel: pred.sequence_parallel,
             zero1: pred.zero1,
+            precision: pred.precision.clone(),
+            attention: pred.attention.clone(),
+            tp_comm_overlap: pred.tp_comm_overlap,
+            overlap_grad_reduce: pred.overlap_grad_reduce,
         },
         dtype: "bf16".to_string(),
         stages: stages_from_counts(&counts, schedule.placement, p),
@@ -441,6 +502,20 @@ impl Plan {
                 format!("'{}' (valid: none, selective, full)", par.recompute),
             ));
         }
+        if !["bf16", "fp8", "mxfp8", "nvfp4"].contains(&par.precision.as_str()) {
+            return Err(field(
+                origin,
+                "parallelism.precision",
+                format!("'{}' (valid: bf16, fp8, mxfp8, nvfp4)", par.precision),
+            ));
+        }
+        if !["unfused", "flash"].contains(&par.attention.as_str()) {
+            return Err(field(
+                origin,
+                "parallelism.attention",
+                format!("'{}' (valid: unfused, flash)", par.attention),
+            ));
+        }
         if !["bf16", "f32"].contains(&self.dtype.as_str()) {
             return Err(field(
                 origin,
@@ -580,6 +655,7 @@ mod tests {
                 recompute: "none".into(),
                 sequence_parallel: false,
                 zero1: false,
+                ..Parallelism::stack_defaults()
             },
             dtype: "bf16".into(),
             stages: stages_from_counts(&even_split(model.num_layers, 2), Placement::Loop, 2),

@@ -267,6 +267,7 @@ pub(crate) mod tests_support {
                 recompute: "none".into(),
                 sequence_parallel: false,
                 zero1: false,
+                ..Parallelism::stack_defaults()
             },
             dtype: "f32".into(),
             stages: stages_from_counts(&even_split(layers, stages), Placement::Loop, p),

@@ -48,6 +48,7 @@ pub fn plan_with(name: ScheduleName, params: GenParams, layers: u32) -> Plan {
             recompute: "none".into(),
             sequence_parallel: false,
             zero1: false,
+            ..Parallelism::stack_defaults()
         },
         dtype: "f32".into(),
         stages: stages_from_counts(&even_split(layers, stages), sch.placement, p),

@@ -115,6 +115,13 @@ pub struct Prediction {
     pub mfu_precision_peak: f64,
     /// `bf16`, `fp8`, `mxfp8` or `nvfp4`: the linear layers' GEMMs.
     pub precision: String,
+    /// `unfused` or `flash`.
+    pub attention: String,
+    /// Tensor-parallel collectives pipelined with the GEMMs (in effect with sequence
+    /// parallelism and t > 1).
+    pub tp_comm_overlap: bool,
+    /// Gradient reduction overlapped with the backward.
+    pub overlap_grad_reduce: bool,
     pub tokens_per_s: f64,
     pub bubble_fraction: f64,
     /// What the fullest GPU holds at its peak, as `nvidia-smi` shows it: weights, gradients,

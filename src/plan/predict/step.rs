@@ -331,6 +331,9 @@ pub fn prediction_from(
             / hw.peak_flops_per_s_for(req.stack.precision)
                 .unwrap_or(hw.gpu.peak_flops_per_s),
         precision: req.stack.precision.as_str().to_string(),
+        attention: req.stack.attention.as_str().to_string(),
+        tp_comm_overlap: req.stack.tp_comm_overlap,
+        overlap_grad_reduce: req.stack.overlap_grad_reduce,
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
