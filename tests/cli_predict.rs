@@ -458,3 +458,48 @@ fn precision_uses_its_peak_and_is_checked_against_the_gpu() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown precision 'fp16'"), "{err}");
 }
+
+/// `--overlap-param-gather on` leaves only the reduce-scatter of the distributed optimizer in
+/// the step (faster with d > 1); it needs `--zero1`, exit 2 otherwise.
+#[test]
+fn overlap_param_gather_needs_the_distributed_optimizer() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "--model",
+            "gpt-18.4b",
+            "--hardware",
+            "a100-80gb",
+            "--gpus",
+            "256",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "256",
+            "--micro-batch",
+            "1",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        pplan(&args)
+    };
+    let step = |out: &str| {
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["step_time_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let (code, off, err) = run(&["--zero1"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, on, err) = run(&["--zero1", "--overlap-param-gather", "on"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(step(&on) < step(&off), "{on}\n{off}");
+    let (code, _, err) = run(&["--overlap-param-gather", "on"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--overlap-param-gather on needs") && err.contains("--zero1"),
+        "{err}"
+    );
+}

@@ -51,6 +51,10 @@ pub(crate) struct PredictArgs {
     /// (`on|off`; the bare flag means on).
     #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
     pub(crate) overlap_grad_reduce: OnOff,
+    /// Gather the distributed optimizer's updated parameters under the next step's forward
+    /// (Megatron-Core --overlap-param-gather; needs --zero1).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) overlap_param_gather: OnOff,
     /// Pipeline the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them
     /// (Megatron-Core --tp-comm-overlap; needs --sequence-parallel on).
     #[arg(long, value_enum, default_value = "off")]
@@ -120,6 +124,11 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.chunks = args.chunks;
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
+    if args.overlap_param_gather == OnOff::On && !args.zero1 {
+        return input(
+            "--overlap-param-gather on needs the distributed optimizer (--zero1): only it gathers parameters after the optimizer step; valid: add --zero1, or --overlap-param-gather off",
+        );
+    }
     if args.tp_comm_overlap == OnOff::On && !req.sequence_parallel && args.tp > 1 {
         return input(
             "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
@@ -128,6 +137,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.stack = Stack {
         overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
         tp_comm_overlap: args.tp_comm_overlap == OnOff::On,
+        overlap_param_gather: args.overlap_param_gather == OnOff::On,
         zero1: args.zero1,
         scatter_gather: !args.no_scatter_gather,
         attention: args.attention.into(),

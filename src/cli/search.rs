@@ -54,6 +54,13 @@ pub(crate) struct PlanSearchArgs {
     /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group).
     #[arg(long, value_enum)]
     pub(crate) zero1: Option<OnOff>,
+    /// Overlap every candidate's data-parallel gradient reduction with its backward.
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) overlap_grad_reduce: OnOff,
+    /// Gather the updated parameters under the next step's forward in every candidate with
+    /// ZeRO-1 (the distributed optimizer).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) overlap_param_gather: OnOff,
     /// Pipeline tensor-parallel collectives with the GEMMs in every candidate with sequence
     /// parallelism (Megatron-Core --tp-comm-overlap).
     #[arg(long, value_enum, default_value = "off")]
@@ -114,6 +121,8 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.stack.attention = args.attention.into();
     req.stack.precision = parse_precision(&args.precision)?;
     req.stack.tp_comm_overlap = args.tp_comm_overlap == OnOff::On;
+    req.stack.overlap_grad_reduce = args.overlap_grad_reduce == OnOff::On;
+    req.stack.overlap_param_gather = args.overlap_param_gather == OnOff::On;
     req.partition = args
         .partition
         .parse()

@@ -152,6 +152,20 @@ impl CostModel<'_> {
     /// `k` local members, all-reduce of the `1/k` shard across the `n` domains over the NICs,
     /// then all-gather over NVLink), else a flat ring over the NICs. Every GPU of a node reduces
     /// at the same time (all tensor/pipeline ranks do), so each gets its share of the NICs.
+    /// The part of a step's data-parallel communication that stays in the step: the whole
+    /// reduction, except that with the distributed optimizer (ZeRO-1) and
+    /// `--overlap-param-gather` its all-gather half (the updated parameters, gathered after the
+    /// optimizer step) runs under the next step's first forwards, bucket by bucket, and only
+    /// the reduce-scatter of the gradients is left.
+    pub fn step_grad_reduce_s(&self, params: f64) -> f64 {
+        let full = self.grad_reduce_s(params);
+        if self.stack.zero1 && self.stack.overlap_param_gather {
+            full / 2.0
+        } else {
+            full
+        }
+    }
+
     pub fn grad_reduce_s(&self, params: f64) -> f64 {
         let l = self.layout;
         if l.dp <= 1 {

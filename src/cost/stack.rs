@@ -139,6 +139,9 @@ pub struct Stack {
     pub blocking_p2p: bool,
     /// Reduce a stage's gradients as soon as its last backward has finished.
     pub overlap_grad_reduce: bool,
+    /// With the distributed optimizer (ZeRO-1), gather the updated parameters under the next
+    /// step's forward (Megatron-Core `--overlap-param-gather`) instead of before it ends.
+    pub overlap_param_gather: bool,
     /// ZeRO stage 1: optimizer state sharded over the data-parallel group.
     pub zero1: bool,
     /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
@@ -180,6 +183,7 @@ impl Default for Stack {
             scatter_gather: true,
             blocking_p2p: true,
             overlap_grad_reduce: false,
+            overlap_param_gather: false,
             zero1: false,
             grad_reduce_bytes_per_param: 2.0,
             grad_accumulation_bytes_per_param: 12.0,

@@ -247,6 +247,9 @@ fn megatron(plan: &Plan) -> Emitted {
     if par.overlap_grad_reduce {
         flag("--overlap-grad-reduce".into());
     }
+    if par.overlap_param_gather {
+        flag("--overlap-param-gather".into());
+    }
     if plan.dtype == "bf16" {
         flag("--bf16".into());
     }

@@ -102,6 +102,9 @@ pub struct Parallelism {
     /// Data-parallel gradient reduction overlapped with the backward (omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub overlap_grad_reduce: bool,
+    /// Parameter all-gather overlapped with the next forward (omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub overlap_param_gather: bool,
 }
 
 impl Parallelism {
@@ -123,6 +126,7 @@ impl Parallelism {
             attention: default_attention(),
             tp_comm_overlap: false,
             overlap_grad_reduce: false,
+            overlap_param_gather: false,
         }
     }
 }
@@ -330,6 +334,7 @@ pub fn plan_from_prediction(
             attention: pred.attention.clone(),
             tp_comm_overlap: pred.tp_comm_overlap,
             overlap_grad_reduce: pred.overlap_grad_reduce,
+            overlap_param_gather: pred.overlap_param_gather,
         },
         dtype: "bf16".to_string(),
         stages: stages_from_counts(&counts, schedule.placement, p),

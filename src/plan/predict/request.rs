@@ -122,6 +122,8 @@ pub struct Prediction {
     pub tp_comm_overlap: bool,
     /// Gradient reduction overlapped with the backward.
     pub overlap_grad_reduce: bool,
+    /// Parameter all-gather (distributed optimizer) overlapped with the next step's forward.
+    pub overlap_param_gather: bool,
     pub tokens_per_s: f64,
     pub bubble_fraction: f64,
     /// What the fullest GPU holds at its peak, as `nvidia-smi` shows it: weights, gradients,

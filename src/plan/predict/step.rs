@@ -213,7 +213,7 @@ pub fn step_costs(
         blocking_sends: req.stack.blocking_p2p,
         grad_reduce_ns: stage_params
             .iter()
-            .map(|&prm| ns(cm.grad_reduce_s(prm)))
+            .map(|&prm| ns(cm.step_grad_reduce_s(prm)))
             .collect(),
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
         grad_reduce_buckets: stage_params
@@ -334,6 +334,7 @@ pub fn prediction_from(
         attention: req.stack.attention.as_str().to_string(),
         tp_comm_overlap: req.stack.tp_comm_overlap,
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
+        overlap_param_gather: req.stack.overlap_param_gather,
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
