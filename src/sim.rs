@@ -27,7 +27,7 @@
 //! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
 //!   the device's compute and all its reductions. It counts as busy compute time.
 
-use crate::schedule::ir::{start_length, Action, Kind, Schedule, WeightUpdate};
+use crate::schedule::ir::{Action, CompoundStarts, Kind, Schedule, WeightUpdate};
 use crate::schedule::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -387,7 +387,9 @@ struct Sim<'a> {
     /// Per stage: backwards (`B` or `W`) still to finish before its gradients are complete.
     grads_left: Vec<u32>,
     /// [`Schedule::start_lengths`]: where compound actions start (empty: none).
-    start_len: Vec<Vec<u32>>,
+    start_len: CompoundStarts,
+    /// Per device, the first of its compounds not yet behind its program counter.
+    compound_cursor: Vec<usize>,
 }
 
 /// Simulate `schedule` with `costs`. The schedule is validated first (shape and completeness);
@@ -452,6 +454,7 @@ pub fn simulate(
         device_of: (0..stages).map(|s| schedule.device_of(s)).collect(),
         grads_left: vec![0; stages as usize],
         start_len: schedule.start_lengths(),
+        compound_cursor: vec![0; p],
     };
     for a in schedule.devices.iter().flatten() {
         if matches!(a.kind, Kind::B | Kind::W) {
@@ -609,7 +612,9 @@ impl Sim<'_> {
         let Some(&a) = self.sched.devices[d].get(dev.pc) else {
             return;
         };
-        let n = start_length(&self.start_len, d, dev.pc);
+        let n = self
+            .start_len
+            .len_at_cursor(d, dev.pc, &mut self.compound_cursor[d]);
         let ready = if n == 1 {
             self.ready_at(a)
         } else {

@@ -123,7 +123,7 @@ pub fn write(schedule: &Schedule) -> String {
             if i > 0 {
                 out.push(',');
             }
-            let n = crate::schedule::ir::start_length(&lens, d, i).min(list.len() - i);
+            let n = lens.len_at(d, i).min(list.len() - i);
             if n > 1 {
                 out.push('(');
                 for (j, a) in list[i..i + n].iter().enumerate() {

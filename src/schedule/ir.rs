@@ -376,29 +376,58 @@ impl Schedule {
     pub fn num_actions(&self) -> usize {
         self.devices.iter().map(Vec::len).sum()
     }
-    /// Per device, how many actions start together at each index: a compound's length at its
-    /// first sub-action, 1 for any other action. Empty when the schedule has no compounds.
-    /// Expects compounds that passed [`crate::schedule::validate`]'s structure checks.
-    pub(crate) fn start_lengths(&self) -> Vec<Vec<u32>> {
-        if self.compounds.is_empty() {
-            return Vec::new();
-        }
-        let mut lens: Vec<Vec<u32>> = self.devices.iter().map(|l| vec![1; l.len()]).collect();
+    /// Where the compounds start, per device (see [`CompoundStarts::len_at`]). Expects
+    /// compounds that passed [`crate::schedule::validate`]'s structure checks.
+    pub(crate) fn start_lengths(&self) -> CompoundStarts {
+        let mut per_device = vec![Vec::new(); self.devices.len()];
         for c in &self.compounds {
-            if let Some(slot) = lens
-                .get_mut(c.device as usize)
-                .and_then(|l| l.get_mut(c.first as usize))
-            {
-                *slot = c.len;
+            if let Some(v) = per_device.get_mut(c.device as usize) {
+                v.push((c.first, c.len));
             }
         }
-        lens
+        for v in &mut per_device {
+            v.sort_unstable();
+        }
+        CompoundStarts(per_device)
     }
 }
 
-/// How many actions start together at `index` of device `d` (see [`Schedule::start_lengths`]).
-pub(crate) fn start_length(lens: &[Vec<u32>], d: usize, index: usize) -> usize {
-    lens.get(d)
-        .and_then(|l| l.get(index))
-        .map_or(1, |&n| n as usize)
+/// The compounds' (first index, length) per device, sorted: O(compounds) memory, looked up by
+/// binary search as a device's program counter advances.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CompoundStarts(Vec<Vec<(u32, u32)>>);
+
+impl CompoundStarts {
+    /// The (first index, length) of device `d`'s compounds, sorted by first index.
+    pub(crate) fn of(&self, d: usize) -> &[(u32, u32)] {
+        self.0.get(d).map_or(&[], Vec::as_slice)
+    }
+
+    /// [`CompoundStarts::len_at`] for a caller whose `index` on device `d` only moves forward:
+    /// `cursor` (start at 0, one per device) skips the compounds behind it, amortised O(1).
+    pub(crate) fn len_at_cursor(&self, d: usize, index: usize, cursor: &mut usize) -> usize {
+        let list = self.of(d);
+        while list
+            .get(*cursor)
+            .is_some_and(|&(first, _)| (first as usize) < index)
+        {
+            *cursor += 1;
+        }
+        match list.get(*cursor) {
+            Some(&(first, len)) if first as usize == index => len.max(1) as usize,
+            _ => 1,
+        }
+    }
+
+    /// How many actions start together at `index` of device `d`: a compound's length at its
+    /// first sub-action, 1 for any other action.
+    pub(crate) fn len_at(&self, d: usize, index: usize) -> usize {
+        let Some(list) = self.0.get(d) else {
+            return 1;
+        };
+        match list.binary_search_by_key(&(index as u64), |&(first, _)| first as u64) {
+            Ok(i) => list[i].1.max(1) as usize,
+            Err(_) => 1,
+        }
+    }
 }

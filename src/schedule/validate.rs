@@ -14,7 +14,7 @@
 //!    proceeds only when the dependencies of all its sub-actions are met, so a sub-action that
 //!    needs another sub-action of the same compound can never run.
 
-use crate::schedule::ir::{start_length, Action, Compound, Kind, Schedule};
+use crate::schedule::ir::{Action, Compound, Kind, Schedule};
 use std::fmt;
 
 /// Where an action sits: device and position in that device's list (both 0-based).
@@ -305,13 +305,14 @@ fn check_liveness(schedule: &Schedule) -> Result<(), ValidationError> {
     let mut work: Vec<u32> = (0..schedule.num_devices()).rev().collect();
     let mut queued = vec![true; schedule.devices.len()];
     let lens = schedule.start_lengths();
+    let mut cursor = vec![0usize; schedule.devices.len()];
     while let Some(d) = work.pop() {
         let d = d as usize;
         queued[d] = false;
         let list = &schedule.devices[d];
         while pc[d] < list.len() {
             // A compound's sub-actions go together, on the dependencies met before it.
-            let unit = &list[pc[d]..pc[d] + start_length(&lens, d, pc[d])];
+            let unit = &list[pc[d]..pc[d] + lens.len_at_cursor(d, pc[d], &mut cursor[d])];
             if unit
                 .iter()
                 .any(|&a| unmet_dependency(a, stages, m, &done).is_some())
@@ -355,7 +356,7 @@ pub(crate) fn stuck_devices(schedule: &Schedule, pc: &[usize], done: &[u8]) -> V
             continue;
         }
         // The first sub-action (of a compound, or the plain action) that cannot start.
-        let unit = pc[d]..(pc[d] + start_length(&lens, d, pc[d])).min(list.len());
+        let unit = pc[d]..(pc[d] + lens.len_at(d, pc[d])).min(list.len());
         let Some((index, action, mut waits_for)) = unit.into_iter().find_map(|i| {
             let a = list[i];
             unmet_dependency(a, stages, m, done).map(|w| (i, a, w))
