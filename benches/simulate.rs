@@ -7,7 +7,7 @@
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use pplan::schedule::generators::{interleaved_1f1b, one_f_one_b};
+use pplan::schedule::generators::{dualpipev, interleaved_1f1b, one_f_one_b};
 use pplan::schedule::ir::Schedule;
 use pplan::sim::{simulate, Costs, SimOptions, UnitCosts};
 
@@ -52,6 +52,20 @@ fn one_f_one_b_p64_m1024(bencher: Bencher) {
 #[divan::bench(sample_count = 10)]
 fn interleaved_p64_v4_m1024(bencher: Bencher) {
     bench_sim(bencher, interleaved_1f1b(64, 1024, 4), false);
+}
+
+/// DualPipeV at p = 64, m = 1024 with its OVERLAP_F_B compounds (each pair starts when both
+/// inputs are there), and the same order with the compounds dropped: the cost of compounds.
+#[divan::bench(sample_count = 10)]
+fn dualpipev_p64_m1024(bencher: Bencher) {
+    bench_sim(bencher, dualpipev(64, 1024), false);
+}
+
+#[divan::bench(sample_count = 10)]
+fn dualpipev_apart_p64_m1024(bencher: Bencher) {
+    let mut s = dualpipev(64, 1024);
+    s.compounds.clear();
+    bench_sim(bencher, s, false);
 }
 
 /// The same with every span kept for Gantt charts and traces.
