@@ -555,6 +555,7 @@ fn check_costs(schedule: &Schedule, costs: &Costs) -> Result<(), SimError> {
         ),
         ("tensor_parallel", costs.tensor_parallel.len(), s),
         ("grad_reduce_ns", costs.grad_reduce_ns.len(), s),
+        ("grad_reduce_buckets", costs.grad_reduce_buckets.len(), s),
         (
             "optimizer_ns",
             costs.optimizer_ns.len(),

@@ -142,3 +142,48 @@ fn mismatched_step_vectors_are_rejected() {
         .to_string();
     assert!(e.contains("grad_reduce_ns"), "{e}");
 }
+
+/// Bucketed, overlapped gradient reduction: with n buckets the reduction starts 1/n of the way
+/// into the stage's last backward and ends no earlier than a bucket's reduction after it; with
+/// one bucket it starts when that backward ends. A bucket vector of the wrong length is refused.
+#[test]
+fn bucketed_reduction_runs_under_the_last_backward() {
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(2, 2)).unwrap();
+    let reduce_span = |buckets: Vec<u32>| {
+        let mut c = unit(2, 1, 0);
+        c.grad_reduce_ns = vec![400, 400];
+        c.overlap_grad_reduce = true;
+        c.grad_reduce_buckets = buckets;
+        let r = simulate(&s, &c, SimOptions::default()).unwrap();
+        let tl = r.timeline.unwrap();
+        let last_b = |stage: u32| {
+            tl.spans
+                .iter()
+                .filter(|x| x.stream == Stream::Compute && x.action.stage == stage)
+                .map(|x| (x.start_ns, x.end_ns))
+                .max_by_key(|&(_, e)| e)
+                .unwrap()
+        };
+        let red = tl
+            .spans
+            .iter()
+            .find(|x| x.stream == Stream::DataParallel && x.action.stage == 0)
+            .map(|x| (x.start_ns, x.end_ns))
+            .unwrap();
+        (last_b(0), red, r.makespan_ns)
+    };
+    let ((b0, b1), (r0, r1), one) = reduce_span(vec![1, 1]);
+    assert_eq!((r0, r1), (b1, b1 + 400), "one bucket: after the backward");
+    let ((_, _), (q0, q1), four) = reduce_span(vec![4, 4]);
+    let len = b1 - b0;
+    assert_eq!(q0, b0 + len / 4, "first bucket ready a quarter in");
+    assert!(q1 >= b1 + 100 && q1 < r1, "{q1}");
+    assert!(four < one);
+    let mut c = unit(2, 1, 0);
+    c.grad_reduce_ns = vec![400, 400];
+    c.grad_reduce_buckets = vec![2];
+    let e = simulate(&s, &c, SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("grad_reduce_buckets"), "{e}");
+}
