@@ -36,10 +36,21 @@ fn json_has_the_contract_fields() {
         "bubble_fraction",
         "peak_memory_bytes",
         "fits",
+        "tokens_per_s_per_gpu",
+        "params",
+        "active_params",
+        "memory_breakdown",
+        "mfu_precision_peak",
+        "precision",
     ] {
         assert!(v.get(field).is_some(), "missing {field}: {out}");
     }
     assert_eq!(out.trim().lines().count(), 1);
+    let f = |k: &str| v[k].as_f64().unwrap();
+    assert!((f("tokens_per_s_per_gpu") * 3072.0 / f("tokens_per_s") - 1.0).abs() < 1e-12);
+    // Narayanan et al. 2021, Table 1: the 1T model has 1008 billion parameters.
+    assert!((f("params") / 1008e9 - 1.0).abs() < 0.01, "{out}");
+    assert_eq!(v["params"], v["active_params"], "a dense model");
 }
 
 #[test]

@@ -125,6 +125,13 @@ pub struct Prediction {
     /// Parameter all-gather (distributed optimizer) overlapped with the next step's forward.
     pub overlap_param_gather: bool,
     pub tokens_per_s: f64,
+    /// `tokens_per_s` over the GPUs.
+    pub tokens_per_s_per_gpu: f64,
+    /// Parameters of the model (all of them).
+    pub params: u64,
+    /// Parameters one token passes through: equal to `params` for dense models (MFU counts
+    /// these).
+    pub active_params: u64,
     pub bubble_fraction: f64,
     /// What the fullest GPU holds at its peak, as `nvidia-smi` shows it: weights, gradients,
     /// optimizer state and activations as simulated, plus the stack's overheads.
