@@ -5,11 +5,11 @@
 //! docs/cost-model.md.
 
 use super::stack::{Attention, CostModel, Recompute};
+use crate::inputs::hardware::{Hardware, Precision};
 
 /// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
 /// 128-row tiles for head dimension 128): the diagonal tiles are computed whole.
 const FLASH_BLOCK_ROWS: f64 = 128.0;
-use crate::inputs::hardware::{Hardware, Precision};
 
 /// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
 #[derive(Debug, Clone, Copy, PartialEq)]
