@@ -2,6 +2,7 @@
 //! schedules, models, hardware and profiles, and writing files, charts and plans.
 
 use clap::ValueEnum;
+use pplan::cost::{Attention, Stack};
 use pplan::report::gantt::{GanttError, GanttOptions};
 use pplan::schedule::generators::{self, GenParams, ScheduleName};
 use pplan::schedule::ir::{Placement, Schedule, WeightUpdate};
@@ -308,24 +309,50 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
     Ok(())
 }
 
+/// The training-stack flags `predict` and `search` share (for `search`, every candidate gets
+/// them). `--overlap-grad-reduce` stays with each subcommand: `predict` also takes it bare.
+#[derive(clap::Args)]
+pub(crate) struct StackArgs {
+    /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
+    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
+    #[arg(long, default_value = "bf16")]
+    pub(crate) precision: String,
+    /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
+    /// traffic; the hardware profile's measured kernel efficiency).
+    #[arg(long, value_enum, default_value = "unfused")]
+    pub(crate) attention: AttentionArg,
+    /// Pipeline the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them
+    /// (Megatron-Core --tp-comm-overlap; in effect with --sequence-parallel on).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) tp_comm_overlap: OnOff,
+    /// Gather the distributed optimizer's updated parameters under the next step's forward
+    /// (Megatron-Core --overlap-param-gather; in effect with ZeRO-1).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) overlap_param_gather: OnOff,
+}
+
+impl StackArgs {
+    /// `stack` with these flags applied.
+    pub(crate) fn apply(&self, stack: Stack) -> Result<Stack, CliError> {
+        Ok(Stack {
+            precision: self
+                .precision
+                .parse()
+                .map_err(|e: String| CliError::Input(format!("--precision: {e}")))?,
+            attention: match self.attention {
+                AttentionArg::Unfused => Attention::Unfused,
+                AttentionArg::Flash => Attention::Flash,
+            },
+            tp_comm_overlap: self.tp_comm_overlap == OnOff::On,
+            overlap_param_gather: self.overlap_param_gather == OnOff::On,
+            ..stack
+        })
+    }
+}
+
 /// `--attention`.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub(crate) enum AttentionArg {
     Unfused,
     Flash,
-}
-
-impl From<AttentionArg> for pplan::cost::Attention {
-    fn from(a: AttentionArg) -> Self {
-        match a {
-            AttentionArg::Unfused => pplan::cost::Attention::Unfused,
-            AttentionArg::Flash => pplan::cost::Attention::Flash,
-        }
-    }
-}
-
-/// `--precision`: the linear layers' number format.
-pub(crate) fn parse_precision(text: &str) -> Result<pplan::inputs::hardware::Precision, CliError> {
-    text.parse()
-        .map_err(|e: String| CliError::Input(format!("--precision: {e}")))
 }

@@ -51,14 +51,6 @@ pub(crate) struct PredictArgs {
     /// (`on|off`; the bare flag means on).
     #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
     pub(crate) overlap_grad_reduce: OnOff,
-    /// Gather the distributed optimizer's updated parameters under the next step's forward
-    /// (Megatron-Core --overlap-param-gather; needs --zero1).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) overlap_param_gather: OnOff,
-    /// Pipeline the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them
-    /// (Megatron-Core --tp-comm-overlap; needs --sequence-parallel on).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) tp_comm_overlap: OnOff,
     /// Shard the optimizer state over the data-parallel group (ZeRO-1).
     #[arg(long)]
     pub(crate) zero1: bool,
@@ -66,14 +58,8 @@ pub(crate) struct PredictArgs {
     /// scatter/gather optimisation.
     #[arg(long)]
     pub(crate) no_scatter_gather: bool,
-    /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
-    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
-    #[arg(long, default_value = "bf16")]
-    pub(crate) precision: String,
-    /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
-    /// traffic; the hardware profile's measured kernel efficiency).
-    #[arg(long, value_enum, default_value = "unfused")]
-    pub(crate) attention: AttentionArg,
+    #[command(flatten)]
+    pub(crate) stack: StackArgs,
     /// A measured layer profile (JSON): transformer layers' forward/backward times and
     /// activation bytes come from it instead of the cost model (num_layers entries, or
     /// num_layers + 2 with the embedding first and the output layer last).
@@ -124,26 +110,22 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.chunks = args.chunks;
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
-    if args.overlap_param_gather == OnOff::On && !args.zero1 {
+    if args.stack.overlap_param_gather == OnOff::On && !args.zero1 {
         return input(
             "--overlap-param-gather on needs the distributed optimizer (--zero1): only it gathers parameters after the optimizer step; valid: add --zero1, or --overlap-param-gather off",
         );
     }
-    if args.tp_comm_overlap == OnOff::On && !req.sequence_parallel && args.tp > 1 {
+    if args.stack.tp_comm_overlap == OnOff::On && !req.sequence_parallel && args.tp > 1 {
         return input(
             "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
         );
     }
-    req.stack = Stack {
+    req.stack = args.stack.apply(Stack {
         overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
-        tp_comm_overlap: args.tp_comm_overlap == OnOff::On,
-        overlap_param_gather: args.overlap_param_gather == OnOff::On,
         zero1: args.zero1,
         scatter_gather: !args.no_scatter_gather,
-        attention: args.attention.into(),
-        precision: parse_precision(&args.precision)?,
         ..Stack::default()
-    };
+    })?;
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let profile = args.profile.as_deref().map(load_profile).transpose()?;
     req.profile = profile.as_ref();

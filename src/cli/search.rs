@@ -1,6 +1,7 @@
 //! `pplan search`: the fastest configuration that fits.
 
 use super::common::*;
+use pplan::cost::Stack;
 use pplan::schedule::generators::ScheduleName;
 use std::path::PathBuf;
 
@@ -57,21 +58,8 @@ pub(crate) struct PlanSearchArgs {
     /// Overlap every candidate's data-parallel gradient reduction with its backward.
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) overlap_grad_reduce: OnOff,
-    /// Gather the updated parameters under the next step's forward in every candidate with
-    /// ZeRO-1 (the distributed optimizer).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) overlap_param_gather: OnOff,
-    /// Pipeline tensor-parallel collectives with the GEMMs in every candidate with sequence
-    /// parallelism (Megatron-Core --tp-comm-overlap).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) tp_comm_overlap: OnOff,
-    /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
-    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
-    #[arg(long, default_value = "bf16")]
-    pub(crate) precision: String,
-    /// Attention kernel of every candidate: unfused (scores in HBM) or flash (fused).
-    #[arg(long, value_enum, default_value = "unfused")]
-    pub(crate) attention: AttentionArg,
+    #[command(flatten)]
+    pub(crate) stack: StackArgs,
     /// Simulate every feasible candidate (no pruning by the lower bound).
     #[arg(long)]
     pub(crate) exhaustive: bool,
@@ -118,11 +106,10 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.top = args.top;
     req.pins = pins;
     req.exhaustive = args.exhaustive;
-    req.stack.attention = args.attention.into();
-    req.stack.precision = parse_precision(&args.precision)?;
-    req.stack.tp_comm_overlap = args.tp_comm_overlap == OnOff::On;
-    req.stack.overlap_grad_reduce = args.overlap_grad_reduce == OnOff::On;
-    req.stack.overlap_param_gather = args.overlap_param_gather == OnOff::On;
+    req.stack = args.stack.apply(Stack {
+        overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
+        ..req.stack
+    })?;
     req.partition = args
         .partition
         .parse()

@@ -54,11 +54,9 @@ pub fn gemm_efficiency(hw: &Hardware, g: &Gemm) -> f64 {
     hw.gpu.gemm_efficiency_max * f(g.m) * f(g.n) * f(g.k)
 }
 
+/// A BF16 GEMM: [`gemm_time_in_s`] on the BF16 peak.
 pub fn gemm_time_s(hw: &Hardware, g: &Gemm) -> f64 {
-    if g.flops() <= 0.0 {
-        return 0.0;
-    }
-    g.flops() / (hw.gpu.peak_flops_per_s * gemm_efficiency(hw, g))
+    gemm_time_in_s(hw, g, Precision::Bf16)
 }
 
 /// A GEMM in `precision` on that precision's tensor-core peak, with the same shape-dependent
@@ -67,9 +65,6 @@ pub fn gemm_time_s(hw: &Hardware, g: &Gemm) -> f64 {
 /// the best BF16 shape, docs/cost-model.md). A GPU without that precision runs it in BF16
 /// (callers check [`Hardware::peak_flops_per_s_for`] first).
 pub fn gemm_time_in_s(hw: &Hardware, g: &Gemm, precision: Precision) -> f64 {
-    if precision == Precision::Bf16 {
-        return gemm_time_s(hw, g);
-    }
     if g.flops() <= 0.0 {
         return 0.0;
     }

@@ -493,7 +493,7 @@ pub fn validate_nemo(hw: &Hardware, stack: Stack) -> Result<NemoReport, NemoErro
             row: case.row.id.clone(),
             source,
         })?;
-        let tokens_per_s_per_gpu = prediction.tokens_per_s / case.row.gpus_total as f64;
+        let tokens_per_s_per_gpu = prediction.tokens_per_s_per_gpu;
         compared.push(NemoComparison {
             tflops_error: prediction.model_tflops_per_gpu / case.row.tflops_per_gpu - 1.0,
             tokens_error: tokens_per_s_per_gpu / case.row.tokens_per_s_per_gpu - 1.0,
