@@ -1,10 +1,9 @@
 //! NVIDIA NeMo 24.07 on DGX-H100 in FP8 (`data/nemo-24.07-h100-fp8.json`, architectures in
 //! `data/nemo-24.07-models.json`): the data, the models, the FLOP convention and the harness.
 //!
-//! Prediction accuracy is not asserted yet: today's cost model has BF16 kernels only, no flash
-//! attention and no communication overlap, and under-predicts these runs (docs/validation.md).
-//! The acceptance for later (mean absolute error <= 5%, no row worse than 10%, on the ten
-//! cp = 1 rows) is measured by `examples/validate_nemo.rs` with the stack of that day.
+//! Prediction accuracy is guarded against regression, not yet asserted at the bar
+//! (mean absolute error <= 5%, no row worse than 10%, on the ten cp = 1 rows): the FP8 model
+//! over-predicts most rows (docs/validation.md). `examples/validate_nemo.rs` prints the table.
 
 use pplan::cost::{Recompute, Stack};
 use pplan::inputs::hardware::Hardware;
@@ -173,6 +172,8 @@ fn requests_carry_the_rows_layout_and_the_given_stack() {
     let hw = h100();
     let stack = nemo_24_07_stack();
     assert!(stack.zero1 && stack.overlap_grad_reduce);
+    // Set in every model's 24.07 config: optim.overlap_param_sync, gradient_accumulation_fusion.
+    assert!(stack.overlap_param_gather && stack.grad_accumulation_fusion);
     for c in nemo_cases().unwrap() {
         if c.row.cp != 1 {
             let e = c.request(&hw, stack).unwrap_err();
@@ -347,8 +348,8 @@ fn every_cp1_row_fits() {
 }
 
 /// Where the FP8 model stands on the ten cp = 1 rows (docs/validation.md): mean absolute
-/// error 13.1 %, worst 26.4 %. A guard against regressions while the calibration improves, not
-/// the bar (5 % / 10 %), which is not met yet.
+/// error 13.4 %, worst 22.8 %, every row but r090 over-predicted. A guard against regressions
+/// while the calibration improves, not the bar (5 % / 10 %), which is not met yet.
 #[test]
 fn fp8_model_error_does_not_regress() {
     let r = validate_nemo(&h100(), nemo_24_07_stack()).unwrap();
@@ -360,7 +361,7 @@ fn fp8_model_error_does_not_regress() {
     );
     let worst = r.worst().unwrap();
     assert!(
-        worst.tflops_error.abs() < 0.27,
+        worst.tflops_error.abs() < 0.24,
         "worst {} {}",
         worst.row.id,
         worst.tflops_error

@@ -705,6 +705,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             // The executor's kernels are not flash attention; nothing measured.
             attention_efficiency_forward: None,
             attention_efficiency_backward: None,
+            fp8_split_accumulator_slowdown: None,
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,

@@ -4,12 +4,24 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-use super::stack::{Attention, CostModel, Recompute};
+use super::stack::{Attention, CostModel, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::hardware::{Hardware, Precision};
 
 /// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
 /// 128-row tiles for head dimension 128): the diagonal tiles are computed whole.
 const FLASH_BLOCK_ROWS: f64 = 128.0;
+
+/// HBM bytes per logit of Megatron's vocabulary-parallel cross-entropy forward, one PyTorch
+/// kernel per step (Megatron-Core `tensor_parallel/cross_entropy.py`; Megatron-LM 2021's
+/// `mpu/cross_entropy.py` has the same steps): cast the 16-bit logits to fp32 (read 2, write
+/// 4), the max over the vocabulary (read 4), subtract it in place (read 4, write 4), `exp` in
+/// place (read 4, write 4), the sum (read 4), divide in place to get the softmax kept for the
+/// backward (read 4, write 4): 38.
+pub const CROSS_ENTROPY_FORWARD_BYTES: f64 = 6.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0;
+/// Its backward: scale the saved fp32 softmax by the loss gradient in place (read 4, write 4;
+/// the one-hot subtraction touches one element per row) and the cast's backward to the 16-bit
+/// logit gradient (read 4, write 2): 14.
+pub const CROSS_ENTROPY_BACKWARD_BYTES: f64 = 8.0 + 6.0;
 
 /// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -312,7 +324,14 @@ impl CostModel<'_> {
         let flash = self.stack.attention == Attention::Flash;
         let (attn_gemm, attn_bwd) = self.attention_core_s();
         // The four linear GEMMs run in the stack's precision; the attention core in BF16.
+        // Transformer Engine runs FP8 input- and weight-gradient GEMMs with the split
+        // accumulator (`_2X_ACC_DGRAD`, `_2X_ACC_WGRAD`), the forward with the fast one.
         let lin = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision);
+        let split = match self.stack.precision {
+            Precision::Fp8 => self.hw.gpu.fp8_split_accumulator_slowdown.unwrap_or(1.0),
+            _ => 1.0,
+        };
+        let lin_grad = |g: &Gemm| lin(g) * split;
         let fwd_gemm: f64 = if flash {
             [0, 3, 4, 5].iter().map(|&i| lin(&gemms[i])).sum::<f64>() + attn_gemm
         } else {
@@ -339,8 +358,8 @@ impl CostModel<'_> {
                         + gemm_time_s(self.hw, &g.weight_grad());
                 }
             } else {
-                bwd_input_gemm += lin(&g.input_grad());
-                bwd_weight_gemm += lin(&g.weight_grad());
+                bwd_input_gemm += lin_grad(&g.input_grad());
+                bwd_weight_gemm += lin_grad(&g.weight_grad());
             }
         }
         if flash {
@@ -358,7 +377,7 @@ impl CostModel<'_> {
         let weight_gemms = [gemms[0], gemms[3], gemms[4], gemms[5]];
         let (tp_fwd, tp_fwd_hidden) = self.tp_exposed_s(tp, &weight_gemms.map(|g| lin(&g)));
         let (tp_bwd, tp_bwd_hidden) =
-            self.tp_exposed_s(tp, &weight_gemms.map(|g| lin(&g.input_grad())));
+            self.tp_exposed_s(tp, &weight_gemms.map(|g| lin_grad(&g.input_grad())));
         let forward = Part {
             gemm_s: fwd_gemm,
             memory_s: (mem.attention_forward_bytes + mem.other_forward_bytes) / hbm,
@@ -383,11 +402,24 @@ impl CostModel<'_> {
             tp_hidden_s: tp_bwd_hidden,
         }
         .add(recompute);
-        let backward_weight = Part {
-            gemm_s: bwd_weight_gemm,
-            memory_s: params * self.stack.grad_accumulation_bytes_per_param / hbm,
-            tp_comm_s: 0.0,
-            tp_hidden_s: 0.0,
+        // Accumulating into the fp32 main gradient: a kernel of its own after the GEMMs, or,
+        // fused, the GEMMs' epilogue traffic, which overlaps their main loops (the roofline:
+        // whichever is longer bounds the kernel).
+        let backward_weight = if self.stack.grad_accumulation_fusion {
+            let epilogue_s = params * FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm;
+            Part {
+                gemm_s: bwd_weight_gemm,
+                memory_s: (epilogue_s - bwd_weight_gemm).max(0.0),
+                tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
+            }
+        } else {
+            Part {
+                gemm_s: bwd_weight_gemm,
+                memory_s: params * self.stack.grad_accumulation_bytes_per_param / hbm,
+                tp_comm_s: 0.0,
+                tp_hidden_s: 0.0,
+            }
         };
         BlockCost {
             forward,
@@ -429,9 +461,8 @@ impl CostModel<'_> {
     }
 
     /// The final layer norm, the vocabulary-parallel logit GEMM (b s x V/t x h) and the
-    /// cross-entropy on the last stage. Cross-entropy reads the 16-bit logits and writes fp32
-    /// softmax (10 bytes per logit forward) and reads the softmax to write the 16-bit logit
-    /// gradient (8 bytes per logit backward). Not recomputed.
+    /// cross-entropy on the last stage, whose HBM traffic is [`CROSS_ENTROPY_FORWARD_BYTES`]
+    /// and [`CROSS_ENTROPY_BACKWARD_BYTES`] per logit. Not recomputed.
     pub fn output_layer(&self) -> BlockCost {
         let (b, s, h, _, _, t, _) = self.dims();
         let hbm = self.hw.hbm_bytes_per_s();
@@ -447,13 +478,13 @@ impl CostModel<'_> {
         BlockCost {
             forward: Part {
                 gemm_s: gemm_time_s(self.hw, &logits),
-                memory_s: (4.0 * sbh + 10.0 * n_logits) / hbm,
+                memory_s: (4.0 * sbh + CROSS_ENTROPY_FORWARD_BYTES * n_logits) / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
-                memory_s: (6.0 * sbh + 8.0 * n_logits) / hbm,
+                memory_s: (6.0 * sbh + CROSS_ENTROPY_BACKWARD_BYTES * n_logits) / hbm,
                 // The output layer's input is copied into the tensor-parallel region: its
                 // gradient is all-reduced.
                 tp_comm_s: self.tp_all_reduce_s(2.0 * sbh),
@@ -542,5 +573,82 @@ mod tests {
         };
         let (es, eb) = (gemm_efficiency(&hw, &small), gemm_efficiency(&hw, &big));
         assert!(es < eb && eb < hw.gpu.gemm_efficiency_max);
+    }
+
+    fn with_stack<'a>(
+        m: &'a Model,
+        hw: &'a Hardware,
+        tp: u64,
+        b: u64,
+        stack: Stack,
+    ) -> CostModel<'a> {
+        let mut c = cm(m, hw, tp);
+        c.layout.micro_batch = b;
+        c.layout.recompute = Recompute::None;
+        c.stack = stack;
+        c
+    }
+
+    #[test]
+    fn cross_entropy_moves_38_bytes_forward_and_14_backward_per_logit() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let c = with_stack(&m, &hw, 2, 1, Stack::default());
+        let o = c.output_layer();
+        let (s, h, v) = (m.seq_len as f64, m.hidden_size as f64, m.vocab_size as f64);
+        let logits = s * v / 2.0;
+        let hbm = hw.hbm_bytes_per_s();
+        assert!((o.forward.memory_s * hbm - (4.0 * s * h + 38.0 * logits)).abs() < 1.0);
+        assert!((o.backward_input.memory_s * hbm - (6.0 * s * h + 14.0 * logits)).abs() < 1.0);
+    }
+
+    #[test]
+    fn fused_gradient_accumulation_costs_only_where_its_traffic_outlasts_the_gemms() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let m = Model::preset("gpt3-175b").unwrap();
+        let fused = Stack {
+            grad_accumulation_fusion: true,
+            ..Stack::default()
+        };
+        let params = m.params_per_layer() as f64 / 8.0;
+        let hbm = hw.hbm_bytes_per_s();
+        // 2048 tokens: the GEMMs' 2 x 2048 FLOPs per fp32 element read and written beat HBM
+        // (BF16 ridge about 330 FLOP/byte), so the epilogue is hidden.
+        let big = with_stack(&m, &hw, 8, 1, fused).layer().backward_weight;
+        assert_eq!(big.memory_s, 0.0);
+        let unfused = with_stack(&m, &hw, 8, 1, Stack::default())
+            .layer()
+            .backward_weight;
+        assert!((unfused.memory_s * hbm / params - 12.0).abs() < 1e-9);
+        assert_eq!(big.gemm_s, unfused.gemm_s);
+        // 16 tokens: the 8 bytes per parameter bound the kernel.
+        let mut tiny_model = m.clone();
+        tiny_model.seq_len = 16;
+        let tiny = with_stack(&tiny_model, &hw, 8, 1, fused)
+            .layer()
+            .backward_weight;
+        assert!((tiny.gemm_s + tiny.memory_s - 8.0 * params / hbm).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fp8_gradient_gemms_pay_the_split_accumulator_on_hopper_only() {
+        let m = Model::preset("llama3-70b").unwrap();
+        let fp8 = Stack {
+            precision: Precision::Fp8,
+            ..Stack::default()
+        };
+        for (name, slowdown) in [("h100-80gb", 1.15), ("b200", 1.0)] {
+            let hw = Hardware::bundled(name).unwrap();
+            let c = with_stack(&m, &hw, 8, 1, fp8);
+            let l = c.layer();
+            let lin: f64 = [0, 3, 4, 5]
+                .iter()
+                .map(|&i| gemm_time_in_s(&hw, &c.layer_gemms()[i].weight_grad(), Precision::Fp8))
+                .sum();
+            assert!(
+                (l.backward_weight.gemm_s / lin - slowdown).abs() < 1e-9,
+                "{name}"
+            );
+        }
     }
 }

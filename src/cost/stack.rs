@@ -150,6 +150,12 @@ pub struct Stack {
     /// the main-gradient buffer: write the 16-bit gradient (2), read it (2), read and write the
     /// fp32 main gradient (8).
     pub grad_accumulation_bytes_per_param: f64,
+    /// The weight-gradient GEMM accumulates straight into the fp32 main-gradient buffer
+    /// (Megatron-Core/Transformer Engine `gradient_accumulation_fusion`, on in NeMo's and
+    /// Megatron-Core's recipes): no separate accumulation kernel; the GEMM's epilogue reads and
+    /// writes the fp32 buffer, [`FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM`] bytes per parameter,
+    /// which bounds the GEMM only where that traffic outlasts its arithmetic.
+    pub grad_accumulation_fusion: bool,
     /// Memory traffic per parameter of the mixed-precision Adam step: read fp32 master, m, v
     /// and the gradient, write master, m, v and the 16-bit weight (28), plus the gradient-norm
     /// and unscale passes over the gradient (4).
@@ -187,12 +193,17 @@ impl Default for Stack {
             zero1: false,
             grad_reduce_bytes_per_param: 2.0,
             grad_accumulation_bytes_per_param: 12.0,
+            grad_accumulation_fusion: false,
             optimizer_bytes_per_param: 32.0,
             rank_order: RankOrder::TensorDataPipeline,
             overheads: Overheads::default(),
         }
     }
 }
+
+/// Bytes per parameter per micro-batch that a fused weight-gradient GEMM moves in its
+/// epilogue: read and write the fp32 main gradient.
+pub const FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM: f64 = 8.0;
 
 /// The cost model for one (model, hardware, layout, stack).
 #[derive(Debug, Clone, Copy)]

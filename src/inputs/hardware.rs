@@ -48,6 +48,11 @@ pub struct Gpu {
     pub attention_efficiency_forward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_efficiency_backward: Option<f64>,
+    /// How much longer an FP8 GEMM takes with the split (periodically FP32-promoted)
+    /// accumulator than with the fast one, on GPUs that have both (Hopper). Transformer Engine
+    /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_split_accumulator_slowdown: Option<f64>,
 }
 
 /// One node: GPUs on a switched NVLink/NVSwitch fabric and the node's NICs. A node is what
@@ -360,6 +365,14 @@ impl Hardware {
         {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(invalid(field, format!("must be in (0, 1] (got {v})")));
+            }
+        }
+        if let Some(v) = self.gpu.fp8_split_accumulator_slowdown {
+            if !(v.is_finite() && v >= 1.0) {
+                return Err(invalid(
+                    "gpu.fp8_split_accumulator_slowdown",
+                    format!("must be a number >= 1 (got {v})"),
+                ));
             }
         }
         for (field, v) in [

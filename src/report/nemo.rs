@@ -203,14 +203,20 @@ pub fn nemo_models() -> Result<Vec<NemoModel>, NemoError> {
 /// The training stack of NeMo 24.07 (Megatron-Core with Transformer Engine): FP8 linear layers
 /// (`fp8: hybrid`), fused attention (TE/cuDNN flash attention), the distributed optimizer
 /// (`distributed_fused_adam`, optimizer state sharded over the data-parallel group: ZeRO-1),
-/// the gradient reduction overlapped with the backward (`optim.overlap_grad_sync: True`). The
-/// per-model switches (tensor-parallel overlap, overlapped pipeline sends, distributed
+/// the gradient reduction overlapped with the backward (`optim.overlap_grad_sync: True`), the
+/// parameter all-gather overlapped with the next forward (`optim.overlap_param_sync: true`) and
+/// weight-gradient GEMMs that accumulate into the fp32 main gradient
+/// (`gradient_accumulation_fusion: True`): the last two are set in every model's 24.07 config
+/// (launcher_scripts/conf/training/{gpt3,llama,nemotron}/*.yaml at the launcher commit in
+/// data/nemo-24.07-models.json). The per-model switches (tensor-parallel overlap, overlapped pipeline sends, distributed
 /// optimizer, overlapped gradient reduction) come from each model's recipe in
 /// [`NemoCase::request`].
 pub fn nemo_24_07_stack() -> Stack {
     Stack {
         zero1: true,
         overlap_grad_reduce: true,
+        overlap_param_gather: true,
+        grad_accumulation_fusion: true,
         precision: Precision::Fp8,
         attention: Attention::Flash,
         tp_comm_overlap: true,
