@@ -47,6 +47,7 @@ fn main() {
             tp,
             pp: 1,
             dp: 1,
+            cp: 1,
             micro_batch: b,
             chunks: 1,
             sequence_parallel: false,

@@ -70,6 +70,7 @@ fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, attention: Attention) -> CostM
             tp: 8,
             pp: 1,
             dp: 1,
+            cp: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: true,

@@ -43,6 +43,7 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
         tp: 1,
         pp: 4,
         dp: 2,
+        cp: 1,
         micro_batch: 1,
         chunks: 1,
         sequence_parallel: false,

@@ -263,6 +263,7 @@ fn cost_model<'a>(model: &'a Model, hw: &'a Hardware, tp: u64, pp: u64, dp: u64)
             tp,
             pp,
             dp,
+            cp: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: false,

@@ -2,15 +2,15 @@
 //! `data/nemo-24.07-models.json`): the data, the models, the FLOP convention and the harness.
 //!
 //! Prediction accuracy is guarded against regression, not yet asserted at the bar
-//! (mean absolute error <= 5%, no row worse than 10%, on the ten cp = 1 rows): the FP8 model
+//! (mean absolute error <= 5%, no row worse than 10%): the FP8 model
 //! over-predicts most rows (docs/validation.md). `examples/validate_nemo.rs` prints the table.
 
-use pplan::cost::{Recompute, Stack};
+use pplan::cost::{Attention, Recompute, Stack};
 use pplan::inputs::hardware::Hardware;
 use pplan::inputs::model::Model;
 use pplan::report::nemo::{
     model_flops_per_token, nemo_24_07_stack, nemo_cases, nemo_models, nemo_rows, validate_nemo,
-    NemoError, NemoRow, NEMO_24_07_MODELS,
+    NemoRow, NEMO_24_07_MODELS,
 };
 use pplan::schedule::generators::ScheduleName;
 use std::collections::BTreeSet;
@@ -175,13 +175,8 @@ fn requests_carry_the_rows_layout_and_the_given_stack() {
     // Set in every model's 24.07 config: optim.overlap_param_sync, gradient_accumulation_fusion.
     assert!(stack.overlap_param_gather && stack.grad_accumulation_fusion);
     for c in nemo_cases().unwrap() {
-        if c.row.cp != 1 {
-            let e = c.request(&hw, stack).unwrap_err();
-            assert!(matches!(e, NemoError::Unsupported { .. }), "{e}");
-            assert!(e.to_string().contains("context parallelism"), "{e}");
-            continue;
-        }
         let req = c.request(&hw, stack).unwrap();
+        assert_eq!(req.cp, c.row.cp, "{}", c.row.id);
         let r = &c.row;
         assert_eq!(
             (
@@ -259,15 +254,18 @@ fn schedules_outside_the_two_forms_are_refused() {
 }
 
 /// Every cp = 1 row is predicted (no error, positive throughput, one comparison each), the two
-/// cp = 2 rows are skipped with the reason, the harness output is the same twice, and pplan's
-/// throughput FLOPs are the convention checked above.
+/// Every row, the two with context parallelism 2 included, is predicted; the harness output
+/// is the same twice, and pplan's throughput FLOPs are the convention checked above (context
+/// parallelism splits the work, not the FLOPs counted).
 #[test]
-fn every_cp1_row_is_predicted_and_the_output_is_deterministic() {
+fn every_row_is_predicted_and_the_output_is_deterministic() {
     let hw = h100();
     let a = validate_nemo(&hw, nemo_24_07_stack()).unwrap();
-    assert_eq!(a.compared.len(), 10);
-    assert_eq!(a.skipped.len(), 2);
-    assert!(a.skipped.iter().all(|k| k.row.cp == 2));
+    assert_eq!(a.compared.len(), 12);
+    assert_eq!(
+        a.compared.iter().filter(|c| c.prediction.cp == 2).count(),
+        2
+    );
     for c in &a.compared {
         let p = &c.prediction;
         assert!(
@@ -299,14 +297,21 @@ fn every_cp1_row_is_predicted_and_the_output_is_deterministic() {
     let b = validate_nemo(&hw, nemo_24_07_stack()).unwrap();
     assert_eq!(a, b);
     assert_eq!(text, b.markdown());
-    assert!(text.contains("mean absolute error") && text.contains("r092 (LLAMA3-70B) skipped"));
+    assert!(
+        text.contains("mean absolute error")
+            && text.contains("| r092 | LLAMA3-70B | 64 | 4/4/2/2 |")
+    );
     assert!(a.tflops_mae() > 0.0 && a.worst().is_some());
 }
 
 #[test]
 fn the_stack_parameter_reaches_the_prediction() {
     let hw = h100();
-    let plain = Stack::default();
+    // The 2021 stack with flash attention (context parallelism needs it).
+    let plain = Stack {
+        attention: Attention::Flash,
+        ..Stack::default()
+    };
     let r = validate_nemo(&hw, plain).unwrap();
     assert!(r.compared.iter().all(|c| c.prediction.precision == "bf16"));
     // Every recipe uses the distributed optimizer (ZeRO-1), whatever the stack passed.
@@ -316,7 +321,7 @@ fn the_stack_parameter_reaches_the_prediction() {
         .compared
         .iter()
         .all(|c| c.prediction.precision == "fp8"));
-    // FP8 linear layers and flash attention: every row is faster than in BF16.
+    // FP8 linear layers, fused accumulation and overlaps: every row is faster than in BF16.
     assert!(nemo
         .compared
         .iter()
@@ -324,13 +329,13 @@ fn the_stack_parameter_reaches_the_prediction() {
         .all(|(n, p)| n.prediction.step_time_s < p.prediction.step_time_s));
 }
 
-/// Acceptance for later: every cp = 1 row fits in 80 GB. With flash attention and FP8 seven
-/// do; r082, r084 and r090 are predicted over 80 GB although they ran (docs/validation.md,
+/// Acceptance for later: every row fits in 80 GB. With flash attention and FP8 eight do;
+/// r082, r084, r090 and r091 are predicted over 80 GB although they ran (docs/validation.md,
 /// "What the rows say"). Un-ignore when the memory model of NeMo's FP8 weights and
 /// distributed optimizer is settled.
 #[test]
-#[ignore = "three rows predicted over 80 GB: FP8 weight copies and optimizer memory unsettled"]
-fn every_cp1_row_fits() {
+#[ignore = "four rows predicted over 80 GB: FP8 weight copies and optimizer memory unsettled"]
+fn every_row_fits() {
     let r = validate_nemo(&h100(), nemo_24_07_stack()).unwrap();
     let over: Vec<String> = r
         .compared
@@ -347,15 +352,15 @@ fn every_cp1_row_fits() {
     assert!(over.is_empty(), "do not fit: {over:?}");
 }
 
-/// Where the FP8 model stands on the ten cp = 1 rows (docs/validation.md): mean absolute
-/// error 13.4 %, worst 22.8 %, every row but r090 over-predicted. A guard against regressions
+/// Where the FP8 model stands on the twelve rows (docs/validation.md): mean absolute error
+/// 14.3 %, worst 22.8 %, every row but r090 over-predicted. A guard against regressions
 /// while the calibration improves, not the bar (5 % / 10 %), which is not met yet.
 #[test]
 fn fp8_model_error_does_not_regress() {
     let r = validate_nemo(&h100(), nemo_24_07_stack()).unwrap();
-    assert_eq!(r.compared.len(), 10);
+    assert_eq!(r.compared.len(), 12);
     assert!(
-        r.tflops_mae() < 0.135,
+        r.tflops_mae() < 0.145,
         "mean absolute error {}",
         r.tflops_mae()
     );

@@ -329,6 +329,10 @@ pub(crate) struct StackArgs {
     /// (Megatron-Core --overlap-param-gather; in effect with ZeRO-1).
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) overlap_param_gather: OnOff,
+    /// How context-parallel ranks exchange keys and values (with --cp > 1): p2p (a ring
+    /// overlapped with the attention blocks) or all-gather (Megatron-Core --cp-comm-type).
+    #[arg(long, default_value = "p2p")]
+    pub(crate) cp_comm: String,
 }
 
 impl StackArgs {
@@ -345,6 +349,10 @@ impl StackArgs {
             },
             tp_comm_overlap: self.tp_comm_overlap == OnOff::On,
             overlap_param_gather: self.overlap_param_gather == OnOff::On,
+            cp_comm: self
+                .cp_comm
+                .parse()
+                .map_err(|e: String| CliError::Input(format!("--cp-comm: {e}")))?,
             ..stack
         })
     }

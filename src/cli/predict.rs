@@ -14,7 +14,7 @@ pub(crate) struct PredictArgs {
     /// a JSON profile.
     #[arg(long, default_value = "a100-80gb")]
     pub(crate) hardware: String,
-    /// Total GPUs; must equal tp x pp x dp.
+    /// Total GPUs; must equal tp x cp x pp x dp.
     #[arg(long)]
     pub(crate) gpus: u64,
     /// Tensor-parallel size t.
@@ -23,9 +23,13 @@ pub(crate) struct PredictArgs {
     /// Pipeline-parallel size p.
     #[arg(long, default_value_t = 1)]
     pub(crate) pp: u64,
-    /// Data-parallel size d (default gpus / (tp x pp)).
+    /// Data-parallel size d (default gpus / (tp x cp x pp)).
     #[arg(long)]
     pub(crate) dp: Option<u64>,
+    /// Context-parallel size: each sequence split over this many ranks (Megatron-Core
+    /// --context-parallel-size; needs --attention flash).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) cp: u64,
     /// Global batch size B in sequences.
     #[arg(long)]
     pub(crate) global_batch: u64,
@@ -104,6 +108,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.tp = args.tp;
     req.pp = args.pp;
     req.dp = args.dp;
+    req.cp = args.cp;
     req.global_batch = args.global_batch;
     req.micro_batch = args.micro_batch;
     req.schedule = schedule;
@@ -169,13 +174,18 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         Format::Json => print_json(&pred)?,
         Format::Table => {
             println!(
-                "{} on {} x {}: t={} p={} d={} b={} m={} {} v={} recompute={} sp={}",
+                "{} on {} x {}: t={} p={} d={}{} b={} m={} {} v={} recompute={} sp={}",
                 pred.model,
                 pred.gpus,
                 pred.hardware,
                 pred.tp,
                 pred.pp,
                 pred.dp,
+                if pred.cp > 1 {
+                    format!(" cp={}", pred.cp)
+                } else {
+                    String::new()
+                },
                 pred.micro_batch,
                 pred.microbatches,
                 pred.schedule,

@@ -36,6 +36,10 @@ pub(crate) struct PlanSearchArgs {
     /// Pin the data-parallel size d.
     #[arg(long)]
     pub(crate) dp: Option<u64>,
+    /// Pin the context-parallel size (unpinned: 1, and with --attention flash every size
+    /// that keeps t x cp inside an NVLink domain and splits the sequence evenly).
+    #[arg(long)]
+    pub(crate) cp: Option<u64>,
     /// Pin the micro-batch size b.
     #[arg(long)]
     pub(crate) micro_batch: Option<u64>,
@@ -85,6 +89,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         tp: args.tp,
         pp: args.pp,
         dp: args.dp,
+        cp: args.cp,
         micro_batch: args.micro_batch,
         schedule: args
             .schedule
@@ -159,19 +164,29 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
         o.model, o.gpus, o.hardware, o.global_batch, o.evaluated, o.layouts, o.feasible, o.simulated, o.pruned
     );
     println!();
+    // The context-parallel column only where some result splits its sequences.
+    let show_cp = o.results.iter().any(|r| r.prediction.cp > 1);
+    let cp_col = |v: &dyn std::fmt::Display| {
+        if show_cp {
+            format!(" {v:>3}")
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
-        "rank", "p", "t", "d", "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
+        "{:>4} {:>4} {:>3} {:>5}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
+        "rank", "p", "t", "d", cp_col(&"cp"), "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
     );
     for r in &o.results {
         let p = &r.prediction;
         let on = |b: bool| if b { "on" } else { "off" };
         println!(
-            "{:>4} {:>4} {:>3} {:>5} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
+            "{:>4} {:>4} {:>3} {:>5}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
             r.rank,
             p.pp,
             p.tp,
             p.dp,
+            cp_col(&p.cp),
             p.micro_batch,
             p.microbatches,
             p.schedule,

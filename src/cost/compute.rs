@@ -4,7 +4,9 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-use super::stack::{Attention, CostModel, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
+use super::stack::{
+    Attention, CostModel, CpComm, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
+};
 use crate::inputs::hardware::{Hardware, Precision};
 
 /// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
@@ -96,11 +98,15 @@ pub struct Part {
     /// Tensor-parallel communication hidden under the GEMMs (`--tp-comm-overlap`): it runs,
     /// but adds no time.
     pub tp_hidden_s: f64,
+    /// Context-parallel K/V exchange on the critical path.
+    pub cp_comm_s: f64,
+    /// Context-parallel exchange hidden under the attention blocks.
+    pub cp_hidden_s: f64,
 }
 
 impl Part {
     pub fn total_s(&self) -> f64 {
-        self.gemm_s + self.memory_s + self.tp_comm_s
+        self.gemm_s + self.memory_s + self.tp_comm_s + self.cp_comm_s
     }
     fn add(self, o: Part) -> Part {
         Part {
@@ -108,6 +114,8 @@ impl Part {
             memory_s: self.memory_s + o.memory_s,
             tp_comm_s: self.tp_comm_s + o.tp_comm_s,
             tp_hidden_s: self.tp_hidden_s + o.tp_hidden_s,
+            cp_comm_s: self.cp_comm_s + o.cp_comm_s,
+            cp_hidden_s: self.cp_hidden_s + o.cp_hidden_s,
         }
     }
     fn scale(self, x: f64) -> Part {
@@ -116,6 +124,8 @@ impl Part {
             memory_s: self.memory_s * x,
             tp_comm_s: self.tp_comm_s * x,
             tp_hidden_s: self.tp_hidden_s * x,
+            cp_comm_s: self.cp_comm_s * x,
+            cp_hidden_s: self.cp_hidden_s * x,
         }
     }
 }
@@ -155,34 +165,42 @@ impl CostModel<'_> {
     /// QKV, attention scores, attention over values, output projection, MLP in, MLP out.
     pub fn layer_gemms(&self) -> [Gemm; 6] {
         let (b, s, h, a, f, t, dh) = self.dims();
+        // With context parallelism a rank's s / cp queries attend to the whole sequence.
+        let s_kv = self.model.seq_len as f64;
         let kv = self.model.num_kv_heads as f64;
         let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
         let g = |m, n, k, batch| Gemm { m, n, k, batch };
         [
             g(b * s, (h + 2.0 * kv * dh) / t, h, 1.0),
-            g(s, s, dh, b * a / t),
-            g(s, dh, s, b * a / t),
+            g(s, s_kv, dh, b * a / t),
+            g(s, dh, s_kv, b * a / t),
             g(b * s, h, h / t, 1.0),
             g(b * s, mlp_in / t, h, 1.0),
             g(b * s, h, f / t, 1.0),
         ]
     }
 
-    /// Forward FLOPs of one layer for the whole micro-batch (all tensor-parallel ranks).
+    /// Tensor- times context-parallel ranks: the ranks one micro-batch's layer is spread over.
+    fn ranks_per_layer(&self) -> f64 {
+        (self.layout.tp * self.layout.cp.max(1)) as f64
+    }
+
+    /// Forward FLOPs of one layer for the whole micro-batch (all tensor- and
+    /// context-parallel ranks).
     pub fn layer_forward_flops(&self) -> f64 {
-        self.layer_gemms().iter().map(Gemm::flops).sum::<f64>() * self.layout.tp as f64
+        self.layer_gemms().iter().map(Gemm::flops).sum::<f64>() * self.ranks_per_layer()
     }
 
     /// Forward FLOPs of the attention core (scores and values) of one layer, all ranks.
     pub fn attention_core_flops(&self) -> f64 {
         let g = self.layer_gemms();
-        (g[1].flops() + g[2].flops()) * self.layout.tp as f64
+        (g[1].flops() + g[2].flops()) * self.ranks_per_layer()
     }
 
     /// Forward FLOPs of the output (logit) layer for one micro-batch, all ranks.
     pub fn logit_forward_flops(&self) -> f64 {
         let (b, s, h, ..) = self.dims();
-        2.0 * b * s * h * self.model.vocab_size as f64
+        2.0 * b * s * h * self.model.vocab_size as f64 * self.layout.cp.max(1) as f64
     }
 
     /// HBM traffic of the memory-bound kernels of one layer on one rank, (forward, backward),
@@ -208,9 +226,15 @@ impl CostModel<'_> {
         let (attn_f, attn_b) = if self.stack.attention == Attention::Flash {
             // The fused kernel reads Q, K, V and writes O (and the 4-byte log-sum-exp per row);
             // its backward reads Q, K, V, O, dO and writes dQ, dK, dV. No s^2 traffic.
+            // With context parallelism the K/V of every rank's chunk pass through.
             let q = 2.0 * s * b * h / t;
-            let kv =
-                2.0 * s * b * self.model.num_kv_heads as f64 * self.model.head_dim() as f64 / t;
+            let kv = 2.0
+                * s
+                * self.layout.cp.max(1) as f64
+                * b
+                * self.model.num_kv_heads as f64
+                * self.model.head_dim() as f64
+                / t;
             let lse = 4.0 * s * b * a / t;
             (2.0 * q + 2.0 * kv + lse, 3.0 * q + 4.0 * kv + lse)
         } else if self.stack.fused_kernels {
@@ -293,6 +317,45 @@ impl CostModel<'_> {
         let forward = sb * (h / t + f / t);
         let backward = sb * ((h + 2.0 * kv * dh) / t + h + mlp_in / t + h);
         (per_element * forward, per_element * backward)
+    }
+
+    /// Bytes of one rank's K/V chunk for one layer and micro-batch: K and V of its `s / cp`
+    /// tokens for its `g / t` key/value heads, 16-bit.
+    pub fn cp_kv_chunk_bytes(&self) -> f64 {
+        let (b, s, _, _, _, t, dh) = self.dims();
+        2.0 * 2.0 * b * s * self.model.num_kv_heads as f64 * dh / t
+    }
+
+    /// Context-parallel K/V exchange of one layer and micro-batch on one rank, as
+    /// (forward exposed, forward hidden, backward exposed, backward hidden), given the
+    /// attention core's forward and backward times `attn` on this rank. Ring (`p2p`,
+    /// Megatron-Core/Transformer Engine's default): cp - 1 steps, each passing one K/V chunk
+    /// `c` to the next rank while the attention block of the chunk in hand runs (`attn / cp`);
+    /// backward passes K/V and their gradients (`2 c`) per step. A step hides `min(comm,
+    /// block)`. All-gather: the K/V of the other cp - 1 ranks gathered before the attention
+    /// (`(cp - 1) c`, exposed), backward gathered again and the K/V gradients
+    /// reduce-scattered. Zero for cp = 1.
+    pub fn cp_comm_s(&self, attn: (f64, f64)) -> (f64, f64, f64, f64) {
+        let cp = self.layout.cp.max(1);
+        if cp <= 1 {
+            return (0.0, 0.0, 0.0, 0.0);
+        }
+        let (bw, lat) = self.cp_link();
+        let c = self.cp_kv_chunk_bytes() / bw + lat;
+        let steps = (cp - 1) as f64;
+        match self.stack.cp_comm {
+            CpComm::P2p => {
+                let (bf, bb) = (attn.0 / cp as f64, attn.1 / cp as f64);
+                let hide = |comm: f64, block: f64| comm.min(block);
+                (
+                    steps * (c - hide(c, bf)),
+                    steps * hide(c, bf),
+                    steps * (2.0 * c - hide(2.0 * c, bb)),
+                    steps * hide(2.0 * c, bb),
+                )
+            }
+            CpComm::AllGather => (steps * c, 0.0, 2.0 * steps * c, 0.0),
+        }
     }
 
     /// The exposed and hidden parts of a layer's tensor-parallel communication `tp_s` (two
@@ -378,19 +441,25 @@ impl CostModel<'_> {
         let (tp_fwd, tp_fwd_hidden) = self.tp_exposed_s(tp, &weight_gemms.map(|g| lin(&g)));
         let (tp_bwd, tp_bwd_hidden) =
             self.tp_exposed_s(tp, &weight_gemms.map(|g| lin_grad(&g.input_grad())));
+        let (cp_fwd, cp_fwd_hidden, cp_bwd, cp_bwd_hidden) = self.cp_comm_s((attn_gemm, attn_bwd));
         let forward = Part {
             gemm_s: fwd_gemm,
             memory_s: (mem.attention_forward_bytes + mem.other_forward_bytes) / hbm,
             tp_comm_s: tp_fwd,
             tp_hidden_s: tp_fwd_hidden,
+            cp_comm_s: cp_fwd,
+            cp_hidden_s: cp_fwd_hidden,
         };
         let recompute = match self.layout.recompute {
             Recompute::None => Part::default(),
+            // The attention core again, with its K/V exchange.
             Recompute::Selective => Part {
                 gemm_s: attn_gemm,
                 memory_s: mem.attention_forward_bytes / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: cp_fwd,
+                cp_hidden_s: cp_fwd_hidden,
             },
             Recompute::Full => forward,
         };
@@ -400,6 +469,8 @@ impl CostModel<'_> {
             memory_s: (mem.attention_backward_bytes + mem.other_backward_bytes) / hbm,
             tp_comm_s: tp_bwd,
             tp_hidden_s: tp_bwd_hidden,
+            cp_comm_s: cp_bwd,
+            cp_hidden_s: cp_bwd_hidden,
         }
         .add(recompute);
         // Accumulating into the fp32 main gradient: a kernel of its own after the GEMMs, or,
@@ -412,6 +483,8 @@ impl CostModel<'_> {
                 memory_s: (epilogue_s - bwd_weight_gemm).max(0.0),
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             }
         } else {
             Part {
@@ -419,6 +492,8 @@ impl CostModel<'_> {
                 memory_s: params * self.stack.grad_accumulation_bytes_per_param / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             }
         };
         BlockCost {
@@ -444,18 +519,24 @@ impl CostModel<'_> {
                 memory_s: (4.0 + 6.0 + 5.0) * sbh / hbm,
                 tp_comm_s: tp,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: 0.0,
                 memory_s: 5.0 * sbh / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             },
             backward_weight: Part {
                 gemm_s: 0.0,
                 memory_s: 6.0 * sbh / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             },
         }
     }
@@ -481,6 +562,8 @@ impl CostModel<'_> {
                 memory_s: (4.0 * sbh + CROSS_ENTROPY_FORWARD_BYTES * n_logits) / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
@@ -489,20 +572,25 @@ impl CostModel<'_> {
                 // gradient is all-reduced.
                 tp_comm_s: self.tp_all_reduce_s(2.0 * sbh),
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             },
             backward_weight: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.weight_grad()),
                 memory_s: 0.0,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
+                cp_comm_s: 0.0,
+                cp_hidden_s: 0.0,
             },
         }
     }
 
-    /// The optimizer step over `params` parameters of one rank (memory-bound).
+    /// The optimizer step over `params` parameters of one rank (memory-bound); ZeRO-1 shards
+    /// it over the data- and context-parallel ranks.
     pub fn optimizer_s(&self, params: f64) -> f64 {
         let shard = if self.stack.zero1 {
-            self.layout.dp as f64
+            (self.layout.dp * self.layout.cp.max(1)) as f64
         } else {
             1.0
         };
@@ -533,6 +621,7 @@ mod tests {
                 tp,
                 pp: 1,
                 dp: 1,
+                cp: 1,
                 micro_batch: 1,
                 chunks: 1,
                 sequence_parallel: false,

@@ -53,6 +53,15 @@ impl ActDims {
             t: tp.max(1),
         }
     }
+
+    /// The same with each sequence split over `cp` context-parallel ranks: every stored
+    /// tensor holds `s / cp` tokens (flash attention only: no `s^2` term is stored).
+    pub fn context_parallel(self, cp: u64) -> ActDims {
+        ActDims {
+            s: self.s / cp.max(1),
+            ..self
+        }
+    }
 }
 
 /// Bytes of activations one transformer layer keeps for one micro-batch until its backward

@@ -84,6 +84,22 @@ impl CostModel<'_> {
         }
     }
 
+    /// Bandwidth and latency of the context-parallel ring: its cp ranks sit next to each
+    /// other after the t tensor-parallel ones (Megatron-Core's order tp-cp-dp-pp), so the ring
+    /// stays on NVLink when a tensor- times context-parallel group does ([`tp_on_nvlink`] of
+    /// t x cp); else its slowest hops cross the NICs.
+    pub(super) fn cp_link(&self) -> (f64, f64) {
+        let tc = self.layout.tp.saturating_mul(self.layout.cp.max(1));
+        if tp_on_nvlink(self.hw, tc) {
+            (self.hw.nvlink_bytes_per_s(), self.hw.node.nvlink_latency_s)
+        } else {
+            (
+                self.hw.nic_bytes_per_s_per_gpu(true),
+                self.hw.node.nic_latency_s,
+            )
+        }
+    }
+
     /// NVLink domain of `rank`.
     fn domain_of(&self, rank: u64) -> u64 {
         rank / ranks_per_nvlink_domain(self.hw, self.layout.tp)
@@ -98,12 +114,14 @@ impl CostModel<'_> {
         rank / per_domain * nodes_per_domain + rank % per_domain / gpn
     }
 
-    /// Rank of (tensor rank 0, data rank `d`, pipeline rank `p`).
+    /// Rank of (tensor rank 0, context rank 0, data rank `d`, pipeline rank `p`): the
+    /// context-parallel ranks follow the tensor-parallel ones.
     pub fn rank(&self, d: u64, p: u64) -> u64 {
         let l = self.layout;
+        let tc = l.tp * l.cp.max(1);
         match self.stack.rank_order {
-            RankOrder::TensorDataPipeline => l.tp * (d + l.dp * p),
-            RankOrder::TensorPipelineData => l.tp * (p + l.pp * d),
+            RankOrder::TensorDataPipeline => tc * (d + l.dp * p),
+            RankOrder::TensorPipelineData => tc * (p + l.pp * d),
         }
     }
 
@@ -166,26 +184,36 @@ impl CostModel<'_> {
         }
     }
 
+    /// The reduction runs over the data- and context-parallel ranks together (the
+    /// context-parallel ranks hold the same weights: Megatron-Core's data-parallel group with
+    /// context parallelism): `cp` neighbours t apart, each set `dp` times at the data-parallel
+    /// stride.
     pub fn grad_reduce_s(&self, params: f64) -> f64 {
         let l = self.layout;
-        if l.dp <= 1 {
+        let cp = l.cp.max(1);
+        let members = l.dp.saturating_mul(cp);
+        if members <= 1 {
             return 0.0;
         }
         let bytes = params * self.stack.grad_reduce_bytes_per_param;
         let first = self.rank(0, 0);
-        let last = self.rank(l.dp - 1, 0);
+        let last = self.rank(l.dp - 1, 0) + l.tp * (cp - 1);
         let stride = if l.dp > 1 {
-            (last - first) / (l.dp - 1)
+            (self.rank(l.dp - 1, 0) - first) / (l.dp - 1)
         } else {
             1
         };
         let per_domain = ranks_per_nvlink_domain(self.hw, l.tp);
-        let local = if stride >= per_domain {
+        // Members in one NVLink domain: the context-parallel neighbours that fit, times the
+        // data-parallel sets that fit beside them.
+        let local_cp = (per_domain / l.tp).clamp(1, cp);
+        let local_dp = if l.dp <= 1 || stride >= per_domain {
             1
         } else {
             (per_domain / stride).clamp(1, l.dp)
         };
-        let domains = l.dp.div_ceil(local);
+        let local = local_cp * local_dp;
+        let domains = members.div_ceil(local);
         let (first_node, last_node) = (self.node_of(first), self.node_of(last));
         let leaves = first_node / self.hw.network.nodes_per_leaf_switch as u64
             != last_node / self.hw.network.nodes_per_leaf_switch as u64;

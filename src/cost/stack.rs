@@ -90,6 +90,45 @@ impl FromStr for Attention {
     }
 }
 
+/// How the context-parallel ranks exchange keys and values (Megatron-Core
+/// `--cp-comm-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum CpComm {
+    /// A ring of point-to-point sends overlapped with the attention blocks (the default).
+    #[default]
+    P2p,
+    /// All-gather the K/V before the attention, reduce-scatter their gradients after.
+    AllGather,
+}
+
+impl CpComm {
+    pub const ALL: [CpComm; 2] = [CpComm::P2p, CpComm::AllGather];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpComm::P2p => "p2p",
+            CpComm::AllGather => "all-gather",
+        }
+    }
+}
+
+impl fmt::Display for CpComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CpComm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        CpComm::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown context-parallel exchange '{s}' (valid: p2p, all-gather)")
+            })
+    }
+}
+
 /// How ranks are numbered onto GPUs (GPU `g` of node `n` is rank `n * gpus_per_node + g`; where
 /// an NVLink domain spans several nodes and t = 16 does not tile it, a domain's leftover nodes
 /// are skipped, see `cost::network`).
@@ -108,6 +147,8 @@ pub struct Layout {
     pub tp: u64,
     pub pp: u64,
     pub dp: u64,
+    /// Context-parallel size: each sequence split over `cp` ranks (1: none).
+    pub cp: u64,
     pub micro_batch: u64,
     /// Model chunks per pipeline device (interleaving).
     pub chunks: u64,
@@ -144,6 +185,8 @@ pub struct Stack {
     pub overlap_param_gather: bool,
     /// ZeRO stage 1: optimizer state sharded over the data-parallel group.
     pub zero1: bool,
+    /// The context-parallel K/V exchange (with `Layout::cp` > 1).
+    pub cp_comm: CpComm,
     /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
     pub grad_reduce_bytes_per_param: f64,
     /// Memory traffic per parameter per micro-batch of accumulating the weight gradient into
@@ -191,6 +234,7 @@ impl Default for Stack {
             overlap_grad_reduce: false,
             overlap_param_gather: false,
             zero1: false,
+            cp_comm: CpComm::P2p,
             grad_reduce_bytes_per_param: 2.0,
             grad_accumulation_bytes_per_param: 12.0,
             grad_accumulation_fusion: false,
@@ -215,12 +259,13 @@ pub struct CostModel<'a> {
 }
 
 impl CostModel<'_> {
-    /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`.
+    /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`; `s` is the tokens of a
+    /// sequence one rank holds: the whole sequence over the context-parallel size.
     pub(super) fn dims(&self) -> (f64, f64, f64, f64, f64, f64, f64) {
         let m = self.model;
         (
             self.layout.micro_batch as f64,
-            m.seq_len as f64,
+            m.seq_len as f64 / self.layout.cp.max(1) as f64,
             m.hidden_size as f64,
             m.num_heads as f64,
             m.ffn_hidden_size as f64,

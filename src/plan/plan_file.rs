@@ -72,6 +72,9 @@ pub struct Parallelism {
     pub tp: u64,
     pub pp: u64,
     pub dp: u64,
+    /// Context-parallel size (omitted when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cp: u64,
     /// Sequences per micro-batch (b).
     pub micro_batch: u64,
     /// Sequences per optimizer step over all data-parallel replicas (B).
@@ -116,6 +119,7 @@ impl Parallelism {
             tp: 0,
             pp: 0,
             dp: 0,
+            cp: 1,
             micro_batch: 0,
             global_batch: 0,
             chunks: 0,
@@ -131,6 +135,12 @@ impl Parallelism {
     }
 }
 
+fn one() -> u64 {
+    1
+}
+fn is_one(v: &u64) -> bool {
+    *v == 1
+}
 fn default_precision() -> String {
     "bf16".to_string()
 }
@@ -324,6 +334,7 @@ pub fn plan_from_prediction(
             tp: pred.tp,
             pp: pred.pp,
             dp: pred.dp,
+            cp: pred.cp,
             micro_batch: pred.micro_batch,
             global_batch: pred.global_batch,
             chunks: schedule.chunks() as u64,
@@ -485,18 +496,21 @@ impl Plan {
             ("parallelism.micro_batch", par.micro_batch),
             ("parallelism.global_batch", par.global_batch),
             ("parallelism.chunks", par.chunks),
+            ("parallelism.cp", par.cp),
         ] {
             if v == 0 {
                 return Err(field(origin, name, "must be at least 1"));
             }
         }
-        if (par.tp as u128) * (par.pp as u128) * (par.dp as u128) != par.gpus as u128 {
+        if (par.tp as u128) * (par.cp as u128) * (par.pp as u128) * (par.dp as u128)
+            != par.gpus as u128
+        {
             return Err(field(
                 origin,
                 "parallelism.gpus",
                 format!(
-                    "{} != tp x pp x dp = {} x {} x {}",
-                    par.gpus, par.tp, par.pp, par.dp
+                    "{} != tp x cp x pp x dp = {} x {} x {} x {}",
+                    par.gpus, par.tp, par.cp, par.pp, par.dp
                 ),
             ));
         }

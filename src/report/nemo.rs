@@ -5,15 +5,14 @@
 //!
 //! The rows (`data/nemo-24.07-h100-fp8.json`, copied unchanged from the project's shared data)
 //! and the architectures with the source of every value (`data/nemo-24.07-models.json`) are
-//! compiled in; no IO. For each row with context parallelism 1, [`NemoCase::request`] builds a
-//! [`PredictRequest`] with the row's exact layout (t, p, d, b, B, schedule and chunks), the
+//! compiled in; no IO. For each row, [`NemoCase::request`] builds a
+//! [`PredictRequest`] with the row's exact layout (t, cp, p, d, b, B, schedule and chunks), the
 //! recompute and sequence-parallel settings of NeMo's 24.07 training config for the model, and
 //! the training [`Stack`] the caller passes: [`nemo_24_07_stack`] is today's (BF16, the
 //! distributed optimizer as ZeRO-1, overlapped gradient reduction); a newer stack (FP8, flash
 //! attention, communication overlap) is passed the same way. [`validate_nemo`] predicts every
 //! such row and compares model TFLOP/s per GPU (recomputation not counted, NeMo's convention)
-//! and tokens/s per GPU with the published figures. Rows with cp > 1 are skipped with a reason
-//! until pplan models context parallelism.
+//! and tokens/s per GPU with the published figures.
 
 use crate::cost::{Attention, CostModel, Layout, Recompute, Stack};
 use crate::inputs::hardware::{Hardware, Precision};
@@ -170,8 +169,6 @@ pub enum NemoError {
     Recompute { row: String, recompute: String },
     #[error("{row}: {source}")]
     Model { row: String, source: ModelError },
-    #[error("{row}: not predicted: {reason}")]
-    Unsupported { row: String, reason: String },
     #[error("{row}: {source}")]
     Predict { row: String, source: PredictError },
 }
@@ -237,6 +234,7 @@ pub fn model_flops_per_token(model: &Model, hw: &Hardware) -> f64 {
             tp: 1,
             pp: 1,
             dp: 1,
+            cp: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: false,
@@ -259,16 +257,6 @@ pub struct NemoCase {
 }
 
 impl NemoCase {
-    /// Why the row cannot be predicted yet, if it cannot.
-    pub fn skip_reason(&self) -> Option<String> {
-        (self.row.cp != 1).then(|| {
-            format!(
-                "context parallelism (cp = {}) is not modelled yet; the row joins when it is",
-                self.row.cp
-            )
-        })
-    }
-
     /// The recomputation of the model's NeMo 24.07 config.
     pub fn recompute(&self) -> Result<Recompute, NemoError> {
         match self.spec.recipe.recompute.as_str() {
@@ -283,24 +271,19 @@ impl NemoCase {
 
     /// The prediction request for this row on `hw` with the training stack `stack`: the row's
     /// GPUs, t, p, d, micro-batch, global batch, schedule and chunks; the config's recompute;
-    /// sequence parallelism when the config sets it and t > 1. Errors for cp > 1.
+    /// sequence parallelism when the config sets it and t > 1; the row's context parallelism.
     pub fn request<'a>(
         &'a self,
         hw: &'a Hardware,
         stack: Stack,
     ) -> Result<PredictRequest<'a>, NemoError> {
-        if let Some(reason) = self.skip_reason() {
-            return Err(NemoError::Unsupported {
-                row: self.row.id.clone(),
-                reason,
-            });
-        }
         let (schedule, chunks) = self.row.schedule()?;
         let mut req = PredictRequest::new(&self.model, hw);
         req.gpus = self.row.gpus_total;
         req.tp = self.row.t;
         req.pp = self.row.p;
         req.dp = Some(self.row.d);
+        req.cp = self.row.cp;
         req.micro_batch = self.row.micro_batch;
         req.global_batch = self.row.global_batch;
         req.schedule = Some(schedule);
@@ -360,19 +343,11 @@ pub struct NemoComparison {
     pub tokens_error: f64,
 }
 
-/// A row left out, and why.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NemoSkip {
-    pub row: NemoRow,
-    pub reason: String,
-}
-
 /// The comparison over all rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NemoReport {
     pub hardware: String,
     pub compared: Vec<NemoComparison>,
-    pub skipped: Vec<NemoSkip>,
 }
 
 impl NemoReport {
@@ -396,7 +371,7 @@ impl NemoReport {
             })
     }
 
-    /// The Markdown table of docs/validation.md, then the error summary and the skipped rows.
+    /// The Markdown table of docs/validation.md, then the error summary.
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         s += "| row | model | GPUs | t/p/d/cp | b | B | schedule | published TFLOP/s | predicted TFLOP/s | error | published tokens/s/GPU | predicted tokens/s/GPU | error | peak memory (GB) |\n";
@@ -432,25 +407,6 @@ impl NemoReport {
                 if p.fits { "" } else { " (does not fit)" },
             );
         }
-        for k in &self.skipped {
-            let r = &k.row;
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {}/{}/{}/{} | {} | {} | {} | {:.0} | – | – | {:.0} | – | – | – |",
-                r.id,
-                r.model,
-                r.gpus_total,
-                r.t,
-                r.p,
-                r.d,
-                r.cp,
-                r.micro_batch,
-                r.global_batch,
-                r.schedule,
-                r.tflops_per_gpu,
-                r.tokens_per_s_per_gpu,
-            );
-        }
         s += "\n";
         if let Some(w) = self.worst() {
             let _ = writeln!(
@@ -465,9 +421,6 @@ impl NemoReport {
                 100.0 * self.tokens_mae(),
             );
         }
-        for k in &self.skipped {
-            let _ = writeln!(s, "{} ({}) skipped: {}", k.row.id, k.row.model, k.reason);
-        }
         s
     }
 }
@@ -481,19 +434,11 @@ fn mean(it: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-/// Predict every row with cp = 1 on `hw` with the training stack `stack` and compare with the
-/// published figures; rows with cp > 1 are listed in [`NemoReport::skipped`].
+/// Predict every row on `hw` with the training stack `stack` and compare with the published
+/// figures.
 pub fn validate_nemo(hw: &Hardware, stack: Stack) -> Result<NemoReport, NemoError> {
     let mut compared = Vec::new();
-    let mut skipped = Vec::new();
     for case in nemo_cases()? {
-        if let Some(reason) = case.skip_reason() {
-            skipped.push(NemoSkip {
-                row: case.row.clone(),
-                reason,
-            });
-            continue;
-        }
         let req = case.request(hw, stack)?;
         let prediction = predict(&req).map_err(|source| NemoError::Predict {
             row: case.row.id.clone(),
@@ -512,7 +457,6 @@ pub fn validate_nemo(hw: &Hardware, stack: Stack) -> Result<NemoReport, NemoErro
     Ok(NemoReport {
         hardware: hw.name.clone(),
         compared,
-        skipped,
     })
 }
 

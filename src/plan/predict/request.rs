@@ -19,8 +19,10 @@ pub struct PredictRequest<'a> {
     pub gpus: u64,
     pub tp: u64,
     pub pp: u64,
-    /// `None`: gpus / (tp * pp).
+    /// `None`: gpus / (tp * cp * pp).
     pub dp: Option<u64>,
+    /// Context-parallel size (1: none): each sequence split over `cp` ranks.
+    pub cp: u64,
     pub global_batch: u64,
     pub micro_batch: u64,
     /// `None`: `interleaved-1f1b` when `chunks > 1`, else `1f1b`.
@@ -85,6 +87,7 @@ impl<'a> PredictRequest<'a> {
             tp: 1,
             pp: 1,
             dp: None,
+            cp: 1,
             global_batch: 1,
             micro_batch: 1,
             schedule: None,
@@ -152,6 +155,8 @@ pub struct Prediction {
     pub chunks: u64,
     pub recompute: String,
     pub sequence_parallel: bool,
+    /// Context-parallel size.
+    pub cp: u64,
     /// Optimizer state sharded over the data-parallel group (ZeRO-1).
     pub zero1: bool,
     pub global_batch: u64,
@@ -172,15 +177,23 @@ pub struct Prediction {
 pub enum PredictError {
     #[error("{flag} must be at least 1 (got {value})")]
     Zero { flag: &'static str, value: u64 },
-    #[error("--tp x --pp x --dp must equal --gpus: {tp} x {pp} x {dp} = {} but --gpus is {gpus}", (*tp as u128) * (*pp as u128) * (*dp as u128))]
+    #[error("--tp x --cp x --pp x --dp must equal --gpus: {tp} x {cp} x {pp} x {dp} = {} but --gpus is {gpus}", (*tp as u128) * (*cp as u128) * (*pp as u128) * (*dp as u128))]
     GpuCount {
         gpus: u64,
         tp: u64,
+        cp: u64,
         pp: u64,
         dp: u64,
     },
-    #[error("--gpus {gpus} is not divisible by --tp x --pp = {}; valid --gpus are multiples of {}", (*tp as u128) * (*pp as u128), (*tp as u128) * (*pp as u128))]
-    GpusNotDivisible { gpus: u64, tp: u64, pp: u64 },
+    #[error("--gpus {gpus} is not divisible by --tp x --cp x --pp = {}; valid --gpus are multiples of {}", (*tp as u128) * (*cp as u128) * (*pp as u128), (*tp as u128) * (*cp as u128) * (*pp as u128))]
+    GpusNotDivisible {
+        gpus: u64,
+        tp: u64,
+        cp: u64,
+        pp: u64,
+    },
+    #[error("--cp {cp}: {reason}")]
+    ContextParallel { cp: u64, reason: String },
     #[error(
         "--tp {tp} must divide the model's {what} ({count}); valid --tp: {}",
         list(valid)
@@ -263,6 +276,7 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         ("--global-batch", req.global_batch),
         ("--micro-batch", req.micro_batch),
         ("--chunks", req.chunks),
+        ("--cp", req.cp),
     ] {
         if value == 0 {
             return Err(PredictError::Zero { flag, value });
@@ -285,24 +299,58 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         }
         Some(dp) => dp,
         None => {
-            let tp_pp = req.tp.saturating_mul(req.pp);
-            if req.tp.checked_mul(req.pp).is_none() || req.gpus % tp_pp != 0 {
-                return Err(PredictError::GpusNotDivisible {
-                    gpus: req.gpus,
-                    tp: req.tp,
-                    pp: req.pp,
-                });
+            let group = req
+                .tp
+                .checked_mul(req.cp)
+                .and_then(|x| x.checked_mul(req.pp));
+            match group {
+                Some(g) if req.gpus % g == 0 => req.gpus / g,
+                _ => {
+                    return Err(PredictError::GpusNotDivisible {
+                        gpus: req.gpus,
+                        tp: req.tp,
+                        cp: req.cp,
+                        pp: req.pp,
+                    })
+                }
             }
-            req.gpus / tp_pp
         }
     };
-    if req.tp.checked_mul(req.pp).and_then(|x| x.checked_mul(dp)) != Some(req.gpus) {
+    if req
+        .tp
+        .checked_mul(req.cp)
+        .and_then(|x| x.checked_mul(req.pp))
+        .and_then(|x| x.checked_mul(dp))
+        != Some(req.gpus)
+    {
         return Err(PredictError::GpuCount {
             gpus: req.gpus,
             tp: req.tp,
+            cp: req.cp,
             pp: req.pp,
             dp,
         });
+    }
+    if req.cp > 1 {
+        // Megatron-Core runs context parallelism inside Transformer Engine's fused attention,
+        // and splits each sequence into 2 cp chunks for the causal load balance.
+        if req.stack.attention != Attention::Flash {
+            return Err(PredictError::ContextParallel {
+                cp: req.cp,
+                reason: "context parallelism needs --attention flash (Megatron-Core runs it inside Transformer Engine's fused attention); valid: --attention flash, or --cp 1".into(),
+            });
+        }
+        let s = req.model.seq_len;
+        if s % (2 * req.cp) != 0 {
+            return Err(PredictError::ContextParallel {
+                cp: req.cp,
+                reason: format!(
+                    "the sequence length {s} must be divisible by 2 x cp = {} (each rank takes two of 2 cp chunks for the causal load balance); valid --cp: {}",
+                    2 * req.cp,
+                    list(&divisors(s).into_iter().filter(|c| s % (2 * c) == 0).collect::<Vec<_>>())
+                ),
+            });
+        }
     }
     let m = req.model;
     for (what, count) in [

@@ -40,6 +40,7 @@ pub fn step_costs(
         tp: req.tp,
         pp: p,
         dp,
+        cp: req.cp,
         micro_batch: req.micro_batch,
         chunks: req.chunks,
         sequence_parallel: req.sequence_parallel,
@@ -61,7 +62,7 @@ pub fn step_costs(
     };
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
-    let dims = ActDims::new(model, req.micro_batch, req.tp);
+    let dims = ActDims::new(model, req.micro_batch, req.tp).context_parallel(req.cp);
     let layer_act = memory::layer_activation_bytes_for(
         dims,
         req.recompute,
@@ -159,9 +160,15 @@ pub fn step_costs(
             weight_grad_bytes: weight_share,
         });
         tp_comm.push(TpCommNs {
-            forward_ns: ns(c.forward.tp_comm_s + c.forward.tp_hidden_s),
-            backward_ns: ns(c.backward_input.tp_comm_s + c.backward_input.tp_hidden_s),
-            overlapped: c.forward.tp_hidden_s > 0.0,
+            forward_ns: ns(c.forward.tp_comm_s
+                + c.forward.tp_hidden_s
+                + c.forward.cp_comm_s
+                + c.forward.cp_hidden_s),
+            backward_ns: ns(c.backward_input.tp_comm_s
+                + c.backward_input.tp_hidden_s
+                + c.backward_input.cp_comm_s
+                + c.backward_input.cp_hidden_s),
+            overlapped: c.forward.tp_hidden_s + c.forward.cp_hidden_s > 0.0,
         });
         stage_params.push(params);
     }
@@ -190,7 +197,7 @@ pub fn step_costs(
     let static_bytes: Vec<u64> = device_params
         .iter()
         .map(|&prm| {
-            memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1)
+            memory::model_state_bytes(prm.ceil() as u64, dp * req.cp, req.stack.zero1)
                 .saturating_add(extra_weights(prm))
                 .saturating_add(working)
                 .min(1 << 60)
@@ -199,7 +206,7 @@ pub fn step_costs(
     let model_state_max_bytes = device_params
         .iter()
         .map(|&prm| {
-            memory::model_state_bytes(prm.ceil() as u64, dp, req.stack.zero1)
+            memory::model_state_bytes(prm.ceil() as u64, dp * req.cp, req.stack.zero1)
                 .saturating_add(extra_weights(prm))
         })
         .max()
@@ -218,7 +225,7 @@ pub fn step_costs(
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
         grad_reduce_buckets: stage_params
             .iter()
-            .map(|&prm| grad_reduce_buckets(prm, dp))
+            .map(|&prm| grad_reduce_buckets(prm, dp * req.cp))
             .collect(),
         optimizer_ns: device_params
             .iter()
@@ -284,6 +291,7 @@ pub fn prediction_from(
             tp: req.tp,
             pp: req.pp,
             dp: step.dp,
+            cp: req.cp,
             micro_batch: req.micro_batch,
             chunks: req.chunks,
             sequence_parallel: req.sequence_parallel,
@@ -315,7 +323,7 @@ pub fn prediction_from(
     let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
     let memory_breakdown = MemoryBreakdown::new(
         step.device_params.get(fullest).copied().unwrap_or(0),
-        step.dp,
+        step.dp * req.cp,
         req.stack.zero1,
         req.stack.low_precision_weight_bytes_per_param(),
         tensor_peak,
@@ -356,6 +364,7 @@ pub fn prediction_from(
         chunks: req.chunks,
         recompute: req.recompute.as_str().to_string(),
         sequence_parallel: req.sequence_parallel,
+        cp: req.cp,
         zero1: req.stack.zero1,
         global_batch: req.global_batch,
         model_state_bytes: step.model_state_max_bytes,
@@ -401,6 +410,7 @@ pub fn balance_problem(
             tp: req.tp,
             pp: p,
             dp,
+            cp: req.cp,
             micro_batch: req.micro_batch,
             chunks: req.chunks,
             sequence_parallel: req.sequence_parallel,

@@ -21,6 +21,9 @@ pub struct Pins {
     pub tp: Option<u64>,
     pub pp: Option<u64>,
     pub dp: Option<u64>,
+    /// Context-parallel size (unpinned: 1, and with flash attention every cp that divides the
+    /// sequence into 2 cp chunks and keeps t x cp on NVLink).
+    pub cp: Option<u64>,
     pub micro_batch: Option<u64>,
     pub schedule: Option<ScheduleName>,
     pub chunks: Option<u64>,
@@ -93,6 +96,7 @@ pub struct Candidate {
     pub tp: u64,
     pub pp: u64,
     pub dp: u64,
+    pub cp: u64,
     pub micro_batch: u64,
     pub microbatches: u64,
     pub schedule: ScheduleName,
@@ -122,10 +126,25 @@ fn recompute_index(r: Recompute) -> usize {
 
 impl Candidate {
     /// The documented tie order after step time and peak memory.
-    pub fn tie_key(&self) -> (u64, u64, u64, u64, usize, u64, usize, bool, bool, Split) {
+    pub fn tie_key(
+        &self,
+    ) -> (
+        u64,
+        u64,
+        u64,
+        u64,
+        u64,
+        usize,
+        u64,
+        usize,
+        bool,
+        bool,
+        Split,
+    ) {
         (
             self.pp,
             self.tp,
+            self.cp,
             self.dp,
             self.micro_batch,
             schedule_index(self.schedule),
@@ -143,6 +162,7 @@ impl Candidate {
             self.tp,
             self.pp,
             self.dp,
+            self.cp,
             self.micro_batch,
             recompute_index(self.recompute),
             self.sequence_parallel,
@@ -181,6 +201,7 @@ impl Candidate {
         r.tp = self.tp;
         r.pp = self.pp;
         r.dp = Some(self.dp);
+        r.cp = self.cp;
         r.global_batch = req.global_batch;
         r.micro_batch = self.micro_batch;
         r.schedule = Some(self.schedule);
@@ -199,8 +220,8 @@ impl Candidate {
 /// (schedule index, p, m, v).
 pub(super) type ScheduleKey = (usize, u64, u64, u64);
 
-/// (t, p, d, b, recompute index, sequence parallel, v, V placement).
-pub(super) type BalanceKey = (u64, u64, u64, u64, usize, bool, u64, bool);
+/// (t, p, d, cp, b, recompute index, sequence parallel, v, V placement).
+pub(super) type BalanceKey = (u64, u64, u64, u64, u64, usize, bool, u64, bool);
 
 /// Balanced stage layer counts per [`BalanceKey`].
 pub(super) type Splits = BTreeMap<BalanceKey, Arc<[u32]>>;
@@ -270,6 +291,10 @@ pub enum Reason {
     TpAcrossNodes,
     /// t does not divide the attention heads or key/value heads.
     TpHeads,
+    /// cp > 1 with t x cp beyond an NVLink domain or not tiling it, while --cp is not pinned.
+    CpAcrossNodes,
+    /// The sequence does not split into 2 cp equal chunks (causal load balance).
+    CpSequence,
     /// p (or p·v) exceeds the layers.
     TooManyStages,
     /// The global batch is not divisible by d.
@@ -293,9 +318,11 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 14] = [
         Reason::TpAcrossNodes,
         Reason::TpHeads,
+        Reason::CpAcrossNodes,
+        Reason::CpSequence,
         Reason::TooManyStages,
         Reason::BatchNotDivisible,
         Reason::MicroBatchNotDivisible,
@@ -313,6 +340,8 @@ impl Reason {
         match self {
             Reason::TpAcrossNodes
             | Reason::TpHeads
+            | Reason::CpAcrossNodes
+            | Reason::CpSequence
             | Reason::BatchNotDivisible
             | Reason::MicroBatchNotDivisible => "layout",
             _ => "candidate",
@@ -323,6 +352,8 @@ impl Reason {
         match self {
             Reason::TpAcrossNodes => "tp_across_nodes",
             Reason::TpHeads => "tp_heads",
+            Reason::CpAcrossNodes => "cp_across_nodes",
+            Reason::CpSequence => "cp_sequence",
             Reason::TooManyStages => "too_many_stages",
             Reason::BatchNotDivisible => "batch_not_divisible",
             Reason::MicroBatchNotDivisible => "micro_batch_not_divisible",
@@ -353,6 +384,14 @@ impl Reason {
             Reason::TpHeads => format!(
                 "t must divide the {} attention heads and {} key/value heads",
                 m.num_heads, m.num_kv_heads
+            ),
+            Reason::CpAcrossNodes => format!(
+                "t x cp must divide the {} GPUs of an NVLink domain (pin --cp to go across)",
+                req.hardware.nvlink_domain_gpus()
+            ),
+            Reason::CpSequence => format!(
+                "the sequence of {} tokens must split into 2 x cp equal chunks",
+                m.seq_len
             ),
             Reason::TooManyStages => format!(
                 "p x v stages must not exceed the {} layers (zbv and dualpipev: 2p)",
@@ -569,12 +608,18 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
         ("--dp", p.dp),
         ("--micro-batch", p.micro_batch),
         ("--chunks", p.chunks),
+        ("--cp", p.cp),
     ] {
         if value == Some(0) {
             return Err(SearchError::Zero { flag, value: 0 });
         }
     }
-    for (flag, value) in [("--tp", p.tp), ("--pp", p.pp), ("--dp", p.dp)] {
+    for (flag, value) in [
+        ("--tp", p.tp),
+        ("--pp", p.pp),
+        ("--dp", p.dp),
+        ("--cp", p.cp),
+    ] {
         if let Some(v) = value {
             if req.gpus % v != 0 {
                 return Err(SearchError::Pin(format!(
@@ -584,6 +629,11 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
                 )));
             }
         }
+    }
+    if p.cp.is_some_and(|c| c > 1) && req.stack.attention != crate::cost::Attention::Flash {
+        return Err(SearchError::Pin(
+            "--cp above 1 needs --attention flash (Megatron-Core runs context parallelism inside Transformer Engine's fused attention)".to_string(),
+        ));
     }
     if let (Some(s), Some(v)) = (p.schedule, p.chunks) {
         let ok = match s.fixed_chunks() {
@@ -628,122 +678,137 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         Some(r) => vec![r],
         None => Recompute::ALL.to_vec(),
     };
+    let flash = req.stack.attention == crate::cost::Attention::Flash;
     for t in divisors(n) {
         if pins.tp.is_some_and(|x| x != t) {
             continue;
         }
-        for p in divisors(n / t) {
-            if pins.pp.is_some_and(|x| x != p) {
-                continue;
-            }
-            let d = n / t / p;
-            if pins.dp.is_some_and(|x| x != d) {
-                continue;
-            }
-            layouts += 1;
-            let layout_reason = if pins.tp.is_none() && (t > domain || domain % t != 0) {
-                Some(Reason::TpAcrossNodes)
-            } else if model.num_heads % t != 0 || model.num_kv_heads % t != 0 {
-                Some(Reason::TpHeads)
-            } else if req.global_batch % d != 0 {
-                Some(Reason::BatchNotDivisible)
-            } else if pins
-                .micro_batch
-                .is_some_and(|b| (req.global_batch / d) % b != 0)
-            {
-                Some(Reason::MicroBatchNotDivisible)
-            } else {
-                None
-            };
-            if let Some(r) = layout_reason {
-                tally.add(r, 1);
-                continue;
-            }
-            layouts_valid += 1;
-            let per_replica = req.global_batch / d;
-            let sps: Vec<bool> = match pins.sequence_parallel {
-                Some(x) => vec![x],
-                None if t > 1 => vec![false, true],
-                None => vec![false],
-            };
-            let zeros: Vec<bool> = match pins.zero1 {
-                Some(x) => vec![x],
-                None if d > 1 => vec![false, true],
-                None => vec![false],
-            };
-            let variants = (recomputes.len() * sps.len() * zeros.len()) as u64;
-            let bs = match pins.micro_batch {
-                Some(b) => vec![b],
-                None => divisors(per_replica),
-            };
-            for &b in &bs {
-                let m = per_replica / b;
-                for &s in &schedules {
-                    // With one pipeline device every schedule runs the same work back to back;
-                    // 1F1B holds the fewest activations, so the others are not enumerated.
-                    if p == 1 && pins.schedule.is_none() && s != ScheduleName::OneFOneB {
-                        continue;
-                    }
-                    let vs: Vec<u64> = match (s.fixed_chunks(), pins.chunks) {
-                        (Some(f), _) => vec![f as u64],
-                        (None, Some(v)) if s.supports_chunks() || v == 1 => vec![v],
-                        (None, Some(_)) => continue,
-                        (None, None) if s.supports_chunks() => {
-                            if p > 1 && layers % p == 0 {
-                                divisors(layers / p)
-                                    .into_iter()
-                                    .filter(|&v| v > 1)
-                                    .collect()
-                            } else {
-                                Vec::new()
-                            }
-                        }
-                        (None, None) => vec![1],
-                    };
-                    for v in vs {
-                        evaluated += variants;
-                        let stages = p.saturating_mul(v);
-                        let per_pair = if s.splits_backward() { 3u128 } else { 2 };
-                        let reason = if v > 1 && p == 1 {
-                            Some(Reason::ChunksNeedPipeline)
-                        } else if stages > layers {
-                            Some(Reason::TooManyStages)
-                        } else if v > 1 && s.supports_chunks() && layers % stages != 0 {
-                            Some(Reason::LayersNotDivisible)
-                        } else if s == ScheduleName::Interleaved1F1B && v > 1 && m % p != 0 {
-                            Some(Reason::MicrobatchesNotMultipleOfP)
-                        } else if (s == ScheduleName::DualPipeV && m < 2 * p)
-                            || (s == ScheduleName::PipeDream2BW && m < p)
-                        {
-                            Some(Reason::TooFewMicrobatches)
-                        } else if per_pair * m as u128 * stages as u128
-                            > MAX_SIMULATED_ACTIONS as u128
-                            || m > u32::MAX as u64
-                        {
-                            Some(Reason::TooLarge)
-                        } else {
-                            None
-                        };
-                        if let Some(r) = reason {
-                            tally.add(r, variants);
+        // Context parallelism runs only in the fused attention kernel.
+        let cps: Vec<u64> = match pins.cp {
+            Some(c) => vec![c],
+            None if flash => divisors(n / t),
+            None => vec![1],
+        };
+        for c in cps.into_iter().filter(|&c| (n / t) % c == 0) {
+            for p in divisors(n / t / c) {
+                if pins.pp.is_some_and(|x| x != p) {
+                    continue;
+                }
+                let d = n / t / c / p;
+                if pins.dp.is_some_and(|x| x != d) {
+                    continue;
+                }
+                layouts += 1;
+                let tc = t * c;
+                let layout_reason = if pins.tp.is_none() && (t > domain || domain % t != 0) {
+                    Some(Reason::TpAcrossNodes)
+                } else if model.num_heads % t != 0 || model.num_kv_heads % t != 0 {
+                    Some(Reason::TpHeads)
+                } else if c > 1 && pins.cp.is_none() && (tc > domain || domain % tc != 0) {
+                    Some(Reason::CpAcrossNodes)
+                } else if c > 1 && model.seq_len % (2 * c) != 0 {
+                    Some(Reason::CpSequence)
+                } else if req.global_batch % d != 0 {
+                    Some(Reason::BatchNotDivisible)
+                } else if pins
+                    .micro_batch
+                    .is_some_and(|b| (req.global_batch / d) % b != 0)
+                {
+                    Some(Reason::MicroBatchNotDivisible)
+                } else {
+                    None
+                };
+                if let Some(r) = layout_reason {
+                    tally.add(r, 1);
+                    continue;
+                }
+                layouts_valid += 1;
+                let per_replica = req.global_batch / d;
+                let sps: Vec<bool> = match pins.sequence_parallel {
+                    Some(x) => vec![x],
+                    None if t > 1 => vec![false, true],
+                    None => vec![false],
+                };
+                let zeros: Vec<bool> = match pins.zero1 {
+                    Some(x) => vec![x],
+                    None if d > 1 => vec![false, true],
+                    None => vec![false],
+                };
+                let variants = (recomputes.len() * sps.len() * zeros.len()) as u64;
+                let bs = match pins.micro_batch {
+                    Some(b) => vec![b],
+                    None => divisors(per_replica),
+                };
+                for &b in &bs {
+                    let m = per_replica / b;
+                    for &s in &schedules {
+                        // With one pipeline device every schedule runs the same work back to back;
+                        // 1F1B holds the fewest activations, so the others are not enumerated.
+                        if p == 1 && pins.schedule.is_none() && s != ScheduleName::OneFOneB {
                             continue;
                         }
-                        for &recompute in &recomputes {
-                            for &sp in &sps {
-                                for &z in &zeros {
-                                    out.push(Candidate {
-                                        tp: t,
-                                        pp: p,
-                                        dp: d,
-                                        micro_batch: b,
-                                        microbatches: m,
-                                        schedule: s,
-                                        chunks: v,
-                                        recompute,
-                                        sequence_parallel: sp,
-                                        zero1: z,
-                                        split: Split::Even,
-                                    });
+                        let vs: Vec<u64> = match (s.fixed_chunks(), pins.chunks) {
+                            (Some(f), _) => vec![f as u64],
+                            (None, Some(v)) if s.supports_chunks() || v == 1 => vec![v],
+                            (None, Some(_)) => continue,
+                            (None, None) if s.supports_chunks() => {
+                                if p > 1 && layers % p == 0 {
+                                    divisors(layers / p)
+                                        .into_iter()
+                                        .filter(|&v| v > 1)
+                                        .collect()
+                                } else {
+                                    Vec::new()
+                                }
+                            }
+                            (None, None) => vec![1],
+                        };
+                        for v in vs {
+                            evaluated += variants;
+                            let stages = p.saturating_mul(v);
+                            let per_pair = if s.splits_backward() { 3u128 } else { 2 };
+                            let reason = if v > 1 && p == 1 {
+                                Some(Reason::ChunksNeedPipeline)
+                            } else if stages > layers {
+                                Some(Reason::TooManyStages)
+                            } else if v > 1 && s.supports_chunks() && layers % stages != 0 {
+                                Some(Reason::LayersNotDivisible)
+                            } else if s == ScheduleName::Interleaved1F1B && v > 1 && m % p != 0 {
+                                Some(Reason::MicrobatchesNotMultipleOfP)
+                            } else if (s == ScheduleName::DualPipeV && m < 2 * p)
+                                || (s == ScheduleName::PipeDream2BW && m < p)
+                            {
+                                Some(Reason::TooFewMicrobatches)
+                            } else if per_pair * m as u128 * stages as u128
+                                > MAX_SIMULATED_ACTIONS as u128
+                                || m > u32::MAX as u64
+                            {
+                                Some(Reason::TooLarge)
+                            } else {
+                                None
+                            };
+                            if let Some(r) = reason {
+                                tally.add(r, variants);
+                                continue;
+                            }
+                            for &recompute in &recomputes {
+                                for &sp in &sps {
+                                    for &z in &zeros {
+                                        out.push(Candidate {
+                                            tp: t,
+                                            pp: p,
+                                            dp: d,
+                                            cp: c,
+                                            micro_batch: b,
+                                            microbatches: m,
+                                            schedule: s,
+                                            chunks: v,
+                                            recompute,
+                                            sequence_parallel: sp,
+                                            zero1: z,
+                                            split: Split::Even,
+                                        });
+                                    }
                                 }
                             }
                         }
