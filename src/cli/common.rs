@@ -260,8 +260,16 @@ pub(crate) fn load_model_and_hardware(
     ),
     CliError,
 > {
+    let name = model;
     let mut model =
         pplan::inputs::model::Model::load(model).map_err(|e| CliError::Input(e.to_string()))?;
+    if seq_len.is_none() && model.seq_len_defaulted {
+        eprintln!(
+            "note: --model '{name}' gives no training sequence length (max_position_embeddings is the context limit); using {} tokens, pplan's default ({} or max_position_embeddings when shorter); set --seq-len to change it",
+            model.seq_len,
+            pplan::inputs::model::DEFAULT_SEQ_LEN
+        );
+    }
     if let Some(len) = seq_len {
         model.seq_len = len;
         model

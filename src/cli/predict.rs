@@ -44,7 +44,9 @@ pub(crate) struct PredictArgs {
     /// Sequence parallelism (Korthikanti et al. 2022).
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) sequence_parallel: OnOff,
-    /// Override the model's sequence length.
+    /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
+    /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
+    /// max_position_embeddings when shorter (never the whole context window).
     #[arg(long)]
     pub(crate) seq_len: Option<u64>,
     /// Start each stage's data-parallel gradient reduction when its last backward finishes
@@ -169,8 +171,9 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         Format::Json => print_json(&pred)?,
         Format::Table => {
             println!(
-                "{} on {} x {}: t={} p={} d={} b={} m={} {} v={} recompute={} sp={}",
+                "{} (seq={}) on {} x {}: t={} p={} d={} b={} m={} {} v={} recompute={} sp={}",
                 pred.model,
+                model.seq_len,
                 pred.gpus,
                 pred.hardware,
                 pred.tp,

@@ -21,7 +21,9 @@ pub(crate) struct PlanSearchArgs {
     /// Global batch size B in sequences.
     #[arg(long, default_value_t = 3072)]
     pub(crate) global_batch: u64,
-    /// Override the model's sequence length.
+    /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
+    /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
+    /// max_position_embeddings when shorter (never the whole context window).
     #[arg(long)]
     pub(crate) seq_len: Option<u64>,
     /// How many ranked configurations to show.
