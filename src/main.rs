@@ -70,7 +70,9 @@ fn restore_default_sigpipe() {
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(cli::common::join_negative_values(
+        std::env::args_os().collect(),
+    )) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };

@@ -218,3 +218,202 @@ fn every_generator_round_trips_through_csv() {
         }
     }
 }
+
+/// Seeded fuzzing of every file reader and of the flag sets, through the library readers and the
+/// binary: no panic, no hang, exit 0 or 2. `PPLAN_FUZZ_CASES` (default 40) sets the number of
+/// cases and `PPLAN_FUZZ_SEED` the seed (printed on failure), e.g.
+/// `PPLAN_FUZZ_CASES=5000 cargo test --release --test fuzz seeded`.
+mod seeded {
+    use serde_json::Value;
+    use std::time::{Duration, Instant};
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            // xorshift64*: small, deterministic, enough to pick mutations.
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+            &xs[(self.next() % xs.len() as u64) as usize]
+        }
+    }
+
+    fn settings() -> (u64, u64) {
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        (
+            env("PPLAN_FUZZ_SEED", 0x5eed_17),
+            env("PPLAN_FUZZ_CASES", 40),
+        )
+    }
+
+    fn junk(r: &mut Rng) -> Value {
+        r.pick(&[
+            serde_json::json!(-1),
+            serde_json::json!(0),
+            serde_json::json!(1e300),
+            serde_json::json!(-0.5),
+            serde_json::json!("x"),
+            serde_json::json!(null),
+            serde_json::json!([]),
+            serde_json::json!({}),
+            serde_json::json!(true),
+            serde_json::json!(18446744073709551615u64),
+        ])
+        .clone()
+    }
+
+    /// Replace one random leaf (or container) of `v` by junk.
+    fn mutate(v: &mut Value, r: &mut Rng) {
+        let n = match v {
+            Value::Object(o) if !o.is_empty() => o.len(),
+            Value::Array(a) if !a.is_empty() => a.len(),
+            _ => {
+                *v = junk(r);
+                return;
+            }
+        };
+        let i = (r.next() % n as u64) as usize;
+        if r.next() % 4 == 0 {
+            *v = junk(r);
+            return;
+        }
+        match v {
+            Value::Object(o) => mutate(o.values_mut().nth(i).unwrap(), r),
+            Value::Array(a) => mutate(&mut a[i], r),
+            _ => unreachable!(),
+        }
+    }
+
+    fn read(path: &str) -> String {
+        std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    #[test]
+    fn seeded_file_readers_never_panic() {
+        let (seed, cases) = settings();
+        let mut r = Rng(seed | 1);
+        type Reader = fn(&str) -> bool;
+        let readers: [(&str, Reader); 5] = [
+            ("tests/data/hf/qwen3-32b.json", |t| {
+                pplan::inputs::model::Model::from_json(t, "m").is_ok()
+            }),
+            ("examples/models/gpt-1.7b-megatron.json", |t| {
+                pplan::inputs::model::Model::from_json(t, "m").is_ok()
+            }),
+            ("hardware/h100-80gb.json", |t| {
+                pplan::inputs::hardware::Hardware::from_json(t, "h").is_ok()
+            }),
+            ("examples/profiles/uneven-12.json", |t| {
+                pplan::inputs::profile::LayerProfile::from_json(t, "p").is_ok()
+            }),
+            ("tests/data/hf/gemma-2-9b.json", |t| {
+                pplan::inputs::model::Model::from_json(t, "g").is_ok()
+            }),
+        ];
+        for case in 0..cases {
+            for (path, reader) in &readers {
+                let mut v: Value = serde_json::from_str(&read(path)).unwrap();
+                for _ in 0..=r.next() % 3 {
+                    mutate(&mut v, &mut r);
+                }
+                let text = v.to_string();
+                let ok = std::panic::catch_unwind(|| reader(&text));
+                assert!(
+                    ok.is_ok(),
+                    "seed {seed} case {case}: {path} panicked on {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn seeded_flag_sets_exit_0_or_2() {
+        let (seed, cases) = settings();
+        let mut r = Rng(seed | 1);
+        let values = [
+            "-1",
+            "0",
+            "1",
+            "2",
+            "3",
+            "8",
+            "-0.5",
+            "nan",
+            "1e30",
+            "x",
+            "4294967296",
+        ];
+        let sets: [(&[&str], &[&str]); 3] = [
+            (
+                &["simulate", "--schedule", "zbv"],
+                &[
+                    "--stages",
+                    "--microbatches",
+                    "--forward",
+                    "--backward",
+                    "--backward-input",
+                    "--backward-weight",
+                    "--p2p",
+                    "--chunks",
+                ],
+            ),
+            (
+                &["predict", "--model", "gpt-1.7b"],
+                &[
+                    "--gpus",
+                    "--tp",
+                    "--pp",
+                    "--global-batch",
+                    "--micro-batch",
+                    "--chunks",
+                    "--seq-len",
+                ],
+            ),
+            (
+                &["partition", "--profile", "examples/profiles/uneven-12.json"],
+                &["--stages", "--devices", "--microbatches", "--memory-limit"],
+            ),
+        ];
+        for case in 0..cases.div_ceil(4) {
+            let (base, flags) = r.pick(&sets);
+            let mut args: Vec<&str> = base.to_vec();
+            for f in *flags {
+                if r.next() % 3 != 0 {
+                    args.extend([*f, *r.pick(&values)]);
+                }
+            }
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pplan"))
+                .args(&args)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let start = Instant::now();
+            let status = loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break s;
+                }
+                if start.elapsed() > Duration::from_secs(60) {
+                    child.kill().ok();
+                    panic!("seed {seed} case {case}: pplan {args:?} hung");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).ok();
+            assert!(
+                matches!(status.code(), Some(0 | 2)) && !err.contains("panicked"),
+                "seed {seed} case {case}: pplan {args:?}: {status:?} {err}"
+            );
+        }
+    }
+}

@@ -292,11 +292,11 @@ pub fn trace(r: &RunResult) -> Trace {
             0,
             format!("device {d}"),
         ));
-        events.push(pplan::report::trace::meta(
+        events.push(pplan::report::trace::sort_index(
             "process_sort_index",
             d,
             0,
-            d.to_string(),
+            d,
         ));
         for s in [
             Stream::Compute,
@@ -341,6 +341,7 @@ pub fn trace(r: &RunResult) -> Trace {
                 kind: sp.kind.map(|k| k.to_string()),
                 peer: sp.peer,
                 name: None,
+                sort_index: None,
                 step: Some(s.step),
             }),
         });

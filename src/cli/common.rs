@@ -33,6 +33,67 @@ pub(crate) enum Format {
     Json,
 }
 
+/// `--flag -1` becomes `--flag=-1`, so that clap hands a negative number to the flag's value
+/// parser (which says what the flag accepts) instead of reporting an unknown argument '-1'.
+/// pplan has no positional arguments, so a token `-<digit>…` or `-.<digit>…` after a flag can
+/// only be meant as its value.
+pub(crate) fn join_negative_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = Vec::with_capacity(args.len());
+    for arg in args {
+        let negative = arg.to_str().is_some_and(|a| {
+            let rest = a.strip_prefix('-').unwrap_or("");
+            let rest = rest.strip_prefix('.').unwrap_or(rest);
+            rest.starts_with(|c: char| c.is_ascii_digit())
+        });
+        match out.last_mut() {
+            Some(prev)
+                if negative
+                    && prev.to_str().is_some_and(|p| {
+                        p.starts_with("--") && p.len() > 2 && !p.contains('=')
+                    }) =>
+            {
+                prev.push("=");
+                prev.push(&arg);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
+/// Value parser of a count flag that must be at least 1 (`--gpus`, `--stages`, …): a negative
+/// number or a non-integer is refused saying so (0 is left to the subcommand's own check,
+/// which says why it cannot be 0).
+pub(crate) fn positive<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    int_value(text, "a positive integer")
+}
+
+/// Value parser of a count flag where 0 is valid (`--skip-steps`).
+pub(crate) fn count<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    int_value(text, "0 or a positive integer")
+}
+
+fn int_value<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, String> {
+    let t = text.trim();
+    if t.starts_with('-') || t.is_empty() || !t.chars().all(|c| c.is_ascii_digit() || c == '+') {
+        return Err(format!("must be {what}, got {text}"));
+    }
+    t.parse::<T>().map_err(|_| {
+        format!(
+            "must be {what} that fits in {} bits, got {text}",
+            8 * std::mem::size_of::<T>()
+        )
+    })
+}
+
+/// Value parser of a time or size flag that must be a finite number >= 0.
+pub(crate) fn non_negative_f64(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("must be a finite number >= 0, got {text}")),
+    }
+}
+
 /// An error with its exit code.
 pub(crate) enum CliError {
     /// Bad input or infeasible request: exit code 2.
@@ -68,19 +129,19 @@ pub(crate) struct ScheduleArgs {
     #[arg(long)]
     pub(crate) schedule: String,
     /// Pipeline devices (ranks) P. Required for a built-in schedule; checked against a file.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u32>)]
     pub(crate) stages: Option<u32>,
     /// Micro-batches M (per mini-batch for pipedream/pipedream-2bw). Required for a built-in
     /// schedule; checked against a file.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u32>)]
     pub(crate) microbatches: Option<u32>,
     /// Model chunks per device V (the model is cut into P·V stages): interleaved-1f1b and
     /// looped-bfs take any V; zbv and dualpipev always use 2 (V placement).
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u32>)]
     pub(crate) chunks: Option<u32>,
     /// Mini-batches run back to back without a flush by pipedream and pipedream-2bw (for a
     /// file with --weight-update 2bw: how many mini-batches the file holds).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u32>)]
     pub(crate) steps: u32,
     /// PipeDream vertical sync: every stage uses the weight version stage 0 used.
     #[arg(long)]
@@ -137,10 +198,20 @@ pub(crate) fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
             "--weight-update applies to schedule files; '{name}' fixes its own policy"
         ));
     }
+    let chunks = args.chunks.unwrap_or(1);
+    if name == ScheduleName::Interleaved1F1B && chunks > 1 && p > 0 && m % p != 0 {
+        // The generator could order it, but Megatron-LM refuses it and pplan search and
+        // predict reject it; simulate and generate agree with them.
+        return input(format!(
+            "--schedule interleaved-1f1b with --chunks {chunks} needs --microbatches divisible by --stages (p = {p}), got --microbatches {m} (Megatron-LM's interleaved schedule requires it; pplan search and predict apply the same rule); valid: --microbatches {}, {}, ..., or --chunks 1",
+            p * (m / p).max(1),
+            p * ((m / p).max(1) + 1)
+        ));
+    }
     let params = GenParams {
         devices: p,
         microbatches: m,
-        chunks: args.chunks.unwrap_or(1),
+        chunks,
         steps: args.steps,
         vertical_sync: args.vertical_sync,
     };
@@ -260,8 +331,16 @@ pub(crate) fn load_model_and_hardware(
     ),
     CliError,
 > {
+    let name = model;
     let mut model =
         pplan::inputs::model::Model::load(model).map_err(|e| CliError::Input(e.to_string()))?;
+    if seq_len.is_none() && model.seq_len_defaulted {
+        eprintln!(
+            "note: --model '{name}' gives no training sequence length (max_position_embeddings is the context limit); using {} tokens, pplan's default ({} or max_position_embeddings when shorter); set --seq-len to change it",
+            model.seq_len,
+            pplan::inputs::model::DEFAULT_SEQ_LEN
+        );
+    }
     if let Some(len) = seq_len {
         model.seq_len = len;
         model

@@ -24,7 +24,7 @@ pub(crate) struct PartitionArgs {
     #[arg(long)]
     pub(crate) profile: PathBuf,
     /// Pipeline stages P.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<usize>)]
     pub(crate) stages: usize,
     /// dp (exact dynamic program) or ilp (integer program seeded with the DP; proves the optimum
     /// or reports the gap).
@@ -32,22 +32,22 @@ pub(crate) struct PartitionArgs {
     pub(crate) method: PartitionMethod,
     /// Per-device memory limit in bytes: weights x --weight-memory-factor + activations x
     /// micro-batches in flight.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) memory_limit: Option<u64>,
     /// Static bytes per byte of weight_bytes (8 = 16-bit weights with mixed-precision Adam:
     /// 2 weight + 2 gradient + 12 optimizer bytes per parameter); 1 when weight_bytes already is
     /// the whole static footprint.
-    #[arg(long, default_value_t = pplan::plan::partition::DEFAULT_WEIGHT_MEMORY_FACTOR)]
+    #[arg(long, default_value_t = pplan::plan::partition::DEFAULT_WEIGHT_MEMORY_FACTOR, value_parser = positive::<u64>)]
     pub(crate) weight_memory_factor: u64,
     /// Micro-batches in flight per stage: 1f1b (stage s holds min(P-s, M)), gpipe (M), or a number.
     #[arg(long, default_value = "1f1b")]
     pub(crate) in_flight: String,
     /// Micro-batches per step M (default P).
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) microbatches: Option<u64>,
     /// Devices N >= P; stages are replicated (data parallelism inside a stage, PipeDream's
     /// "15-1" configurations) to use all of them. Default P.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<usize>)]
     pub(crate) devices: Option<usize>,
     /// Relative speed of each device in pipeline order, comma-separated (1 = the profile's speed).
     #[arg(long, value_delimiter = ',')]
@@ -58,16 +58,16 @@ pub(crate) struct PartitionArgs {
     pub(crate) hardware: Option<String>,
     /// Devices per fast-link group for the two link levels (default: the hardware's NVLink
     /// domain, the GPUs of a node or of an NVL72 rack).
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<usize>)]
     pub(crate) gpus_per_node: Option<usize>,
     /// One link for every transfer instead: bandwidth in GB/s (10^9 bytes/s).
-    #[arg(long, conflicts_with = "hardware")]
+    #[arg(long, conflicts_with = "hardware", value_parser = non_negative_f64)]
     pub(crate) p2p_gb_per_s: Option<f64>,
     /// Latency of that link in microseconds.
-    #[arg(long, default_value_t = 0.0, requires = "p2p_gb_per_s")]
+    #[arg(long, default_value_t = 0.0, requires = "p2p_gb_per_s", value_parser = non_negative_f64)]
     pub(crate) p2p_latency_us: f64,
     /// ILP: stop after this many seconds and report the incumbent, the bound and the gap.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = non_negative_f64)]
     pub(crate) time_limit: f64,
     /// ILP backend (highs needs a build with --features highs).
     #[arg(long, value_enum, default_value = "microlp")]

@@ -15,32 +15,32 @@ pub(crate) struct PredictArgs {
     #[arg(long, default_value = "a100-80gb")]
     pub(crate) hardware: String,
     /// Total GPUs; must equal tp x cp x pp x dp.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) gpus: u64,
     /// Tensor-parallel size t.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) tp: u64,
     /// Pipeline-parallel size p.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) pp: u64,
     /// Data-parallel size d (default gpus / (tp x cp x pp)).
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) dp: Option<u64>,
     /// Context-parallel size: each sequence split over this many ranks (Megatron-Core
     /// --context-parallel-size; needs --attention flash).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) cp: u64,
     /// Global batch size B in sequences.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) global_batch: u64,
     /// Micro-batch size b in sequences; must divide B / d.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) micro_batch: u64,
     /// Pipeline schedule (default: interleaved-1f1b when --chunks > 1, else 1f1b).
     #[arg(long)]
     pub(crate) schedule: Option<String>,
     /// Model chunks per pipeline device v (interleaving).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) chunks: u64,
     /// Activation recomputation: none, selective or full.
     #[arg(long, default_value = "full")]
@@ -48,8 +48,10 @@ pub(crate) struct PredictArgs {
     /// Sequence parallelism (Korthikanti et al. 2022).
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) sequence_parallel: OnOff,
-    /// Override the model's sequence length.
-    #[arg(long)]
+    /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
+    /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
+    /// max_position_embeddings when shorter (never the whole context window).
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) seq_len: Option<u64>,
     /// Start each stage's data-parallel gradient reduction when its last backward finishes
     /// (`on|off`; the bare flag means on).
@@ -174,8 +176,9 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         Format::Json => print_json(&pred)?,
         Format::Table => {
             println!(
-                "{} on {} x {}: t={} p={} d={}{} b={} m={} {} v={} recompute={} sp={}",
+                "{} (seq={}) on {} x {}: t={} p={} d={}{} b={} m={} {} v={} recompute={} sp={}",
                 pred.model,
+                model.seq_len,
                 pred.gpus,
                 pred.hardware,
                 pred.tp,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub(crate) struct PlanSearchArgs {
     /// Total GPUs n; every layout has t x p x d = n.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) gpus: u64,
     /// A bundled model or a Hugging Face / Megatron-style JSON file (default: the Megatron-LM
     /// paper's 1T model).
@@ -19,36 +19,38 @@ pub(crate) struct PlanSearchArgs {
     #[arg(long, default_value = "a100-80gb")]
     pub(crate) hardware: String,
     /// Global batch size B in sequences.
-    #[arg(long, default_value_t = 3072)]
+    #[arg(long, default_value_t = 3072, value_parser = positive::<u64>)]
     pub(crate) global_batch: u64,
-    /// Override the model's sequence length.
-    #[arg(long)]
+    /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
+    /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
+    /// max_position_embeddings when shorter (never the whole context window).
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) seq_len: Option<u64>,
     /// How many ranked configurations to show.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = positive::<usize>)]
     pub(crate) top: usize,
     /// Pin the tensor-parallel size t (unpinned: t divides a node's GPUs and the heads).
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) tp: Option<u64>,
     /// Pin the pipeline-parallel size p.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) pp: Option<u64>,
     /// Pin the data-parallel size d.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) dp: Option<u64>,
     /// Pin the context-parallel size (unpinned: 1, and with --attention flash every size
     /// that keeps t x cp inside an NVLink domain and splits the sequence evenly).
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) cp: Option<u64>,
     /// Pin the micro-batch size b.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) micro_batch: Option<u64>,
     /// Pin the schedule (unpinned: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv,
     /// dualpipev, looped-bfs; pipedream and pipedream-2bw only when pinned).
     #[arg(long)]
     pub(crate) schedule: Option<String>,
     /// Pin the chunks per device v.
-    #[arg(long)]
+    #[arg(long, value_parser = positive::<u64>)]
     pub(crate) chunks: Option<u64>,
     /// Pin recomputation: none, selective or full.
     #[arg(long)]

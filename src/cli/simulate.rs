@@ -26,13 +26,15 @@ pub(crate) struct SimulateArgs {
     /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub(crate) forward: f64,
-    /// Time of one micro-batch's full backward through one device's share.
-    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
-    pub(crate) backward: f64,
-    /// Input-gradient part of the backward (zero-bubble I); default half of --backward.
+    /// Time of one micro-batch's full backward through one device's share (default 2, or
+    /// --backward-input + --backward-weight when both are given; it must equal their sum).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) backward: Option<f64>,
+    /// Input-gradient part of the backward (zero-bubble I); default half of --backward, or
+    /// --backward minus --backward-weight.
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) backward_input: Option<f64>,
-    /// Weight-gradient part of the backward (zero-bubble W); default the other half.
+    /// Weight-gradient part of the backward (zero-bubble W); default the rest of --backward.
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) backward_weight: Option<f64>,
     /// Time of one point-to-point activation or gradient transfer between devices.
@@ -130,21 +132,63 @@ pub(crate) fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         return run_simulation(&args, &loaded, &costs, 1_000_000, true);
     }
     let scale = ns_per_unit(s.chunks());
+    let (backward_ns, backward_input_ns, backward_weight_ns) = backward_split(&args, scale)?;
     let unit = UnitCosts {
         forward_ns: units_to_ns("--forward", args.forward, scale)?,
-        backward_ns: units_to_ns("--backward", args.backward, scale)?,
-        backward_input_ns: args
-            .backward_input
-            .map(|v| units_to_ns("--backward-input", v, scale))
-            .transpose()?,
-        backward_weight_ns: args
-            .backward_weight
-            .map(|v| units_to_ns("--backward-weight", v, scale))
-            .transpose()?,
+        backward_ns,
+        backward_input_ns,
+        backward_weight_ns,
         p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
     };
     let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
     run_simulation(&args, &loaded, &costs, scale, false)
+}
+
+/// The full backward and its I/W parts in nanoseconds, refusing parts that contradict the
+/// whole: I + W must equal B when all three are given, and a part given alone cannot exceed B
+/// (the other part is the rest).
+fn backward_split(
+    args: &SimulateArgs,
+    scale: u64,
+) -> Result<(u64, Option<u64>, Option<u64>), CliError> {
+    let ns = |flag: &str, v: Option<f64>| v.map(|v| units_to_ns(flag, v, scale)).transpose();
+    let b = ns("--backward", args.backward)?;
+    let i = ns("--backward-input", args.backward_input)?;
+    let w = ns("--backward-weight", args.backward_weight)?;
+    let b = match (b, i, w) {
+        (Some(b), _, _) => b,
+        (None, Some(i), Some(w)) => i + w,
+        _ => units_to_ns("--backward", 2.0, scale)?,
+    };
+    let units = |v: u64| v as f64 / scale as f64;
+    let b_text = match args.backward {
+        Some(v) => format!("--backward {v}"),
+        None => "--backward 2 (the default)".to_string(),
+    };
+    if let (Some(i), Some(w)) = (i, w) {
+        if b != i + w {
+            return input(format!(
+                "{b_text} contradicts --backward-input {} + --backward-weight {} = {}; valid: --backward equal to their sum, or leave --backward out",
+                units(i),
+                units(w),
+                units(i + w)
+            ));
+        }
+    }
+    for (flag, part) in [("--backward-input", i), ("--backward-weight", w)] {
+        if let Some(part) = part.filter(|&x| x > b) {
+            return input(format!(
+                "{flag} {} exceeds {b_text}, of which it is a part; valid: at most {}, or give both --backward-input and --backward-weight without --backward",
+                units(part),
+                units(b)
+            ));
+        }
+    }
+    Ok(match (i, w) {
+        (Some(i), None) => (b, Some(i), Some(b - i)),
+        (None, Some(w)) => (b, Some(b - w), Some(w)),
+        (i, w) => (b, i, w),
+    })
 }
 
 /// `simulate --profile`: stage costs from the profile's layers, cut evenly or at --boundaries.

@@ -13,7 +13,7 @@ pub(crate) struct ValidateArgs {
     #[arg(long)]
     pub(crate) measured: PathBuf,
     /// Warm-up steps to discard from each trace (default: 1 when a trace has several steps).
-    #[arg(long)]
+    #[arg(long, value_parser = count::<usize>)]
     pub(crate) skip_steps: Option<usize>,
     /// Compare the common actions even when the two schedules' compute actions differ.
     #[arg(long)]

@@ -170,11 +170,13 @@ impl CostModel<'_> {
         let kv = self.model.num_kv_heads as f64;
         let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
         let g = |m, n, k, batch| Gemm { m, n, k, batch };
+        // Queries are a x d_h wide: h, except where a config sets `head_dim` (Qwen3, Gemma 2).
+        let q = a * dh;
         [
-            g(b * s, (h + 2.0 * kv * dh) / t, h, 1.0),
+            g(b * s, (q + 2.0 * kv * dh) / t, h, 1.0),
             g(s, s_kv, dh, b * a / t),
             g(s, dh, s_kv, b * a / t),
-            g(b * s, h, h / t, 1.0),
+            g(b * s, h, q / t, 1.0),
             g(b * s, mlp_in / t, h, 1.0),
             g(b * s, h, f / t, 1.0),
         ]
@@ -310,12 +312,12 @@ impl CostModel<'_> {
             Precision::Fp8 | Precision::Mxfp8 => 4.0,
             Precision::Nvfp4 => 3.0,
         };
-        let (b, s, h, _, f, t, dh) = self.dims();
+        let (b, s, h, a, f, t, dh) = self.dims();
         let kv = self.model.num_kv_heads as f64;
         let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
         let sb = s * b;
-        let forward = sb * (h / t + f / t);
-        let backward = sb * ((h + 2.0 * kv * dh) / t + h + mlp_in / t + h);
+        let forward = sb * (a * dh / t + f / t);
+        let backward = sb * ((a * dh + 2.0 * kv * dh) / t + h + mlp_in / t + h);
         (per_element * forward, per_element * backward)
     }
 

@@ -4,6 +4,28 @@
 //! A [`Model`] is the handful of dimensions the cost and memory models need. Grouped-query
 //! attention is `num_kv_heads < num_heads`; a gated MLP (SwiGLU, as in Llama) has three weight
 //! matrices instead of two. Parsing does no IO; [`Model::load`] reads a file when given a path.
+//!
+//! Hugging Face `config.json`, read as `transformers` reads it:
+//! - `head_dim`, when given, is the attention head size (Qwen3, Gemma 2: `heads x head_dim` may
+//!   differ from `hidden_size`); otherwise `hidden_size / num_attention_heads`.
+//! - The MLP is gated (three matrices: gate, up, down) for the model families whose
+//!   `transformers` class is gated whatever the activation (Llama, Mistral, Qwen2/3, Gemma 1/2/3,
+//!   Phi-3, OLMo, Cohere, Granite, InternLM2), and not gated for GPT-NeoX, GPT-J, GPT-BigCode,
+//!   StarCoder2, Falcon, Phi-1/2, Nemotron, Bloom, OPT, MPT. For any other `model_type` the
+//!   activation (`hidden_activation`, else `hidden_act`) decides: silu, swish, swiglu, geglu and
+//!   reglu are gated; the gelu family, relu, relu2 and the rest of [`ACTIVATIONS`] are not.
+//! - An absent `tie_word_embeddings` takes the default of the family's `transformers` config
+//!   class: false for Llama, Mistral, Qwen2/3 and Phi-3 (their classes override it), true
+//!   otherwise (`PretrainedConfig`'s default; Gemma).
+//! - Mixture-of-experts keys (`num_local_experts`, `num_experts`, `n_routed_experts`,
+//!   `moe_intermediate_size`, ...), multi-latent attention (`q_lora_rank`, `kv_lora_rank`) and
+//!   hybrid or state-space layers (`layer_types` with a mamba or linear-attention layer,
+//!   `ssm_cfg`, `hybrid_override_pattern`, `mamba_*`, `ssm_*` keys) are refused with the key
+//!   named: pplan models dense transformers only, and a silently dense model would be wrong.
+//! - The training sequence length is not in a `config.json` (`max_position_embeddings` is the
+//!   longest context the positions support, 131,072 for Llama 3.1). Without `--seq-len` it is
+//!   [`DEFAULT_SEQ_LEN`] (4096), or `max_position_embeddings` when that is smaller, and
+//!   [`Model::seq_len_defaulted`] says so, so that the CLI can print it.
 
 use serde_json::Value;
 
@@ -22,7 +44,108 @@ pub struct Model {
     pub gated_mlp: bool,
     /// Input and output embeddings share one matrix (GPT-2/Megatron GPT); counted once.
     pub tied_embeddings: bool,
+    /// The attention head size when the file gives one (Hugging Face `head_dim`, Megatron
+    /// `kv_channels`); `None` means `hidden_size / num_heads` ([`Model::head_dim`]).
+    pub attention_head_dim: Option<u64>,
+    /// `seq_len` is [`DEFAULT_SEQ_LEN`] (capped by `max_position_embeddings`) because the file
+    /// has no training sequence length (a Hugging Face config.json).
+    pub seq_len_defaulted: bool,
 }
+
+/// The training sequence length of a Hugging Face config.json when `--seq-len` is not given
+/// (capped by the config's `max_position_embeddings`).
+pub const DEFAULT_SEQ_LEN: u64 = 4096;
+
+/// Activation names pplan accepts (`transformers`' ACT2FN keys and Megatron-LM's); the gated
+/// ones are listed in [`GATED_ACTIVATIONS`].
+pub const ACTIVATIONS: [&str; 20] = [
+    "silu",
+    "swish",
+    "swiglu",
+    "geglu",
+    "reglu",
+    "gelu",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_pytorch_tanh",
+    "gelu_python",
+    "gelu_accurate",
+    "gelu_10",
+    "quick_gelu",
+    "relu",
+    "relu2",
+    "relu6",
+    "leaky_relu",
+    "tanh",
+    "sigmoid",
+    "squared_relu",
+];
+
+/// Activations that imply a gated MLP for a model family pplan does not know by name.
+pub const GATED_ACTIVATIONS: [&str; 5] = ["silu", "swish", "swiglu", "geglu", "reglu"];
+
+/// `model_type`s whose `transformers` MLP is gated whatever the activation.
+const GATED_FAMILIES: [&str; 15] = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo",
+    "olmo2",
+    "cohere",
+    "cohere2",
+    "granite",
+    "internlm2",
+    "exaone",
+];
+
+/// `model_type`s whose MLP is two matrices (up, down) whatever the activation.
+const UNGATED_FAMILIES: [&str; 11] = [
+    "gpt_neox",
+    "gptj",
+    "gpt_bigcode",
+    "starcoder2",
+    "falcon",
+    "phi",
+    "nemotron",
+    "bloom",
+    "opt",
+    "mpt",
+    "gpt2",
+];
+
+/// `model_type`s whose config class defaults `tie_word_embeddings` to false.
+const UNTIED_BY_DEFAULT: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "phi3", "starcoder2"];
+
+/// Keys whose positive value means a mixture-of-experts model.
+const MOE_KEYS: [&str; 10] = [
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "moe_layer_freq",
+    "moe_ffn_hidden_size",
+    "moe_router_topk",
+];
+
+/// Keys of multi-latent attention (DeepSeek-V2/V3), which changes every attention matrix.
+const MLA_KEYS: [&str; 3] = ["q_lora_rank", "kv_lora_rank", "multi_latent_attention"];
+
+/// Keys of hybrid state-space models (Jamba, Zamba, Nemotron-H, Falcon-H1, Mamba).
+const HYBRID_KEYS: [&str; 5] = [
+    "ssm_cfg",
+    "hybrid_override_pattern",
+    "attn_layer_period",
+    "attn_layer_offset",
+    "hybrid_layer_ids",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -46,6 +169,28 @@ pub enum ModelError {
         path: String,
         field: &'static str,
         got: String,
+    },
+    #[error("--model: '{path}': field '{field}' must be {expected} (got {got})")]
+    BadType {
+        path: String,
+        field: &'static str,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("--model: '{path}': {field} '{got}' is not an activation pplan knows (valid: {})", ACTIVATIONS.join(", "))]
+    UnknownActivation {
+        path: String,
+        field: &'static str,
+        got: String,
+    },
+    /// A key of an architecture pplan cannot model yet (mixture of experts, multi-latent
+    /// attention, state-space layers).
+    #[error("--model: '{path}': key '{key}' ({value}) describes {what}, which pplan does not model yet (it models dense transformers); refusing rather than planning it as a dense model")]
+    Unsupported {
+        path: String,
+        key: String,
+        value: String,
+        what: &'static str,
     },
     #[error("--model: {0}")]
     Inconsistent(String),
@@ -232,6 +377,161 @@ fn get_opt_u64(v: &Value, field: &'static str, path: &str) -> Result<Option<u64>
     }
 }
 
+fn layers_u32(
+    v: &Value,
+    field: &'static str,
+    path: &str,
+    format: &'static str,
+) -> Result<u32, ModelError> {
+    u32::try_from(get_u64(v, field, path, format)?).map_err(|_| ModelError::BadField {
+        path: path.to_string(),
+        field,
+        got: "a number above 2^32".to_string(),
+    })
+}
+
+fn get_opt_str<'a>(
+    v: &'a Value,
+    field: &'static str,
+    path: &str,
+) -> Result<Option<&'a str>, ModelError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(x) => Err(ModelError::BadType {
+            path: path.to_string(),
+            field,
+            expected: "a string",
+            got: x.to_string(),
+        }),
+    }
+}
+
+fn get_opt_bool(v: &Value, field: &'static str, path: &str) -> Result<Option<bool>, ModelError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(x) => Err(ModelError::BadType {
+            path: path.to_string(),
+            field,
+            expected: "true or false",
+            got: x.to_string(),
+        }),
+    }
+}
+
+/// A value that switches a feature on: a positive number, `true`, or a non-empty string,
+/// list or object (`0`, `false`, `null`, `""`, `[]` leave the model dense).
+fn is_set(x: &Value) -> bool {
+    match x {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Refuse a config that describes an architecture pplan would otherwise count as dense.
+fn refuse_unmodelled(v: &Value, path: &str) -> Result<(), ModelError> {
+    let refuse = |key: &str, value: &Value, what: &'static str| ModelError::Unsupported {
+        path: path.to_string(),
+        key: key.to_string(),
+        value: value.to_string(),
+        what,
+    };
+    let Some(obj) = v.as_object() else {
+        return Ok(());
+    };
+    for key in MOE_KEYS {
+        if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
+            return Err(refuse(
+                key,
+                x,
+                "a mixture-of-experts model (MoE is not modelled yet)",
+            ));
+        }
+    }
+    for key in MLA_KEYS {
+        if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
+            return Err(refuse(key, x, "multi-latent attention"));
+        }
+    }
+    for key in HYBRID_KEYS {
+        if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
+            return Err(refuse(key, x, "a hybrid state-space (Mamba) model"));
+        }
+    }
+    // Keys in sorted order, so the key named is the same on every run.
+    let mut keys: Vec<&String> = obj.keys().collect();
+    keys.sort();
+    for key in keys {
+        let x = &obj[key];
+        if (key.starts_with("mamba") || key.starts_with("ssm_")) && is_set(x) {
+            return Err(refuse(key, x, "a hybrid state-space (Mamba) model"));
+        }
+    }
+    if let Some(Value::Array(types)) = obj.get("layer_types") {
+        let dense = [
+            "full_attention",
+            "sliding_attention",
+            "attention",
+            "global",
+            "local",
+        ];
+        if let Some(bad) = types
+            .iter()
+            .find(|t| !t.as_str().is_some_and(|t| dense.contains(&t)))
+        {
+            return Err(refuse(
+                "layer_types",
+                bad,
+                "layers other than attention (state-space, Mamba or linear attention)",
+            ));
+        }
+    }
+    if let Some(t) = obj.get("model_type").and_then(Value::as_str) {
+        let moe = t.contains("moe")
+            || [
+                "mixtral",
+                "deepseek_v2",
+                "deepseek_v3",
+                "dbrx",
+                "arctic",
+                "grok-1",
+            ]
+            .contains(&t);
+        let ssm = [
+            "mamba",
+            "mamba2",
+            "jamba",
+            "zamba",
+            "zamba2",
+            "bamba",
+            "falcon_h1",
+            "nemotron_h",
+            "rwkv",
+        ]
+        .contains(&t);
+        if moe {
+            return Err(refuse(
+                "model_type",
+                &obj["model_type"],
+                "a mixture-of-experts model (MoE is not modelled yet)",
+            ));
+        }
+        if ssm {
+            return Err(refuse(
+                "model_type",
+                &obj["model_type"],
+                "a hybrid state-space (Mamba) model",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Model {
     pub fn preset(name: &str) -> Option<Model> {
         PRESETS
@@ -248,6 +548,8 @@ impl Model {
                 seq_len: s,
                 gated_mlp: gated,
                 tied_embeddings: tied,
+                attention_head_dim: None,
+                seq_len_defaulted: false,
             })
     }
 
@@ -280,57 +582,78 @@ impl Model {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.to_string());
         let model = if v.get("num_hidden_layers").is_some() {
+            refuse_unmodelled(&v, path)?;
             let f = "Hugging Face config.json";
-            get_u64(&v, "num_hidden_layers", path, f)?;
+            let num_layers = layers_u32(&v, "num_hidden_layers", path, f)?;
             let heads = get_u64(&v, "num_attention_heads", path, f)?;
-            let act = v.get("hidden_act").and_then(Value::as_str).unwrap_or("");
-            let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+            let model_type = get_opt_str(&v, "model_type", path)?.unwrap_or("");
+            let (act_field, act) = match get_opt_str(&v, "hidden_activation", path)? {
+                Some(a) => ("hidden_activation", Some(a)),
+                None => ("hidden_act", get_opt_str(&v, "hidden_act", path)?),
+            };
+            if let Some(a) = act {
+                if !ACTIVATIONS.contains(&a) {
+                    return Err(ModelError::UnknownActivation {
+                        path: path.to_string(),
+                        field: act_field,
+                        got: a.to_string(),
+                    });
+                }
+            }
+            let gated_mlp = if GATED_FAMILIES.contains(&model_type) {
+                true
+            } else if UNGATED_FAMILIES.contains(&model_type) {
+                false
+            } else {
+                // transformers' own default activation is silu (LlamaConfig), a gated MLP.
+                GATED_ACTIVATIONS.contains(&act.unwrap_or("silu"))
+            };
+            let tied_embeddings = match v.get("tie_word_embeddings") {
+                None | Some(Value::Null) => !UNTIED_BY_DEFAULT.contains(&model_type),
+                Some(Value::Bool(b)) => *b,
+                Some(x) => {
+                    return Err(ModelError::BadType {
+                        path: path.to_string(),
+                        field: "tie_word_embeddings",
+                        expected: "true or false",
+                        got: x.to_string(),
+                    })
+                }
+            };
+            let max_positions = get_opt_u64(&v, "max_position_embeddings", path)?;
             Model {
                 name,
-                num_layers: u32::try_from(get_u64(&v, "num_hidden_layers", path, f)?).map_err(
-                    |_| ModelError::BadField {
-                        path: path.to_string(),
-                        field: "num_hidden_layers",
-                        got: "a number above 2^32".to_string(),
-                    },
-                )?,
+                num_layers,
                 hidden_size: get_u64(&v, "hidden_size", path, f)?,
                 num_heads: heads,
                 num_kv_heads: get_opt_u64(&v, "num_key_value_heads", path)?.unwrap_or(heads),
                 ffn_hidden_size: get_u64(&v, "intermediate_size", path, f)?,
                 vocab_size: get_u64(&v, "vocab_size", path, f)?,
-                seq_len: get_u64(&v, "max_position_embeddings", path, f)?,
-                gated_mlp: matches!(act, "silu" | "swiglu")
-                    || matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3"),
-                tied_embeddings: v
-                    .get("tie_word_embeddings")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                seq_len: max_positions.map_or(DEFAULT_SEQ_LEN, |n| n.min(DEFAULT_SEQ_LEN)),
+                gated_mlp,
+                tied_embeddings,
+                attention_head_dim: get_opt_u64(&v, "head_dim", path)?,
+                seq_len_defaulted: true,
             }
         } else if v.get("num_layers").is_some() {
+            refuse_unmodelled(&v, path)?;
             let f = "Megatron-style JSON";
-            get_u64(&v, "num_layers", path, f)?;
+            let num_layers = layers_u32(&v, "num_layers", path, f)?;
             let heads = get_u64(&v, "num_attention_heads", path, f)?;
             Model {
                 name,
-                num_layers: u32::try_from(get_u64(&v, "num_layers", path, f)?).map_err(|_| {
-                    ModelError::BadField {
-                        path: path.to_string(),
-                        field: "num_layers",
-                        got: "a number above 2^32".to_string(),
-                    }
-                })?,
+                num_layers,
                 hidden_size: get_u64(&v, "hidden_size", path, f)?,
                 num_heads: heads,
                 num_kv_heads: get_opt_u64(&v, "num_query_groups", path)?.unwrap_or(heads),
                 ffn_hidden_size: get_u64(&v, "ffn_hidden_size", path, f)?,
                 vocab_size: get_u64(&v, "vocab_size", path, f)?,
                 seq_len: get_u64(&v, "seq_length", path, f)?,
-                gated_mlp: v.get("swiglu").and_then(Value::as_bool).unwrap_or(false),
-                tied_embeddings: !v
-                    .get("untie_embeddings_and_output_weights")
-                    .and_then(Value::as_bool)
+                gated_mlp: get_opt_bool(&v, "swiglu", path)?.unwrap_or(false),
+                tied_embeddings: !get_opt_bool(&v, "untie_embeddings_and_output_weights", path)?
                     .unwrap_or(false),
+                attention_head_dim: get_opt_u64(&v, "kv_channels", path)?,
+                seq_len_defaulted: false,
             }
         } else {
             return Err(ModelError::UnknownFormat {
@@ -343,7 +666,7 @@ impl Model {
 
     /// Dimensions that must agree with each other.
     pub fn check(&self) -> Result<(), ModelError> {
-        if self.hidden_size % self.num_heads != 0 {
+        if self.attention_head_dim.is_none() && self.hidden_size % self.num_heads != 0 {
             return Err(ModelError::Inconsistent(format!(
                 "hidden size {} is not divisible by the head count {}",
                 self.hidden_size, self.num_heads
@@ -362,6 +685,13 @@ impl Model {
             ("ffn hidden size", self.ffn_hidden_size, 1 << 22),
             ("vocabulary", self.vocab_size, 1 << 24),
             ("sequence length", self.seq_len, 1 << 24),
+            ("attention heads", self.num_heads, 1 << 20),
+            ("attention head size", self.head_dim(), 1 << 20),
+            (
+                "attention width (heads x head size)",
+                self.num_heads.saturating_mul(self.head_dim()),
+                1 << 22,
+            ),
         ];
         for (what, v, max) in limits {
             if v == 0 || v > max {
@@ -373,16 +703,19 @@ impl Model {
         Ok(())
     }
 
+    /// The attention head size: the file's `head_dim`/`kv_channels`, else hidden / heads.
     pub fn head_dim(&self) -> u64 {
-        self.hidden_size / self.num_heads
+        self.attention_head_dim
+            .unwrap_or(self.hidden_size / self.num_heads)
     }
 
-    /// Parameters of one transformer layer: attention (Q, O full; K, V per key/value head),
-    /// MLP (2 or 3 matrices), biases and two layer norms.
+    /// Parameters of one transformer layer: attention (Q and O are heads x head_dim wide, K and
+    /// V key/value heads x head_dim), MLP (2 or 3 matrices), biases and two layer norms.
     pub fn params_per_layer(&self) -> u64 {
         let h = self.hidden_size;
+        let q = self.num_heads * self.head_dim();
         let kv = 2 * self.num_kv_heads * self.head_dim();
-        let attn = h * (h + kv) + h * h + (h + kv) + h;
+        let attn = h * (q + kv) + q * h + (q + kv) + h;
         let mlp_mats = if self.gated_mlp { 3 } else { 2 };
         let mlp = mlp_mats * h * self.ffn_hidden_size + self.ffn_hidden_size + h;
         attn + mlp + 4 * h
@@ -435,7 +768,13 @@ mod tests {
             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
             "max_position_embeddings": 131072, "hidden_act": "silu"}"#;
         let m = Model::from_json(hf, "x/config.json").unwrap();
-        assert_eq!((m.num_kv_heads, m.gated_mlp, m.seq_len), (8, true, 131072));
+        // The training length is the documented default, not max_position_embeddings.
+        assert_eq!(
+            (m.num_kv_heads, m.gated_mlp, m.seq_len, m.seq_len_defaulted),
+            (8, true, DEFAULT_SEQ_LEN, true)
+        );
+        // No model_type: absent tie_word_embeddings is PretrainedConfig's true.
+        assert!(m.tied_embeddings);
         let meg = r#"{"num_layers": 24, "hidden_size": 2304, "num_attention_heads": 24,
             "ffn_hidden_size": 9216, "seq_length": 2048, "vocab_size": 51200}"#;
         let m = Model::from_json(meg, "gpt.json").unwrap();
@@ -458,5 +797,98 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("num_layers"), "{e}");
+    }
+
+    fn hf(extra: &str) -> Result<Model, ModelError> {
+        let text = format!(
+            r#"{{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 2048{extra}}}"#
+        );
+        Model::from_json(&text, "c.json")
+    }
+
+    #[test]
+    fn hugging_face_defaults_and_activations() {
+        // A short context caps the default length.
+        assert_eq!(hf("").unwrap().seq_len, 2048);
+        // Gated by family whatever the activation (Gemma 2's gelu_pytorch_tanh MLP is gated).
+        let m =
+            hf(r#", "model_type": "gemma2", "hidden_activation": "gelu_pytorch_tanh""#).unwrap();
+        assert!(m.gated_mlp && m.tied_embeddings);
+        // Not gated: GPT-style and Nemotron families, and gelu/relu2 of an unknown family.
+        for extra in [
+            r#", "model_type": "nemotron", "hidden_act": "relu2""#,
+            r#", "model_type": "gpt_neox", "hidden_act": "gelu""#,
+            r#", "hidden_act": "relu""#,
+            r#", "hidden_act": "gelu_new""#,
+        ] {
+            assert!(!hf(extra).unwrap().gated_mlp, "{extra}");
+        }
+        assert!(hf(r#", "hidden_act": "swiglu""#).unwrap().gated_mlp);
+        // Llama's config class unties by default.
+        assert!(!hf(r#", "model_type": "llama""#).unwrap().tied_embeddings);
+        let e = hf(r#", "hidden_act": "mish2""#).unwrap_err().to_string();
+        assert!(
+            e.contains("hidden_act") && e.contains("gelu_pytorch_tanh"),
+            "{e}"
+        );
+        let e = hf(r#", "tie_word_embeddings": "yes""#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tie_word_embeddings") && e.contains("true or false"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn head_dim_is_honoured() {
+        let m = hf(r#", "head_dim": 32"#).unwrap();
+        assert_eq!(m.head_dim(), 32);
+        let plain = hf("").unwrap();
+        // Q, K, V and O are 4 x 32 = 128 wide instead of 64: four 64 x 64 blocks and their biases more.
+        assert_eq!(
+            m.params_per_layer() - plain.params_per_layer(),
+            4 * 64 * 64 + 3 * 64
+        );
+    }
+
+    #[test]
+    fn unmodelled_architectures_are_refused_with_the_key() {
+        for (extra, key) in [
+            (r#", "num_local_experts": 8"#, "num_local_experts"),
+            (r#", "num_experts": 128"#, "num_experts"),
+            (r#", "n_routed_experts": 256"#, "n_routed_experts"),
+            (r#", "moe_intermediate_size": 768"#, "moe_intermediate_size"),
+            (r#", "kv_lora_rank": 512"#, "kv_lora_rank"),
+            (r#", "ssm_cfg": {"d_state": 16}"#, "ssm_cfg"),
+            (
+                r#", "hybrid_override_pattern": "M-M*""#,
+                "hybrid_override_pattern",
+            ),
+            (r#", "mamba_d_state": 16"#, "mamba_d_state"),
+            (
+                r#", "layer_types": ["full_attention", "mamba"]"#,
+                "layer_types",
+            ),
+            (r#", "model_type": "mixtral""#, "model_type"),
+        ] {
+            let e = hf(extra).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("'{key}'")) && e.contains("not model"),
+                "{e}"
+            );
+        }
+        assert!(hf(r#", "num_local_experts": 8"#)
+            .unwrap_err()
+            .to_string()
+            .contains("MoE is not modelled yet"));
+        // Zero or null expert counts and attention-only layer types stay dense.
+        hf(r#", "num_experts": 0, "moe_intermediate_size": null"#).unwrap();
+        hf(r#", "layer_types": ["sliding_attention", "full_attention"]"#).unwrap();
+        let meg = r#"{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "ffn_hidden_size": 128, "seq_length": 128, "vocab_size": 100, "num_experts": 8}"#;
+        let e = Model::from_json(meg, "m.json").unwrap_err().to_string();
+        assert!(e.contains("'num_experts'"), "{e}");
     }
 }

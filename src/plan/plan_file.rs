@@ -11,6 +11,7 @@
 //! stage count and placement, every action parses, and the schedule passes the one validator)
 //! so that the executor never starts a run that cannot finish. No IO here.
 
+use crate::inputs::hardware::valid_names;
 use crate::inputs::model::Model;
 use crate::inputs::profile::even_split;
 use crate::schedule::generators::ScheduleName;
@@ -453,6 +454,20 @@ impl Plan {
     }
 
     fn check(&self, origin: &str) -> Result<(), PlanError> {
+        // A bundled profile by name, or a path (the reader does no IO, so a path is taken as
+        // given); anything else would flow unchecked into every emitted file.
+        let hw = self.hardware.as_str();
+        let looks_like_path = hw.contains('/') || hw.ends_with(".json");
+        if !looks_like_path && !valid_names().contains(&hw) {
+            return Err(field(
+                origin,
+                "hardware",
+                format!(
+                    "unknown hardware profile '{hw}'; valid: {}, or a path to a JSON profile",
+                    valid_names().join(", ")
+                ),
+            ));
+        }
         let m = &self.model;
         for (name, v) in [
             ("model.num_layers", m.num_layers as u64),

@@ -125,6 +125,16 @@ pub enum CompareError {
     },
     #[error("no compute action of {predicted} is in {measured}: nothing to compare")]
     NoMatch { predicted: String, measured: String },
+    /// `--skip-steps` given, but no trace has more than one step, so it would skip nothing.
+    #[error("--skip-steps {skip}: {predicted} and {measured} hold one step each, so there is no warm-up step to skip; valid: --skip-steps 0, or leave it out")]
+    SkipsNothing {
+        skip: usize,
+        predicted: String,
+        measured: String,
+    },
+    /// Every matched compute action lasts 0 in the measured trace: no relative error exists.
+    #[error("every one of the {matched} matched compute actions in {measured} lasts 0 us: durations cannot be compared; valid: a measured trace with real timings")]
+    ZeroMeasured { measured: String, matched: usize },
 }
 
 /// A trace file's text, parsed leniently: `{"traceEvents": [...]}` (other fields ignored) or a
@@ -521,6 +531,15 @@ pub fn compare(
             meas_devices: md.into_iter().collect(),
         });
     }
+    if let Some(skip) = opts.skip_steps.filter(|&k| k > 0) {
+        if pt.steps.len() <= 1 && mt.steps.len() <= 1 {
+            return Err(CompareError::SkipsNothing {
+                skip,
+                predicted: predicted_origin.to_string(),
+                measured: measured_origin.to_string(),
+            });
+        }
+    }
     let ps = summarize(&pt, opts.skip_steps)?;
     let ms = summarize(&mt, opts.skip_steps)?;
     let mut warnings = Vec::new();
@@ -626,6 +645,16 @@ pub fn compare(
         return Err(CompareError::NoMatch {
             predicted: predicted_origin.to_string(),
             measured: measured_origin.to_string(),
+        });
+    }
+    if rel_n == 0 {
+        return Err(CompareError::ZeroMeasured {
+            measured: measured_origin.to_string(),
+            matched: kinds
+                .iter()
+                .filter(|(k, _)| k.is_schedule_compute())
+                .map(|(_, e)| e.0)
+                .sum(),
         });
     }
     if partial > 0 {

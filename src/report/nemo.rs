@@ -150,6 +150,8 @@ impl NemoModel {
             seq_len,
             gated_mlp: self.swiglu,
             tied_embeddings: !self.untie_embeddings_and_output_weights,
+            attention_head_dim: None,
+            seq_len_defaulted: false,
         };
         m.check()?;
         Ok(m)

@@ -33,6 +33,10 @@ pub struct TraceArgs {
     pub peer: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub name: Option<String>,
+    /// Position of a process or thread in the viewer (`process_sort_index` and
+    /// `thread_sort_index` metadata carry `{"sort_index": N}`, as Perfetto reads it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sort_index: Option<u32>,
     /// Optimizer step the event belongs to (measured traces of several steps; the simulator
     /// predicts one step and leaves it out).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -61,8 +65,50 @@ pub struct Trace {
     pub display_time_unit: String,
 }
 
-/// A metadata event (`"ph":"M"`): `process_name`, `process_sort_index`, `thread_name`.
+impl TraceArgs {
+    /// No field set.
+    pub fn none() -> TraceArgs {
+        TraceArgs {
+            stage: None,
+            microbatch: None,
+            kind: None,
+            peer: None,
+            name: None,
+            sort_index: None,
+            step: None,
+        }
+    }
+}
+
+/// A naming metadata event (`"ph":"M"`, `args: {"name": value}`): `process_name`,
+/// `thread_name`.
 pub fn meta(name: &str, pid: u32, tid: u32, value: String) -> TraceEvent {
+    meta_with(
+        name,
+        pid,
+        tid,
+        TraceArgs {
+            name: Some(value),
+            ..TraceArgs::none()
+        },
+    )
+}
+
+/// An ordering metadata event (`"ph":"M"`, `args: {"sort_index": index}`):
+/// `process_sort_index`, `thread_sort_index`.
+pub fn sort_index(name: &str, pid: u32, tid: u32, index: u32) -> TraceEvent {
+    meta_with(
+        name,
+        pid,
+        tid,
+        TraceArgs {
+            sort_index: Some(index),
+            ..TraceArgs::none()
+        },
+    )
+}
+
+fn meta_with(name: &str, pid: u32, tid: u32, args: TraceArgs) -> TraceEvent {
     TraceEvent {
         name: name.to_string(),
         ph: "M".to_string(),
@@ -70,14 +116,7 @@ pub fn meta(name: &str, pid: u32, tid: u32, value: String) -> TraceEvent {
         dur: None,
         pid,
         tid,
-        args: Some(TraceArgs {
-            stage: None,
-            microbatch: None,
-            kind: None,
-            peer: None,
-            name: Some(value),
-            step: None,
-        }),
+        args: Some(args),
     }
 }
 
@@ -87,7 +126,7 @@ pub fn from_timeline(tl: &Timeline) -> Trace {
     let mut events = Vec::with_capacity(tl.spans.len() + 4 * tl.num_devices as usize);
     for d in 0..tl.num_devices {
         events.push(meta("process_name", d, 0, format!("device {d}")));
-        events.push(meta("process_sort_index", d, 0, d.to_string()));
+        events.push(sort_index("process_sort_index", d, 0, d));
         for s in [
             Stream::Compute,
             Stream::Send,
@@ -114,19 +153,25 @@ pub fn from_timeline(tl: &Timeline) -> Trace {
             dur: Some((s.end_ns - s.start_ns) as f64 / 1000.0),
             pid: s.device,
             tid: stream_tid(s.stream),
-            args: Some(TraceArgs {
-                stage: Some(s.action.stage),
-                microbatch: Some(s.action.microbatch),
-                kind: Some(s.action.kind.to_string()),
-                peer: s.peer,
-                name: None,
-                step: None,
-            }),
+            args: Some(span_args(s)),
         });
     }
     Trace {
         trace_events: events,
         display_time_unit: "ns".to_string(),
+    }
+}
+
+/// A span's `args`: stage, micro-batch and kind of the action it belongs to. A gradient
+/// reduction belongs to a stage, not to a micro-batch; the optimizer step to a device only.
+fn span_args(s: &crate::sim::Span) -> TraceArgs {
+    let per_microbatch = !matches!(s.stream, Stream::DataParallel | Stream::Optimizer);
+    TraceArgs {
+        stage: (s.stream != Stream::Optimizer).then_some(s.action.stage),
+        microbatch: per_microbatch.then_some(s.action.microbatch),
+        kind: per_microbatch.then(|| s.action.kind.to_string()),
+        peer: s.peer,
+        ..TraceArgs::none()
     }
 }
 

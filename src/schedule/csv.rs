@@ -1,7 +1,9 @@
 //! Schedule files in the format of PyTorch's `_dump_csv(format="compute_only")`.
 //!
 //! One row per device (row r = rank r), comma-separated action strings, an empty field is an
-//! idle slot and is ignored, no header, LF or CRLF line ends. PyTorch writes CRLF (Python's
+//! idle slot and is ignored, no header, LF or CRLF line ends. A UTF-8 byte-order mark (as
+//! spreadsheet programs write) is skipped, and a field may be quoted as RFC 4180 allows
+//! (`"0F1"`, `""` for a quote inside quotes). PyTorch writes CRLF (Python's
 //! `csv.writer` default, `_dump_csv` opens the file with `newline=""`) and writes each idle
 //! slot (`None`) as an empty field. [`write()`] writes LF; [`write_torch`] writes CRLF, byte for
 //! byte what `_dump_csv(format="compute_only")` writes for the same order without idle slots.
@@ -35,12 +37,87 @@ pub enum CsvError {
     NotText { offset: usize },
     #[error("the file has no compute actions (F, B, I, W)")]
     NoActions,
+    /// RFC 4180 quoting broken: an unterminated quoted field, or a quote inside an unquoted one.
+    #[error("row {row} (device {}), field {field}: {reason}", row - 1)]
+    Quote {
+        row: usize,
+        field: usize,
+        reason: &'static str,
+    },
+}
+
+/// Split text into rows of fields as RFC 4180 reads it: fields separated by commas, rows by LF
+/// or CRLF, a field in double quotes may hold commas, line breaks and `""` (one quote).
+fn records(body: &str) -> Result<Vec<Vec<String>>, CsvError> {
+    let mut rows = vec![Vec::new()];
+    let mut field = String::new();
+    let mut chars = body.chars().peekable();
+    // Whether the current field began with a quote and is still inside it.
+    let (mut quoted, mut in_quotes) = (false, false);
+    let at = |rows: &Vec<Vec<String>>| (rows.len(), rows.last().map_or(0, Vec::len) + 1);
+    while let Some(c) = chars.next() {
+        if in_quotes {
+            match c {
+                '"' if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                '"' => in_quotes = false,
+                c => field.push(c),
+            }
+            continue;
+        }
+        match c {
+            '"' if field.is_empty() && !quoted => (quoted, in_quotes) = (true, true),
+            '"' => {
+                let (row, field) = at(&rows);
+                let reason = if quoted {
+                    "text after a closing quote (RFC 4180: a quoted field ends at its quote)"
+                } else {
+                    "a double quote inside an unquoted field (RFC 4180: quote the whole field)"
+                };
+                return Err(CsvError::Quote { row, field, reason });
+            }
+            ',' | '\n' => {
+                let row = rows.last_mut().expect("rows is never empty");
+                row.push(std::mem::take(&mut field));
+                quoted = false;
+                if c == '\n' {
+                    rows.push(Vec::new());
+                }
+            }
+            '\r' if chars.peek() == Some(&'\n') => {}
+            // Blanks after a closing quote are dropped; anything else is an error.
+            c if quoted && c.is_whitespace() => {}
+            _ if quoted => {
+                let (row, field) = at(&rows);
+                return Err(CsvError::Quote {
+                    row,
+                    field,
+                    reason:
+                        "text after a closing quote (RFC 4180: a quoted field ends at its quote)",
+                });
+            }
+            c => field.push(c),
+        }
+    }
+    if in_quotes {
+        let (row, field) = at(&rows);
+        return Err(CsvError::Quote {
+            row,
+            field,
+            reason: "a quoted field is not closed before the end of the file",
+        });
+    }
+    rows.last_mut().expect("rows is never empty").push(field);
+    Ok(rows)
 }
 
 /// Parse schedule text. `placement` decides which device holds which stage; the number of
 /// stages and micro-batches is read off the largest indices. The result is *not* validated:
 /// call [`crate::schedule::validate::validate`] (the simulator does).
 pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let body = text
         .strip_suffix("\r\n")
         .or_else(|| text.strip_suffix('\n'))
@@ -52,10 +129,9 @@ pub fn parse(text: &str, placement: Placement) -> Result<Schedule, CsvError> {
     let mut max_stage = None::<u32>;
     let mut max_mb = None::<u32>;
     let mut compounds = Vec::new();
-    for (r, line) in body.split('\n').enumerate() {
-        let line = line.strip_suffix('\r').unwrap_or(line);
+    for (r, line) in records(body)?.iter().enumerate() {
         let mut actions = Vec::new();
-        for (f, field) in line.split(',').enumerate() {
+        for (f, field) in line.iter().enumerate() {
             if field.trim().is_empty() {
                 continue;
             }
@@ -159,6 +235,32 @@ mod tests {
         let text = write(&s);
         assert!(text.starts_with("0F0,0F1,0F2,0F3,0B0,"), "{text}");
         assert_eq!(parse(&text, Placement::Loop).unwrap(), s);
+    }
+
+    #[test]
+    fn byte_order_mark_and_rfc4180_quotes() {
+        let plain = parse("0F0,0B0\n1F0,1B0\n", Placement::Loop).unwrap();
+        for text in [
+            "\u{feff}0F0,0B0\r\n1F0,1B0\r\n",
+            "\"0F0\",\"0B0\"\n1F0,\"1B0\"\n",
+            "\u{feff}\"0F0\",,0B0\r\n\"1F0\" ,1B0",
+        ] {
+            assert_eq!(parse(text, Placement::Loop).unwrap(), plain, "{text:?}");
+        }
+        for (text, row, field) in [
+            ("0F0,\"0B0\n", 1, 2),
+            ("0F0,0\"B0\n", 1, 2),
+            ("0F0\n\"1F0\"x\n", 2, 1),
+        ] {
+            match parse(text, Placement::Loop) {
+                Err(CsvError::Quote {
+                    row: r, field: f, ..
+                }) => {
+                    assert_eq!((r, f), (row, field), "{text:?}")
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

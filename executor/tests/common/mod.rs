@@ -36,7 +36,8 @@ pub fn plan_with(name: ScheduleName, params: GenParams, layers: u32) -> Plan {
         format: PLAN_FORMAT.into(),
         version: PLAN_VERSION,
         model: tiny_model(layers),
-        hardware: "cpu".into(),
+        // Plans name a bundled profile or a path (the plan reader refuses anything else).
+        hardware: "a100-80gb".into(),
         parallelism: Parallelism {
             gpus: p as u64,
             tp: 1,

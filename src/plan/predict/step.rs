@@ -253,9 +253,37 @@ pub fn grad_reduce_buckets(params: f64, dp: u64) -> u32 {
 
 /// Predict one configuration.
 pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
+    // ZB-V and DualPipeV always hold two chunks per device: the request (and so the reported
+    // `chunks`, the layout and the plan) says so even when --chunks was left at 1.
+    let fixed;
+    let req = match schedule_name(req).fixed_chunks() {
+        Some(v) if req.chunks == 1 || req.chunks == v as u64 => {
+            fixed = PredictRequest {
+                chunks: v as u64,
+                ..req.clone()
+            };
+            &fixed
+        }
+        Some(v) => {
+            return Err(PredictError::Schedule(format!(
+                "{} always uses {v} chunks per device (V placement), got --chunks {}; valid: --chunks {v}, or leave --chunks out",
+                schedule_name(req),
+                req.chunks
+            )))
+        }
+        None => req,
+    };
     let dp = check(req)?;
     let microbatches = req.global_batch / dp / req.micro_batch;
     let name = schedule_name(req);
+    if name == ScheduleName::Interleaved1F1B && req.chunks > 1 && microbatches % req.pp != 0 {
+        // Megatron-LM refuses it ("number of microbatches is not divisible by
+        // pipeline-model-parallel-size when using interleaved schedule"); search does too.
+        return Err(PredictError::Schedule(format!(
+            "interleaved-1f1b with --chunks {} needs the micro-batch count m = --global-batch / (d x --micro-batch) = {microbatches} divisible by --pp {} (Megatron-LM's rule; pplan search applies it too); valid: a global batch or micro-batch that makes m a multiple of {}, or --chunks 1",
+            req.chunks, req.pp, req.pp
+        )));
+    }
     let schedule = generate(
         name,
         GenParams::new(req.pp as u32, microbatches as u32).chunks(req.chunks as u32),

@@ -1,0 +1,432 @@
+//! The reliability probe: bad inputs run through the binary exit 2 with a message naming the
+//! flag, file or field and what is valid; never a panic, never a hang. Regression tests for
+//! the silent wrong outputs of issue 17 are named after them.
+
+mod common;
+use common::{json, pplan};
+use std::path::PathBuf;
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pplan-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Run `args`; assert exit 2 and that stderr contains every one of `needles`.
+fn refused(args: &[&str], needles: &[&str]) -> String {
+    let (code, out, err) = pplan(args);
+    assert_eq!(code, 2, "{args:?}: exit {code}, stdout {out}, stderr {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks '{n}': {err}");
+    }
+    err
+}
+
+const SIM: [&str; 7] = [
+    "simulate",
+    "--schedule",
+    "1f1b",
+    "--stages",
+    "2",
+    "--microbatches",
+    "4",
+];
+const PREDICT: [&str; 7] = [
+    "predict",
+    "--model",
+    "gpt-1.7b",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "8",
+];
+
+/// Every numeric flag of every subcommand, given -1: exit 2 naming the flag (not clap's
+/// "unexpected argument '-1'").
+#[test]
+fn negative_numbers_on_every_numeric_flag() {
+    let profile = "examples/profiles/uneven-12.json";
+    let cases: Vec<(Vec<&str>, &[&str])> = vec![
+        (
+            SIM.to_vec(),
+            &[
+                "--stages",
+                "--microbatches",
+                "--chunks",
+                "--steps",
+                "--forward",
+                "--backward",
+                "--backward-input",
+                "--backward-weight",
+                "--p2p",
+            ],
+        ),
+        (
+            vec![
+                "generate",
+                "--schedule",
+                "1f1b",
+                "--stages",
+                "2",
+                "--microbatches",
+                "4",
+            ],
+            &["--stages", "--microbatches", "--chunks", "--steps"],
+        ),
+        (
+            PREDICT.to_vec(),
+            &[
+                "--gpus",
+                "--tp",
+                "--pp",
+                "--dp",
+                "--global-batch",
+                "--micro-batch",
+                "--chunks",
+                "--seq-len",
+            ],
+        ),
+        (
+            vec!["search", "--gpus", "8", "--model", "gpt-1.7b"],
+            &[
+                "--gpus",
+                "--global-batch",
+                "--seq-len",
+                "--top",
+                "--tp",
+                "--pp",
+                "--dp",
+                "--micro-batch",
+                "--chunks",
+            ],
+        ),
+        (
+            vec!["partition", "--profile", profile, "--stages", "2"],
+            &[
+                "--stages",
+                "--memory-limit",
+                "--weight-memory-factor",
+                "--microbatches",
+                "--devices",
+                "--gpus-per-node",
+                "--time-limit",
+                "--p2p-gb-per-s",
+            ],
+        ),
+        (
+            vec!["schedule-search", "--stages", "2", "--microbatches", "4"],
+            &[
+                "--stages",
+                "--microbatches",
+                "--forward",
+                "--backward-input",
+                "--backward-weight",
+                "--memory-limit",
+                "--seed",
+                "--iterations",
+            ],
+        ),
+        (
+            vec!["validate", "--predicted", "a.json", "--measured", "b.json"],
+            &["--skip-steps"],
+        ),
+    ];
+    for (base, flags) in cases {
+        for flag in flags {
+            for value in ["-1", "-0.5"] {
+                let mut args = base.clone();
+                args.extend([*flag, value]);
+                let err = refused(&args, &[flag]);
+                assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+            }
+        }
+    }
+    let err = refused(
+        &[
+            &PREDICT[..1],
+            &["--model", "gpt-1.7b", "--gpus", "-1", "--global-batch", "8"],
+        ]
+        .concat(),
+        &["--gpus"],
+    );
+    assert!(err.contains("must be a positive integer, got -1"), "{err}");
+}
+
+#[test]
+fn zero_durations_and_contradictory_costs() {
+    refused(
+        &[
+            &SIM[..],
+            &[
+                "--backward",
+                "3",
+                "--backward-input",
+                "1",
+                "--backward-weight",
+                "1",
+            ],
+        ]
+        .concat(),
+        &[
+            "--backward 3",
+            "--backward-input",
+            "--backward-weight",
+            "= 2",
+        ],
+    );
+    refused(
+        &[&SIM[..], &["--backward", "2", "--backward-input", "3"]].concat(),
+        &["--backward-input 3", "exceeds"],
+    );
+    // Consistent values, or the sum alone, are accepted.
+    let (code, out, err) = pplan(
+        &[
+            &SIM[..],
+            &[
+                "--backward-input",
+                "1",
+                "--backward-weight",
+                "2",
+                "--format",
+                "json",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["makespan"], 4.0 * 4.0 + 4.0);
+    refused(&[&PREDICT[..], &["--tp", "0"]].concat(), &["--tp"]);
+}
+
+/// Silent wrong output 1: predict --schedule zbv/dualpipev reported chunks 1 while simulating 2.
+#[test]
+fn predict_zbv_reports_the_two_chunks_it_simulates() {
+    for s in ["zbv", "dualpipev"] {
+        let (code, out, err) = pplan(&[
+            "predict",
+            "--model",
+            "gpt-1.7b",
+            "--gpus",
+            "8",
+            "--pp",
+            "4",
+            "--global-batch",
+            "16",
+            "--schedule",
+            s,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(json(&out)["chunks"], 2, "{s}");
+    }
+    refused(
+        &[
+            "predict",
+            "--model",
+            "gpt-1.7b",
+            "--gpus",
+            "8",
+            "--pp",
+            "4",
+            "--global-batch",
+            "16",
+            "--schedule",
+            "zbv",
+            "--chunks",
+            "3",
+        ],
+        &["--chunks", "zbv"],
+    );
+}
+
+/// Silent wrong output 6: simulate accepted interleaved 1F1B with m not divisible by p.
+#[test]
+fn simulate_and_predict_refuse_interleaving_that_search_refuses() {
+    refused(
+        &[
+            "simulate",
+            "--schedule",
+            "interleaved-1f1b",
+            "--stages",
+            "4",
+            "--microbatches",
+            "6",
+            "--chunks",
+            "2",
+        ],
+        &["--microbatches", "--stages", "p = 4"],
+    );
+    refused(
+        &[
+            "predict",
+            "--model",
+            "gpt-1.7b",
+            "--gpus",
+            "4",
+            "--pp",
+            "4",
+            "--global-batch",
+            "6",
+            "--chunks",
+            "2",
+        ],
+        &["--pp", "interleaved-1f1b"],
+    );
+    // One chunk is plain 1F1B, which takes any m.
+    assert_eq!(
+        pplan(&[
+            "simulate",
+            "--schedule",
+            "interleaved-1f1b",
+            "--stages",
+            "4",
+            "--microbatches",
+            "6"
+        ])
+        .0,
+        0
+    );
+}
+
+fn trace(name: &str) -> String {
+    let path = tmp(name);
+    let (code, _, err) = pplan(&[&SIM[..], &["--trace", path.to_str().unwrap()]].concat());
+    assert_eq!(code, 0, "{err}");
+    path.display().to_string()
+}
+
+/// Silent wrong outputs 2 and 3: "0.00% error" against a trace of zero durations, and
+/// --skip-steps beyond a one-step trace ignored.
+#[test]
+fn validate_refuses_zero_durations_and_skips_past_the_trace() {
+    let pred = trace("pred.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pred).unwrap()).unwrap();
+    for e in v["traceEvents"].as_array_mut().unwrap() {
+        if e["ph"] == "X" {
+            e["dur"] = 0.0.into();
+        }
+    }
+    let zero = tmp("zero.json");
+    std::fs::write(&zero, v.to_string()).unwrap();
+    refused(
+        &[
+            "validate",
+            "--predicted",
+            &pred,
+            "--measured",
+            zero.to_str().unwrap(),
+        ],
+        &["lasts 0", "zero.json"],
+    );
+    refused(
+        &[
+            "validate",
+            "--predicted",
+            &pred,
+            "--measured",
+            &pred,
+            "--skip-steps",
+            "3",
+        ],
+        &["--skip-steps 3", "one step"],
+    );
+    assert_eq!(
+        pplan(&[
+            "validate",
+            "--predicted",
+            &pred,
+            "--measured",
+            &pred,
+            "--skip-steps",
+            "0"
+        ])
+        .0,
+        0
+    );
+}
+
+/// Silent wrong output 5: an unknown hardware name in a plan flowed into emitted files.
+#[test]
+fn a_plan_with_unknown_hardware_is_refused_when_read() {
+    let plan = tmp("plan.json");
+    let (code, _, err) = pplan(&[&PREDICT[..], &["--output", plan.to_str().unwrap()]].concat());
+    assert_eq!(code, 0, "{err}");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    v["hardware"] = "tpu-v9".into();
+    std::fs::write(&plan, v.to_string()).unwrap();
+    for target in ["megatron", "torchtitan", "csv", "executor"] {
+        refused(
+            &["emit", "--plan", plan.to_str().unwrap(), "--target", target],
+            &["hardware", "tpu-v9", "h100-80gb"],
+        );
+    }
+}
+
+#[test]
+fn chrome_trace_metadata_and_step_level_events() {
+    let path = tmp("pt.json");
+    let (code, _, err) = pplan(
+        &[
+            &PREDICT[..],
+            &["--pp", "2", "--trace", path.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let sort: Vec<_> = events
+        .iter()
+        .filter(|e| e["name"] == "process_sort_index")
+        .collect();
+    assert!(!sort.is_empty());
+    for e in sort {
+        assert_eq!(e["args"]["sort_index"], e["pid"], "{e}");
+        assert!(e["args"].get("name").is_none(), "{e}");
+    }
+    let step_level: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            e["name"] == "OPTIMIZER_STEP"
+                || e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("REDUCE_GRAD"))
+        })
+        .collect();
+    assert!(!step_level.is_empty());
+    for e in step_level {
+        assert!(
+            e["args"].get("microbatch").is_none() && e["args"].get("kind").is_none(),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn schedule_files_with_a_byte_order_mark_and_quotes() {
+    let f = tmp("q.csv");
+    std::fs::write(
+        &f,
+        "\u{feff}\"0F0\",\"0F1\",0B0,0B1\r\n1F0,1B0,1F1,\"1B1\"\r\n",
+    )
+    .unwrap();
+    let (code, out, err) = pplan(&[
+        "simulate",
+        "--schedule",
+        f.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["stages"], 2);
+    std::fs::write(&f, "0F0,\"0B0\n").unwrap();
+    refused(
+        &["simulate", "--schedule", f.to_str().unwrap()],
+        &["q.csv", "row 1", "field 2", "quote"],
+    );
+}
