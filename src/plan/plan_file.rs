@@ -62,6 +62,11 @@ pub struct PlanModel {
     /// SwiGLU-style MLP (gate, up, down) rather than two matrices.
     #[serde(default)]
     pub gated_mlp: bool,
+    /// The output layer has its own weights instead of reusing the input embedding's (Llama;
+    /// Megatron-LM's `--untie-embeddings-and-output-weights`). Omitted when false: GPT-style
+    /// models, and plans written before the field existed, tie them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub untie_embeddings_and_output_weights: bool,
 }
 
 /// The parallel layout.
@@ -253,6 +258,24 @@ impl PlanModel {
             seq_length: m.seq_len,
             vocab_size: m.vocab_size,
             gated_mlp: m.gated_mlp,
+            untie_embeddings_and_output_weights: !m.tied_embeddings,
+        }
+    }
+
+    /// The model these dimensions describe (for its parameter count); the inverse of
+    /// [`PlanModel::from_model`].
+    pub fn to_model(&self) -> Model {
+        Model {
+            name: self.name.clone(),
+            num_layers: self.num_layers,
+            hidden_size: self.hidden_size,
+            num_heads: self.num_attention_heads,
+            num_kv_heads: self.num_query_groups,
+            ffn_hidden_size: self.ffn_hidden_size,
+            vocab_size: self.vocab_size,
+            seq_len: self.seq_length,
+            gated_mlp: self.gated_mlp,
+            tied_embeddings: !self.untie_embeddings_and_output_weights,
         }
     }
 }

@@ -254,6 +254,7 @@ pub(crate) mod tests_support {
                 seq_length: 8,
                 vocab_size: 13,
                 gated_mlp: false,
+                untie_embeddings_and_output_weights: false,
             },
             hardware: "h100-80gb".into(),
             parallelism: Parallelism {

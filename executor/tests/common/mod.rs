@@ -22,6 +22,7 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         seq_length: 8,
         vocab_size: 32,
         gated_mlp: false,
+        untie_embeddings_and_output_weights: false,
     }
 }
 
