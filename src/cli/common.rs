@@ -356,3 +356,42 @@ pub(crate) enum AttentionArg {
     Unfused,
     Flash,
 }
+
+/// `--tokens` and `--gpu-hour-price` (predict and search): the whole run's days, GPU-hours and
+/// cost from the predicted step time (`plan::run_cost`).
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// Tokens to train on (15000000000000, 15e12 or 15T; K, M, B, T suffixes): adds the run's
+    /// steps, days and GPU-hours to the output.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) tokens: Option<String>,
+    /// Price of one GPU-hour in US dollars (with --tokens): adds the run's cost.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) gpu_hour_price: Option<String>,
+}
+
+impl RunArgs {
+    /// The token count and price asked for, checked; `None` without `--tokens`.
+    pub(crate) fn parse(&self) -> Result<Option<(u64, Option<f64>)>, CliError> {
+        let price = match &self.gpu_hour_price {
+            None => None,
+            Some(s) => match s.trim().parse::<f64>() {
+                Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
+                _ => return input(format!(
+                    "--gpu-hour-price '{s}': valid: a price in US dollars, 0 or more (e.g. 2.50)"
+                )),
+            },
+        };
+        match &self.tokens {
+            None if price.is_some() => {
+                input("--gpu-hour-price needs --tokens N (the run it prices)")
+            }
+            None => Ok(None),
+            Some(t) => {
+                let n = pplan::plan::run_cost::parse_token_count(t)
+                    .map_err(|e| CliError::Input(format!("--tokens: {e}")))?;
+                Ok(Some((n, price)))
+            }
+        }
+    }
+}

@@ -60,6 +60,8 @@ pub(crate) struct PlanSearchArgs {
     pub(crate) overlap_grad_reduce: OnOff,
     #[command(flatten)]
     pub(crate) stack: StackArgs,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
     /// Simulate every feasible candidate (no pruning by the lower bound).
     #[arg(long)]
     pub(crate) exhaustive: bool,
@@ -81,6 +83,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     use std::sync::OnceLock;
     let started = std::time::Instant::now();
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let run_request = args.run.parse()?;
     let pins = Pins {
         tp: args.tp,
         pp: args.pp,
@@ -141,14 +144,44 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
         write_plan(path, &model, &args.hardware, &best.prediction)?;
     }
+    // The run each result implies (--tokens), in result order.
+    let runs: Vec<pplan::plan::run_cost::RunCost> = match run_request {
+        None => Vec::new(),
+        Some((tokens, price)) => outcome
+            .results
+            .iter()
+            .map(|r| {
+                let p = &r.prediction;
+                pplan::plan::run_cost::run_cost(
+                    tokens,
+                    p.global_batch * model.seq_len,
+                    p.step_time_s,
+                    p.gpus,
+                    price,
+                )
+            })
+            .collect(),
+    };
     match args.format {
         Format::Json => {
             let mut v =
                 serde_json::to_value(&outcome).map_err(|e| CliError::Internal(e.to_string()))?;
             v["elapsed_s"] = serde_json::json!(elapsed_s);
+            if let Some(results) = v["results"].as_array_mut() {
+                for (r, run) in results.iter_mut().zip(&runs) {
+                    let fields =
+                        serde_json::to_value(run).map_err(|e| CliError::Internal(e.to_string()))?;
+                    if let (Some(obj), Some(add)) = (r.as_object_mut(), fields.as_object()) {
+                        obj.extend(add.clone());
+                    }
+                }
+            }
             print_json(&v)?;
         }
-        Format::Table => print_search_table(&outcome, elapsed_s),
+        Format::Table => {
+            print_search_table(&outcome, elapsed_s);
+            print_run_table(&outcome, &runs);
+        }
     }
     Ok(())
 }
@@ -204,4 +237,33 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
         "searched in {elapsed_s:.2} s ({} schedules summarised for the memory check)",
         o.schedules_summarised
     );
+}
+
+/// With `--tokens`: each result's run in days, GPU-hours and cost.
+fn print_run_table(
+    o: &pplan::plan::search::SearchOutcome,
+    runs: &[pplan::plan::run_cost::RunCost],
+) {
+    let Some(first) = runs.first() else {
+        return;
+    };
+    println!();
+    println!(
+        "training run of {} tokens ({} steps at global batch {}):",
+        first.training_tokens, first.training_steps, o.global_batch
+    );
+    println!(
+        "{:>4} {:>10} {:>14} {:>14}",
+        "rank", "days", "GPU-hours", "cost (USD)"
+    );
+    for (r, run) in o.results.iter().zip(runs) {
+        let cost = run
+            .cost_usd
+            .map(|c| format!("{c:.0}"))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:>4} {:>10.2} {:>14.0} {:>14}",
+            r.rank, run.training_days, run.gpu_hours, cost
+        );
+    }
 }
