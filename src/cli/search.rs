@@ -75,12 +75,14 @@ pub(crate) struct PlanSearchArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+    /// Show progress with an estimate of the time left on standard error even when it is not a
+    /// terminal (on a terminal it appears by itself after a second).
+    #[arg(long)]
+    pub(crate) progress: bool,
 }
 
 pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     use pplan::plan::search::{search, Pins, SearchError, SearchRequest};
-    use std::io::IsTerminal;
-    use std::sync::OnceLock;
     let started = std::time::Instant::now();
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
     let run_request = args.run.parse()?;
@@ -117,29 +119,15 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         .partition
         .parse()
         .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
-    // A progress bar only for searches that outlast a second, and only on a terminal.
-    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
-    let terminal = std::io::stderr().is_terminal();
-    let progress = |done: u64, total: u64| {
-        if terminal && started.elapsed().as_secs_f64() > 1.0 {
-            let b = bar.get_or_init(|| {
-                let b = indicatif::ProgressBar::with_draw_target(
-                    Some(total),
-                    indicatif::ProgressDrawTarget::stderr(),
-                );
-                b.set_message("simulating feasible candidates (best lower bound first)");
-                b
-            });
-            b.set_position(done);
-        }
-    };
-    let outcome = search(&req, Some(&progress)).map_err(|e| match e {
+    // Progress with an estimate of the time left: on a terminal after the first second, or
+    // with --progress.
+    let progress = Progress::new("search (simulating feasible candidates)", args.progress);
+    let outcome = search(&req, Some(&|done, total| progress.update(done, total)));
+    progress.finish();
+    let outcome = outcome.map_err(|e| match e {
         SearchError::Internal(m) => CliError::Internal(m),
         other => CliError::Input(other.to_string()),
     })?;
-    if let Some(b) = bar.get() {
-        b.finish_and_clear();
-    }
     let elapsed_s = started.elapsed().as_secs_f64();
     if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
         write_plan(path, &model, &args.hardware, &best.prediction)?;
