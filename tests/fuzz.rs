@@ -249,7 +249,7 @@ mod seeded {
                 .unwrap_or(d)
         };
         (
-            env("PPLAN_FUZZ_SEED", 0x5eed_17),
+            env("PPLAN_FUZZ_SEED", 0x005e_ed17),
             env("PPLAN_FUZZ_CASES", 40),
         )
     }

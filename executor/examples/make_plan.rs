@@ -40,6 +40,7 @@ fn main() {
             tp: 1,
             pp: p as u64,
             dp: 1,
+            cp: 1,
             micro_batch: b as u64,
             global_batch: (b * m) as u64,
             chunks: v as u64,

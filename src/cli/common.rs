@@ -443,3 +443,133 @@ pub(crate) enum AttentionArg {
     Unfused,
     Flash,
 }
+
+/// `--tokens` and `--gpu-hour-price` (predict and search): the whole run's days, GPU-hours and
+/// cost from the predicted step time (`plan::run_cost`).
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// Tokens to train on (15000000000000, 15e12 or 15T; K, M, B, T suffixes): adds the run's
+    /// steps, days and GPU-hours to the output.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) tokens: Option<String>,
+    /// Price of one GPU-hour in US dollars (with --tokens): adds the run's cost.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) gpu_hour_price: Option<String>,
+}
+
+impl RunArgs {
+    /// The token count and price asked for, checked; `None` without `--tokens`.
+    pub(crate) fn parse(&self) -> Result<Option<(u64, Option<f64>)>, CliError> {
+        let price = match &self.gpu_hour_price {
+            None => None,
+            Some(s) => match s.trim().parse::<f64>() {
+                Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
+                _ => {
+                    return input(format!(
+                    "--gpu-hour-price '{s}': valid: a price in US dollars, 0 or more (e.g. 2.50)"
+                ))
+                }
+            },
+        };
+        match &self.tokens {
+            None if price.is_some() => {
+                input("--gpu-hour-price needs --tokens N (the run it prices)")
+            }
+            None => Ok(None),
+            Some(t) => {
+                let n = pplan::plan::run_cost::parse_token_count(t)
+                    .map_err(|e| CliError::Input(format!("--tokens: {e}")))?;
+                Ok(Some((n, price)))
+            }
+        }
+    }
+}
+
+/// A progress line with an estimate of the time left, on standard error only: drawn in place
+/// when standard error is a terminal (after the first second, so quick commands stay quiet),
+/// or, with `--progress`, from the start (as plain lines at most once a second when standard
+/// error is not a terminal). It reads the clock, and nothing it does reaches standard output
+/// or a file, so outputs stay byte-identical with or without it.
+pub(crate) struct Progress {
+    label: &'static str,
+    forced: bool,
+    terminal: bool,
+    started: std::time::Instant,
+    /// When the line was last drawn, and whether anything was drawn.
+    state: std::sync::Mutex<(Option<std::time::Instant>, bool)>,
+}
+
+impl Progress {
+    pub(crate) fn new(label: &'static str, forced: bool) -> Progress {
+        use std::io::IsTerminal;
+        Progress {
+            label,
+            forced,
+            terminal: std::io::stderr().is_terminal(),
+            started: std::time::Instant::now(),
+            state: std::sync::Mutex::new((None, false)),
+        }
+    }
+
+    fn line(&self, done: u64, total: u64) -> String {
+        let elapsed_s = self.started.elapsed().as_secs_f64();
+        let pct = if total == 0 {
+            100.0
+        } else {
+            100.0 * done as f64 / total as f64
+        };
+        let eta = if done == 0 {
+            "ETA unknown".to_string()
+        } else {
+            let left_s = elapsed_s * (total.saturating_sub(done)) as f64 / done as f64;
+            format!("ETA {left_s:.0} s")
+        };
+        format!(
+            "{}: {done}/{total} ({pct:.0}%), {elapsed_s:.0} s elapsed, {eta}",
+            self.label
+        )
+    }
+
+    /// `done` of `total` units finished.
+    pub(crate) fn update(&self, done: u64, total: u64) {
+        if !(self.forced || self.terminal) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if !self.forced && now.duration_since(self.started).as_secs_f64() < 1.0 {
+            return;
+        }
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let every_s = if self.terminal { 0.1 } else { 1.0 };
+        if state
+            .0
+            .is_some_and(|t| now.duration_since(t).as_secs_f64() < every_s)
+            && done < total
+        {
+            return;
+        }
+        state.0 = Some(now);
+        state.1 = true;
+        if self.terminal {
+            eprint!("\r\x1b[2K{}", self.line(done, total));
+        } else {
+            eprintln!("{}", self.line(done, total));
+        }
+    }
+
+    /// Clear the line (terminal) or write the last one (`--progress` to a file or pipe).
+    pub(crate) fn finish(&self) {
+        let drawn = self.state.lock().map(|s| s.1).unwrap_or(false);
+        if self.terminal && drawn {
+            eprint!("\r\x1b[2K");
+        } else if self.forced && !self.terminal {
+            eprintln!(
+                "{}: done in {:.1} s",
+                self.label,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}

@@ -8,8 +8,9 @@ pub(crate) struct EmitArgs {
     /// The plan file (plan.json from `pplan predict/search --output`).
     #[arg(long)]
     pub(crate) plan: PathBuf,
-    /// executor (plan JSON), megatron (Megatron-LM arguments), torchtitan (TOML) or csv
-    /// (PyTorch compute_only schedule).
+    /// executor (plan JSON), megatron (Megatron-LM arguments, a bash array), torchtitan (a
+    /// Python config function for current torchtitan), torchtitan-v0.2 (TOML for torchtitan
+    /// 0.2.x) or csv (PyTorch compute_only schedule).
     #[arg(long)]
     pub(crate) target: String,
     /// Output file (default: standard output).

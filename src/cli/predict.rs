@@ -66,6 +66,8 @@ pub(crate) struct PredictArgs {
     pub(crate) no_scatter_gather: bool,
     #[command(flatten)]
     pub(crate) stack: StackArgs,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
     /// A measured layer profile (JSON): transformer layers' forward/backward times and
     /// activation bytes come from it instead of the cost model (num_layers entries, or
     /// num_layers + 2 with the embedding first and the output layer last).
@@ -94,6 +96,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     use pplan::cost::{Recompute, Stack};
     use pplan::plan::predict::{predict, PredictError, PredictRequest};
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let run_request = args.run.parse()?;
     let recompute: Recompute = args
         .recompute
         .parse()
@@ -172,8 +175,29 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     if let Some(path) = &args.output {
         write_plan(path, &model, &args.hardware, &pred)?;
     }
+    let run = run_request.map(|(tokens, price)| {
+        pplan::plan::run_cost::run_cost(
+            tokens,
+            pred.global_batch * model.seq_len,
+            pred.step_time_s,
+            pred.gpus,
+            price,
+        )
+    });
     match args.format {
-        Format::Json => print_json(&pred)?,
+        Format::Json => match &run {
+            None => print_json(&pred)?,
+            Some(run) => {
+                #[derive(serde::Serialize)]
+                struct WithRun<'a> {
+                    #[serde(flatten)]
+                    pred: &'a pplan::plan::predict::Prediction,
+                    #[serde(flatten)]
+                    run: &'a pplan::plan::run_cost::RunCost,
+                }
+                print_json(&WithRun { pred: &pred, run })?
+            }
+        },
         Format::Table => {
             println!(
                 "{} (seq={}) on {} x {}: t={} p={} d={}{} b={} m={} {} v={} recompute={} sp={}",
@@ -223,7 +247,23 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
                 "split                {} {:?}",
                 pred.split, pred.stage_layers
             );
+            if let Some(r) = &run {
+                print_run_cost(r);
+            }
         }
     }
     Ok(())
+}
+
+/// The run's lines of the table (`--tokens`).
+pub(crate) fn print_run_cost(r: &pplan::plan::run_cost::RunCost) {
+    println!(
+        "training_tokens      {} ({} steps)",
+        r.training_tokens, r.training_steps
+    );
+    println!("training_days        {:.2}", r.training_days);
+    println!("gpu_hours            {:.0}", r.gpu_hours);
+    if let Some(c) = r.cost_usd {
+        println!("cost_usd             {c:.0}");
+    }
 }

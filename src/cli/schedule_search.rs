@@ -42,6 +42,10 @@ pub(crate) struct SearchArgs {
     /// Output format of the report.
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+    /// Show progress with an estimate of the time left on standard error even when it is not a
+    /// terminal (on a terminal it appears by itself after a second).
+    #[arg(long)]
+    pub(crate) progress: bool,
 }
 
 #[derive(Serialize)]
@@ -62,7 +66,7 @@ pub(crate) struct SearchReport {
 }
 
 pub(crate) fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
-    use pplan::plan::schedule_search::{search, SearchError, SearchParams};
+    use pplan::plan::schedule_search::{search_with_progress, SearchError, SearchParams};
     let scale = ns_per_unit(1);
     let limit = args.memory_limit.unwrap_or(args.stages);
     let params = SearchParams {
@@ -76,7 +80,10 @@ pub(crate) fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
         seed: args.seed,
         iterations: args.iterations,
     };
-    let found = search(&params).map_err(|e| match e {
+    let progress = Progress::new("schedule-search", args.progress);
+    let found = search_with_progress(&params, Some(&|done, total| progress.update(done, total)));
+    progress.finish();
+    let found = found.map_err(|e| match e {
         SearchError::Zero { .. }
         | SearchError::TooLarge { .. }
         | SearchError::TooManyIterations { .. } => CliError::Input(e.to_string()),

@@ -66,6 +66,8 @@ pub(crate) struct PlanSearchArgs {
     pub(crate) overlap_grad_reduce: OnOff,
     #[command(flatten)]
     pub(crate) stack: StackArgs,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
     /// Simulate every feasible candidate (no pruning by the lower bound).
     #[arg(long)]
     pub(crate) exhaustive: bool,
@@ -79,14 +81,17 @@ pub(crate) struct PlanSearchArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+    /// Show progress with an estimate of the time left on standard error even when it is not a
+    /// terminal (on a terminal it appears by itself after a second).
+    #[arg(long)]
+    pub(crate) progress: bool,
 }
 
 pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     use pplan::plan::search::{search, Pins, SearchError, SearchRequest};
-    use std::io::IsTerminal;
-    use std::sync::OnceLock;
     let started = std::time::Instant::now();
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let run_request = args.run.parse()?;
     let pins = Pins {
         tp: args.tp,
         pp: args.pp,
@@ -121,41 +126,57 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         .partition
         .parse()
         .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
-    // A progress bar only for searches that outlast a second, and only on a terminal.
-    let bar: OnceLock<indicatif::ProgressBar> = OnceLock::new();
-    let terminal = std::io::stderr().is_terminal();
-    let progress = |done: u64, total: u64| {
-        if terminal && started.elapsed().as_secs_f64() > 1.0 {
-            let b = bar.get_or_init(|| {
-                let b = indicatif::ProgressBar::with_draw_target(
-                    Some(total),
-                    indicatif::ProgressDrawTarget::stderr(),
-                );
-                b.set_message("simulating feasible candidates (best lower bound first)");
-                b
-            });
-            b.set_position(done);
-        }
-    };
-    let outcome = search(&req, Some(&progress)).map_err(|e| match e {
+    // Progress with an estimate of the time left: on a terminal after the first second, or
+    // with --progress.
+    let progress = Progress::new("search (simulating feasible candidates)", args.progress);
+    let outcome = search(&req, Some(&|done, total| progress.update(done, total)));
+    progress.finish();
+    let outcome = outcome.map_err(|e| match e {
         SearchError::Internal(m) => CliError::Internal(m),
         other => CliError::Input(other.to_string()),
     })?;
-    if let Some(b) = bar.get() {
-        b.finish_and_clear();
-    }
     let elapsed_s = started.elapsed().as_secs_f64();
     if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
         write_plan(path, &model, &args.hardware, &best.prediction)?;
     }
+    // The run each result implies (--tokens), in result order.
+    let runs: Vec<pplan::plan::run_cost::RunCost> = match run_request {
+        None => Vec::new(),
+        Some((tokens, price)) => outcome
+            .results
+            .iter()
+            .map(|r| {
+                let p = &r.prediction;
+                pplan::plan::run_cost::run_cost(
+                    tokens,
+                    p.global_batch * model.seq_len,
+                    p.step_time_s,
+                    p.gpus,
+                    price,
+                )
+            })
+            .collect(),
+    };
     match args.format {
         Format::Json => {
             let mut v =
                 serde_json::to_value(&outcome).map_err(|e| CliError::Internal(e.to_string()))?;
             v["elapsed_s"] = serde_json::json!(elapsed_s);
+            if let Some(results) = v["results"].as_array_mut() {
+                for (r, run) in results.iter_mut().zip(&runs) {
+                    let fields =
+                        serde_json::to_value(run).map_err(|e| CliError::Internal(e.to_string()))?;
+                    if let (Some(obj), Some(add)) = (r.as_object_mut(), fields.as_object()) {
+                        obj.extend(add.clone());
+                    }
+                }
+            }
             print_json(&v)?;
         }
-        Format::Table => print_search_table(&outcome, elapsed_s),
+        Format::Table => {
+            print_search_table(&outcome, elapsed_s);
+            print_run_table(&outcome, &runs);
+        }
     }
     Ok(())
 }
@@ -221,4 +242,33 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
         "searched in {elapsed_s:.2} s ({} schedules summarised for the memory check)",
         o.schedules_summarised
     );
+}
+
+/// With `--tokens`: each result's run in days, GPU-hours and cost.
+fn print_run_table(
+    o: &pplan::plan::search::SearchOutcome,
+    runs: &[pplan::plan::run_cost::RunCost],
+) {
+    let Some(first) = runs.first() else {
+        return;
+    };
+    println!();
+    println!(
+        "training run of {} tokens ({} steps at global batch {}):",
+        first.training_tokens, first.training_steps, o.global_batch
+    );
+    println!(
+        "{:>4} {:>10} {:>14} {:>14}",
+        "rank", "days", "GPU-hours", "cost (USD)"
+    );
+    for (r, run) in o.results.iter().zip(runs) {
+        let cost = run
+            .cost_usd
+            .map(|c| format!("{c:.0}"))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:>4} {:>10.2} {:>14.0} {:>14}",
+            r.rank, run.training_days, run.gpu_hours, cost
+        );
+    }
 }

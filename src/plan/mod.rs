@@ -6,16 +6,20 @@
 //! - [`search`] enumerates layouts and ranks the feasible ones, with the schedule's memory
 //!   summary in [`search::ScheduleSummary`];
 //! - [`partition`] splits layers into stages (exact DP, DP-seeded ILP in `partition::ilp`);
-//! - [`schedule_search`] searches zero-bubble F/I/W orders;
-//! - [`plan_file`] is the versioned plan file, [`emit`] writes it for other systems.
+//! - [`schedule_search`] searches zero-bubble F/I/W orders; [`run_cost`] turns a step time
+//!   into a training run's days, GPU-hours and cost;
+//! - [`plan_file`] is the versioned plan file, [`emit`] writes it for other systems and
+//!   [`megatron_args`] reads a Megatron-LM command line back into a model and layout.
 //!
 //! May import `schedule`, `inputs`, `sim` and `cost`; never `report`.
 
 pub mod emit;
+pub mod megatron_args;
 pub mod partition;
 pub mod plan_file;
 pub mod predict;
 pub mod profiled;
+pub mod run_cost;
 
 pub mod schedule_search;
 pub mod search;

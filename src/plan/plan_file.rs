@@ -63,6 +63,15 @@ pub struct PlanModel {
     /// SwiGLU-style MLP (gate, up, down) rather than two matrices.
     #[serde(default)]
     pub gated_mlp: bool,
+    /// The output layer has its own weights instead of reusing the input embedding's (Llama;
+    /// Megatron-LM's `--untie-embeddings-and-output-weights`). Omitted when false: GPT-style
+    /// models, and plans written before the field existed, tie them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub untie_embeddings_and_output_weights: bool,
+    /// Head dimension when it is not hidden_size / heads (Qwen3, Gemma 2; Megatron-LM's
+    /// `--kv-channels`). Omitted otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_channels: Option<u64>,
 }
 
 /// The parallel layout.
@@ -264,6 +273,27 @@ impl PlanModel {
             seq_length: m.seq_len,
             vocab_size: m.vocab_size,
             gated_mlp: m.gated_mlp,
+            untie_embeddings_and_output_weights: !m.tied_embeddings,
+            kv_channels: m.attention_head_dim,
+        }
+    }
+
+    /// The model these dimensions describe (for its parameter count); the inverse of
+    /// [`PlanModel::from_model`].
+    pub fn to_model(&self) -> Model {
+        Model {
+            name: self.name.clone(),
+            num_layers: self.num_layers,
+            hidden_size: self.hidden_size,
+            num_heads: self.num_attention_heads,
+            num_kv_heads: self.num_query_groups,
+            ffn_hidden_size: self.ffn_hidden_size,
+            vocab_size: self.vocab_size,
+            seq_len: self.seq_length,
+            gated_mlp: self.gated_mlp,
+            tied_embeddings: !self.untie_embeddings_and_output_weights,
+            attention_head_dim: self.kv_channels,
+            seq_len_defaulted: false,
         }
     }
 }
@@ -683,6 +713,7 @@ mod tests {
                 tp: 1,
                 pp: 2,
                 dp: 1,
+                cp: 1,
                 micro_batch: 1,
                 global_batch: 4,
                 chunks: 1,

@@ -152,6 +152,21 @@ impl SplitMix64 {
 
 /// Search for the fastest zero-bubble schedule within the memory limit. See the module docs.
 pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
+    search_with_progress(params, None)
+}
+
+/// [`search`], calling `progress(done, total)` after each construction and each local move
+/// (`total` = constructions + `iterations`), so a caller can show how far it is. The callback
+/// cannot change the result; the search never reads the clock.
+pub fn search_with_progress(
+    params: &SearchParams,
+    progress: Option<&dyn Fn(u64, u64)>,
+) -> Result<SearchResult, SearchError> {
+    let report = |done: u64, total: u64| {
+        if let Some(f) = progress {
+            f(done, total)
+        }
+    };
     let SearchParams {
         devices: p,
         microbatches: m,
@@ -212,7 +227,9 @@ pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
     }
     let mut best: Option<(Schedule, SimResult)> = None;
     let constructions = candidates.len() as u32;
-    for s in candidates {
+    let total = constructions as u64 + params.iterations as u64;
+    for (i, s) in candidates.into_iter().enumerate() {
+        report(i as u64, total);
         // Every construction honours the cap by design; the simulator re-checks it.
         let Some(r) = evaluate(&s, &costs, limit) else {
             continue;
@@ -229,7 +246,8 @@ pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
     let constructed_makespan_ns = result.makespan_ns;
     let mut rng = SplitMix64(params.seed);
     let (mut kept, mut improving) = (0, 0);
-    for _ in 0..params.iterations {
+    for it in 0..params.iterations {
+        report(constructions as u64 + it as u64, total);
         let d = rng.below(p as u64) as usize;
         let len = schedule.devices[d].len();
         if len < 2 {
@@ -257,6 +275,7 @@ pub fn search(params: &SearchParams) -> Result<SearchResult, SearchError> {
             }
         }
     }
+    report(total, total);
     let peak = result
         .devices
         .iter()

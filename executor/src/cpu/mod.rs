@@ -109,8 +109,8 @@ pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
     if m.num_query_groups != m.num_attention_heads {
         return Some(format!("plan: field `model.num_query_groups` is {} but the executor's model has no grouped-query attention (it must equal num_attention_heads = {})", m.num_query_groups, m.num_attention_heads));
     }
-    if par.tp != 1 || par.dp != 1 {
-        return Some(format!("plan: fields `parallelism.tp` = {} and `parallelism.dp` = {}: the executor runs one pipeline (tp = 1, dp = 1)", par.tp, par.dp));
+    if par.tp != 1 || par.dp != 1 || par.cp != 1 {
+        return Some(format!("plan: fields `parallelism.tp` = {}, `parallelism.dp` = {} and `parallelism.cp` = {}: the executor runs one pipeline (tp = 1, dp = 1, cp = 1)", par.tp, par.dp, par.cp));
     }
     if let Some(dt) = &opts.dtype {
         if dt != "f32" && dt != "bf16" {

@@ -254,6 +254,8 @@ pub(crate) mod tests_support {
                 seq_length: 8,
                 vocab_size: 13,
                 gated_mlp: false,
+                untie_embeddings_and_output_weights: false,
+                kv_channels: None,
             },
             hardware: "h100-80gb".into(),
             parallelism: Parallelism {
@@ -261,6 +263,7 @@ pub(crate) mod tests_support {
                 tp: 1,
                 pp: p as u64,
                 dp: 1,
+                cp: 1,
                 micro_batch: 2,
                 global_batch: 2 * m as u64,
                 chunks: (stages / p) as u64,

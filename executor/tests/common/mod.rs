@@ -22,6 +22,8 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         seq_length: 8,
         vocab_size: 32,
         gated_mlp: false,
+        untie_embeddings_and_output_weights: false,
+        kv_channels: None,
     }
 }
 
@@ -43,6 +45,7 @@ pub fn plan_with(name: ScheduleName, params: GenParams, layers: u32) -> Plan {
             tp: 1,
             pp: p as u64,
             dp: 1,
+            cp: 1,
             micro_batch: 2,
             global_batch: 2 * params.microbatches as u64,
             chunks: v as u64,

@@ -1,0 +1,218 @@
+//! What every emitter returns, its errors, and the helpers the framework targets share.
+
+use crate::plan::plan_file::{Plan, PlanError, PlanModel};
+use std::fmt::Write as _;
+
+/// The emitted text and what it could not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Emitted {
+    pub text: String,
+    /// One line per thing the target cannot express (also written into `text` as comments,
+    /// except for the executor and csv targets, whose formats have no comments).
+    pub notes: Vec<String>,
+    /// torchtitan only: the schedule CSV to write at the path the config names.
+    pub schedule_csv: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmitError {
+    #[error("{0}")]
+    Plan(#[from] PlanError),
+    #[error("the torchtitan config needs a schedule CSV for schedule '{schedule}' (no PyTorch schedule class runs this order): give --schedule-csv FILE or --output FILE")]
+    NeedsCsvPath { schedule: String },
+}
+
+pub(crate) fn all_equal(v: &[u32]) -> bool {
+    v.windows(2).all(|w| w[0] == w[1])
+}
+
+/// Micro-batches per step that the batch sizes imply, for a consistency note.
+fn implied_microbatches(plan: &Plan) -> u64 {
+    let par = &plan.parallelism;
+    par.global_batch / par.dp.max(1) / par.micro_batch.max(1)
+}
+
+/// Notes shared by the framework targets.
+pub(crate) fn common_notes(plan: &Plan, notes: &mut Vec<String>) {
+    let par = &plan.parallelism;
+    if par.global_batch % (par.dp * par.micro_batch) != 0 {
+        notes.push(format!(
+            "global batch {} is not a multiple of dp x micro-batch = {} x {}",
+            par.global_batch, par.dp, par.micro_batch
+        ));
+    } else if implied_microbatches(plan) != plan.schedule.microbatches_per_step as u64 {
+        notes.push(format!(
+            "the schedule has {} micro-batches per step but global batch / (dp x micro-batch) = {}; the framework runs the latter",
+            plan.schedule.microbatches_per_step,
+            implied_microbatches(plan)
+        ));
+    }
+}
+
+/// The PyTorch schedule class (`get_schedule_class` name) that runs exactly the plan's order,
+/// if one does.
+pub(crate) fn torch_class(plan: &Plan) -> Option<&'static str> {
+    let p = plan.parallelism.pp as u32;
+    let m = plan.schedule.microbatches_per_step;
+    match plan.schedule.name.as_str() {
+        "gpipe" => Some("GPipe"),
+        "1f1b" => Some("1F1B"),
+        // PyTorch's rounds equal pplan's only when p divides m (docs/schedules.md).
+        "interleaved-1f1b" if p > 0 && m % p == 0 => Some("Interleaved1F1B"),
+        "looped-bfs" => Some("LoopedBFS"),
+        "zbv" => Some("ZBVZeroBubble"),
+        "dualpipev" => Some("DualPipeV"),
+        _ => None,
+    }
+}
+
+/// A double-quoted string with `"`, `\` and control characters escaped: valid in TOML and in
+/// Python source alike.
+pub(crate) fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// torchtitan's module names for each stage (`tok_embeddings`, `layers.i`, `norm`, then the
+/// output layer, `output` in 0.2.x and `lm_head` on main: its `generate_llm_fqn_per_model_part`),
+/// quoted.
+pub(crate) fn torchtitan_fqns(plan: &Plan, output_module: &str) -> Vec<Vec<String>> {
+    plan.stages
+        .iter()
+        .map(|st| {
+            let mut names = Vec::new();
+            if st.embedding {
+                names.push(quoted("tok_embeddings"));
+            }
+            for l in st.first_layer..st.first_layer + st.num_layers {
+                names.push(quoted(&format!("layers.{l}")));
+            }
+            if st.output {
+                names.push(quoted("norm"));
+                names.push(quoted(output_module));
+            }
+            names
+        })
+        .collect()
+}
+
+/// A torchtitan model and flavor with exactly a plan's dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Flavor {
+    /// The model directory (`torchtitan/models/llama3`) and `[model] name` in 0.2.x.
+    pub module: &'static str,
+    /// The flavor (`model_registry("8B")`, `[model] flavor` in 0.2.x).
+    pub flavor: &'static str,
+    /// The config function of `torchtitan/models/MODULE/config_registry.py` on main whose
+    /// tokenizer, data, loss and optimizer the emitted config starts from.
+    pub registry_fn: &'static str,
+}
+
+/// torchtitan's Llama 3 flavors (`torchtitan/models/llama3/__init__.py`, the same in 0.2.2 and
+/// on main): (layers, hidden, heads, kv heads, ffn, vocabulary), the ffn being torchtitan's
+/// `compute_ffn_hidden_dim` of each flavor's multiplier. All have a SwiGLU MLP and untied
+/// output weights.
+const FLAVORS: [(u32, u64, u64, u64, u64, u64, Flavor); 3] = [
+    (
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        128256,
+        Flavor {
+            module: "llama3",
+            flavor: "8B",
+            registry_fn: "llama3_8b",
+        },
+    ),
+    (
+        80,
+        8192,
+        64,
+        8,
+        28672,
+        128256,
+        Flavor {
+            module: "llama3",
+            flavor: "70B",
+            registry_fn: "llama3_70b",
+        },
+    ),
+    (
+        126,
+        16384,
+        128,
+        8,
+        53248,
+        128256,
+        Flavor {
+            module: "llama3",
+            flavor: "405B",
+            registry_fn: "llama3_405b",
+        },
+    ),
+];
+
+/// The torchtitan flavor with exactly `m`'s dimensions, matched on the dimensions (not the
+/// name), so a Hugging Face config of the same network maps to it too.
+pub(crate) fn torchtitan_flavor(m: &PlanModel) -> Option<Flavor> {
+    FLAVORS
+        .iter()
+        .find(|(l, h, a, g, f, v, _)| {
+            m.num_layers == *l
+                && m.hidden_size == *h
+                && m.num_attention_heads == *a
+                && m.num_query_groups == *g
+                && m.ffn_hidden_size == *f
+                && m.vocab_size == *v
+                && m.gated_mlp
+                && m.untie_embeddings_and_output_weights
+        })
+        .map(|x| x.6)
+}
+
+/// The model's dimensions in words, for a comment when no flavor matches.
+pub(crate) fn model_dims(m: &PlanModel) -> String {
+    format!(
+        "{} layers, hidden size {}, {} heads ({} key/value heads), FFN {}{}, vocabulary {}",
+        m.num_layers,
+        m.hidden_size,
+        m.num_attention_heads,
+        m.num_query_groups,
+        m.ffn_hidden_size,
+        if m.gated_mlp { " (gated)" } else { "" },
+        m.vocab_size
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_and_flavors() {
+        assert_eq!(quoted("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        let llama = crate::inputs::model::Model::preset("llama3-70b").unwrap();
+        let f = torchtitan_flavor(&PlanModel::from_model(&llama)).unwrap();
+        assert_eq!(
+            (f.module, f.flavor, f.registry_fn),
+            ("llama3", "70B", "llama3_70b")
+        );
+        let gpt = crate::inputs::model::Model::preset("gpt-1.7b").unwrap();
+        assert_eq!(torchtitan_flavor(&PlanModel::from_model(&gpt)), None);
+    }
+}

@@ -1,0 +1,334 @@
+//! `--target megatron`: Megatron-LM arguments that build and train the model and layout pplan
+//! predicted.
+//!
+//! The output is a bash file defining one array, `MEGATRON_ARGS`, one flag (and its value) per
+//! line, so values with shell metacharacters (the layout string's `*` and `|`) are quoted once
+//! and reach Megatron-LM unchanged: `source FILE && torchrun ... pretrain_gpt.py
+//! "${MEGATRON_ARGS[@]}" <data and optimizer flags>`. Every flag is one of Megatron-LM's
+//! (`tests/data/megatron_args.txt`, read from `megatron/training/arguments.py` at the commit
+//! named there); [`crate::plan::megatron_args`] reads the file back.
+//!
+//! pplan's model records the dimensions, the gated MLP and whether the embeddings are tied, not
+//! the normalisation, position embedding, rotary base or biases: a gated-MLP model is written as
+//! the Llama family (RMSNorm, RoPE, no linear biases), any other as the GPT family (LayerNorm,
+//! learned absolute positions, biases), and the output says so in a comment.
+
+use crate::plan::emit::common::{all_equal, common_notes, Emitted};
+use crate::plan::plan_file::Plan;
+use std::fmt::Write as _;
+
+/// The Megatron-LM commit the flags were checked against (`tests/data/megatron_args.txt`).
+pub const MEGATRON_COMMIT: &str = "d98e8a64ddf34856e74b24714e3bedb2f5a39553";
+
+/// The bash array the file defines.
+pub const ARRAY_NAME: &str = "MEGATRON_ARGS";
+
+/// Megatron-LM's layout string (`--pipeline-model-parallel-layout`): stages split by `|`,
+/// `E` embedding, `t` a transformer layer (`t*n` for n of them), `L` the loss.
+pub fn megatron_layout(plan: &Plan) -> String {
+    let mut out = String::new();
+    for (i, st) in plan.stages.iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        if st.embedding {
+            out.push('E');
+        }
+        match st.num_layers {
+            0 => {}
+            1 => out.push('t'),
+            n => {
+                let _ = write!(out, "t*{n}");
+            }
+        }
+        if st.output {
+            out.push('L');
+        }
+    }
+    out
+}
+
+/// `s` as one shell word: unchanged when it has only characters no shell treats specially,
+/// else in single quotes (a `'` inside written as `'\''`).
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.,:/=+@%".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The rotary base of the bundled models whose `rope_theta` pplan knows by name (Meta's
+/// released Llama 3.1 `config.json`: 500000). Other models: Megatron-LM's default, with a note.
+fn known_rotary_base(name: &str) -> Option<u64> {
+    name.starts_with("llama3-").then_some(500_000)
+}
+
+pub fn megatron(plan: &Plan) -> Emitted {
+    let par = &plan.parallelism;
+    let m = &plan.model;
+    let sch = plan.schedule.name.as_str();
+    let mut notes = Vec::new();
+    let mut assumed = Vec::new();
+    let mut flags: Vec<(&str, Option<String>)> = Vec::new();
+    let mut flag = |name: &'static str, value: Option<String>| flags.push((name, value));
+    let val = |v: u64| Some(v.to_string());
+
+    // Layout.
+    flag("--tensor-model-parallel-size", val(par.tp));
+    flag("--pipeline-model-parallel-size", val(par.pp));
+    let counts: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
+    if plan.schedule.placement != "loop" {
+        notes.push(format!(
+            "V placement (device r holds stages r and 2p-1-r, schedule '{sch}') is not expressible: Megatron-LM places virtual stage s on rank s mod p"
+        ));
+    }
+    if all_equal(&counts) {
+        if par.chunks > 1 {
+            flag(
+                "--num-layers-per-virtual-pipeline-stage",
+                val(counts[0] as u64),
+            );
+        }
+    } else {
+        // Megatron-LM's default split is even; anything else needs the layout string.
+        flag(
+            "--pipeline-model-parallel-layout",
+            Some(megatron_layout(plan)),
+        );
+        notes.push(format!(
+            "uneven stages ({}) use --pipeline-model-parallel-layout, which needs Megatron-Core 0.13 or later",
+            counts
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    match sch {
+        "1f1b" | "interleaved-1f1b" => {}
+        "gpipe" => notes.push(
+            "schedule 'gpipe' is not in Megatron-LM core: it runs 1F1B (same bubble, fewer activations in flight)".into(),
+        ),
+        "looped-bfs" => notes.push(
+            "schedule 'looped-bfs' is not in Megatron-LM core: it runs interleaved 1F1B over the same chunks".into(),
+        ),
+        "zb-h1" | "zb-h2" | "zbv" | "dualpipev" => notes.push(format!(
+            "schedule '{sch}' (zero-bubble, split I/W backward) is not in Megatron-LM core: it runs {} with a full backward",
+            if par.chunks > 1 { "interleaved 1F1B" } else { "1F1B" }
+        )),
+        "pipedream" | "pipedream-2bw" => notes.push(format!(
+            "schedule '{sch}' (PipeDream asynchronous weight updates) is not expressible: Megatron-LM flushes the pipeline every step (1F1B)"
+        )),
+        other => notes.push(format!(
+            "schedule '{other}' (a custom order) is not expressible: Megatron-LM runs its own {} order",
+            if par.chunks > 1 { "interleaved 1F1B" } else { "1F1B" }
+        )),
+    }
+    flag("--micro-batch-size", val(par.micro_batch));
+    flag("--global-batch-size", val(par.global_batch));
+
+    // Architecture.
+    flag("--num-layers", val(m.num_layers as u64));
+    flag("--hidden-size", val(m.hidden_size));
+    flag("--num-attention-heads", val(m.num_attention_heads));
+    if m.num_query_groups != m.num_attention_heads {
+        flag("--group-query-attention", None);
+        flag("--num-query-groups", val(m.num_query_groups));
+    }
+    if let Some(d) = m.kv_channels {
+        flag("--kv-channels", val(d));
+    }
+    flag("--ffn-hidden-size", val(m.ffn_hidden_size));
+    flag("--seq-length", val(m.seq_length));
+    flag("--max-position-embeddings", val(m.seq_length));
+    if m.gated_mlp {
+        flag("--position-embedding-type", Some("rope".into()));
+        match known_rotary_base(&m.name) {
+            Some(base) => flag("--rotary-base", val(base)),
+            None => notes.push(format!(
+                "pplan's model '{}' does not record its rotary base (rope_theta): Megatron-LM's default 10000 applies; add --rotary-base",
+                m.name
+            )),
+        }
+        flag("--normalization", Some("RMSNorm".into()));
+        flag("--swiglu", None);
+        flag("--disable-bias-linear", None);
+        assumed.push(
+            "a gated MLP is taken as the Llama family: RoPE, RMSNorm, SwiGLU, no linear biases (pplan's model records neither normalisation nor biases; its parameter count includes LayerNorm and linear biases this network does not have)",
+        );
+    } else {
+        flag("--position-embedding-type", Some("learned_absolute".into()));
+        flag("--normalization", Some("LayerNorm".into()));
+        assumed.push(
+            "an ungated MLP is taken as the GPT family: learned absolute positions, LayerNorm, GELU, linear biases (pplan's parameter count omits the seq-length x hidden position embedding)",
+        );
+    }
+    if m.untie_embeddings_and_output_weights {
+        flag("--untie-embeddings-and-output-weights", None);
+    }
+    // The model's vocabulary exactly, whatever the tokenizer's (which must not be larger):
+    // without it Megatron-LM pads the tokenizer's size to a multiple of 128 x tp.
+    flag("--padded-vocab-size", val(m.vocab_size));
+    if par.tp > 0 && m.vocab_size % par.tp != 0 {
+        notes.push(format!(
+            "vocabulary {} is not divisible by tp {}: Megatron-LM's vocabulary-parallel embedding needs it to be",
+            m.vocab_size, par.tp
+        ));
+    }
+
+    // Training stack the prediction assumed.
+    match par.recompute.as_str() {
+        "selective" => flag("--recompute-granularity", Some("selective".into())),
+        "full" => {
+            flag("--recompute-granularity", Some("full".into()));
+            flag("--recompute-method", Some("uniform".into()));
+            flag("--recompute-num-layers", val(1));
+        }
+        _ => {}
+    }
+    if par.sequence_parallel {
+        flag("--sequence-parallel", None);
+    }
+    if par.zero1 {
+        flag("--use-distributed-optimizer", None);
+    }
+    match par.precision.as_str() {
+        "fp8" => {
+            flag("--fp8-format", Some("hybrid".into()));
+            flag("--fp8-amax-history-len", val(1024));
+            flag("--fp8-amax-compute-algo", Some("max".into()));
+        }
+        "mxfp8" => {
+            flag("--fp8-format", Some("e4m3".into()));
+            flag("--fp8-recipe", Some("mxfp8".into()));
+        }
+        "nvfp4" => {
+            flag("--fp4-format", Some("e2m1".into()));
+            flag("--fp4-recipe", Some("nvfp4".into()));
+        }
+        _ => {}
+    }
+    if par.attention == "flash" {
+        flag("--attention-backend", Some("flash".into()));
+    }
+    if par.tp_comm_overlap {
+        flag("--tp-comm-overlap", None);
+        if !par.sequence_parallel {
+            notes.push(
+                "tensor-parallel communication overlap without sequence parallelism: Megatron-LM requires --sequence-parallel with --tp-comm-overlap".into(),
+            );
+        }
+    }
+    if par.overlap_grad_reduce {
+        flag("--overlap-grad-reduce", None);
+    }
+    if par.overlap_param_gather {
+        flag("--overlap-param-gather", None);
+        if !par.zero1 {
+            notes.push(
+                "parameter-gather overlap without ZeRO-1: Megatron-LM's --overlap-param-gather needs --use-distributed-optimizer".into(),
+            );
+        }
+    }
+    if plan.dtype == "bf16" {
+        flag("--bf16", None);
+    }
+    common_notes(plan, &mut notes);
+
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# Megatron-LM arguments for model '{}' with schedule '{sch}' (pplan emit --target megatron).",
+        m.name
+    );
+    let _ = writeln!(
+        text,
+        "# Flags as in Megatron-LM megatron/training/arguments.py at commit {}.",
+        &MEGATRON_COMMIT[..12]
+    );
+    let _ = writeln!(
+        text,
+        "# Launch on {} GPUs: tp {} x pp {} x dp {}; Megatron-LM derives dp from the world size.",
+        par.gpus, par.tp, par.pp, par.dp
+    );
+    let _ = writeln!(
+        text,
+        "# Vocabulary: {} (--padded-vocab-size); the tokenizer's must not be larger. Add data, tokenizer and optimizer flags.",
+        m.vocab_size
+    );
+    let _ = writeln!(
+        text,
+        "# Use: source THIS_FILE && torchrun ... pretrain_gpt.py \"${{{ARRAY_NAME}[@]}}\" ..."
+    );
+    for a in &assumed {
+        let _ = writeln!(text, "# assumed: {a}");
+    }
+    for n in &notes {
+        let _ = writeln!(text, "# cannot express exactly: {n}");
+    }
+    let _ = writeln!(text, "{ARRAY_NAME}=(");
+    for (name, value) in flags {
+        match value {
+            Some(v) => {
+                let _ = writeln!(text, "  {name} {}", shell_word(&v));
+            }
+            None => {
+                let _ = writeln!(text, "  {name}");
+            }
+        }
+    }
+    text.push_str(")\n");
+    Emitted {
+        text,
+        notes,
+        schedule_csv: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_strings_and_shell_words() {
+        use crate::inputs::model::Model;
+        use crate::plan::plan_file::*;
+        use crate::schedule::generators::{generate, GenParams, ScheduleName};
+        use crate::schedule::ir::Placement;
+        let model = Model::preset("gpt-1.7b").unwrap();
+        let sch = generate(ScheduleName::OneFOneB, GenParams::new(3, 3)).unwrap();
+        let plan = Plan {
+            format: PLAN_FORMAT.into(),
+            version: PLAN_VERSION,
+            model: PlanModel::from_model(&model),
+            hardware: "a100-80gb".into(),
+            parallelism: Parallelism {
+                gpus: 3,
+                tp: 1,
+                pp: 3,
+                dp: 1,
+                cp: 1,
+                micro_batch: 1,
+                global_batch: 3,
+                chunks: 1,
+                recompute: "none".into(),
+                sequence_parallel: false,
+                zero1: false,
+                ..Parallelism::stack_defaults()
+            },
+            dtype: "bf16".into(),
+            stages: stages_from_counts(&[1, 22, 1], Placement::Loop, 3),
+            schedule: PlanSchedule::from_schedule("1f1b", &sch),
+            predicted: None,
+        };
+        assert_eq!(megatron_layout(&plan), "Et|t*22|tL");
+        assert_eq!(shell_word("Et|t*22|tL"), "'Et|t*22|tL'");
+        assert_eq!(shell_word("RMSNorm"), "RMSNorm");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+}

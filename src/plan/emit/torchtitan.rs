@@ -1,0 +1,249 @@
+//! `--target torchtitan`: a Python config function for current torchtitan (main since its
+//! February 2026 move from TOML job configs to Python config functions, `--module`/`--config`).
+//!
+//! The file defines `pplan_config() -> Trainer.Config`. For a model with a torchtitan flavor of
+//! exactly its dimensions it starts from torchtitan's own config function for that flavor
+//! (`torchtitan/models/llama3/config_registry.py`: tokenizer, data, loss, optimizer) and
+//! replaces the model, the token budgets, the parallel layout, the pipeline schedule and stage
+//! boundaries and the activation checkpointing with the plan's. Without such a flavor the
+//! function raises, naming the dimensions, rather than train another model. Keys as in
+//! `torchtitan/config/configs.py` and `torchtitan/trainer.py` at the commit in
+//! [`TORCHTITAN_COMMIT`] (`tests/data/torchtitan_keys.txt`).
+
+use crate::plan::emit::common::{
+    common_notes, model_dims, quoted, torch_class, torchtitan_flavor, torchtitan_fqns, EmitError,
+    Emitted,
+};
+use crate::plan::plan_file::Plan;
+use crate::schedule::csv;
+use std::fmt::Write as _;
+
+/// The torchtitan commit the keys were checked against (`tests/data/torchtitan_keys.txt`).
+pub const TORCHTITAN_COMMIT: &str = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a";
+
+/// The config function the file defines (`--config`).
+pub const CONFIG_FN: &str = "pplan_config";
+
+/// The Python config for current torchtitan; `csv_path` as in [`crate::plan::emit::emit`].
+pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitError> {
+    let par = &plan.parallelism;
+    let m = &plan.model;
+    let sch = plan.schedule.name.as_str();
+    let mut notes = Vec::new();
+    let mut schedule_csv = None;
+    let flavor = torchtitan_flavor(m);
+    if flavor.is_none() {
+        notes.push(format!(
+            "no torchtitan flavor has this model's dimensions ({}): the config raises until a model_registry flavor is added",
+            model_dims(m)
+        ));
+    }
+
+    // Token budgets: one pipeline micro-batch per data-parallel rank is micro-batch x sequence
+    // tokens; a step is the global batch's tokens (torchtitan derives the gradient
+    // accumulation from the two and num_pp_microbatches).
+    let mut body = Vec::new();
+    body.push(format!(
+        "config.training.num_tokens_per_microbatch_per_dp_rank = {}",
+        par.micro_batch * m.seq_length
+    ));
+    body.push(format!(
+        "config.training.num_tokens_per_train_step = {}",
+        par.global_batch * m.seq_length
+    ));
+    body.push(format!(
+        "config.training.max_context_length = {}",
+        m.seq_length
+    ));
+    body.push(format!(
+        "config.training.mixed_precision_param = {}",
+        quoted(if plan.dtype == "bf16" {
+            "bfloat16"
+        } else {
+            "float32"
+        })
+    ));
+
+    let mut pc = Vec::new();
+    let (replicate, shard) = if par.zero1 && par.dp > 1 {
+        notes.push(
+            "ZeRO-1 maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)".into(),
+        );
+        (1, par.dp)
+    } else {
+        (par.dp, 1)
+    };
+    pc.push(format!("data_parallel_replicate_degree={replicate}"));
+    pc.push(format!("data_parallel_shard_degree={shard}"));
+    pc.push(format!("tensor_parallel_degree={}", par.tp));
+    pc.push(format!(
+        "enable_sequence_parallel={}",
+        if par.sequence_parallel {
+            "True"
+        } else {
+            "False"
+        }
+    ));
+    if par.precision != "bf16" {
+        notes.push(format!(
+            "precision '{}' is not set here: torchtitan's float8/mx/nvfp4 converters (model_registry(..., converters=[...])) differ from Transformer Engine's recipes the prediction assumed",
+            par.precision
+        ));
+    }
+    if par.tp_comm_overlap {
+        notes.push(
+            "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism (config.compile.enable_async_tensor_parallel, with torch.compile)".into(),
+        );
+    }
+    if par.overlap_grad_reduce {
+        notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
+    }
+    pc.push(format!("pipeline_parallel_degree={}", par.pp));
+    if par.pp > 1 {
+        let class = match torch_class(plan) {
+            Some(c) => c,
+            None => {
+                if matches!(sch, "pipedream" | "pipedream-2bw") {
+                    notes.push(format!(
+                        "schedule '{sch}' (asynchronous weight updates) is not expressible: torchtitan flushes every step; the CSV keeps the order of one step's micro-batches only"
+                    ));
+                }
+                let Some(path) = csv_path else {
+                    return Err(EmitError::NeedsCsvPath {
+                        schedule: sch.to_string(),
+                    });
+                };
+                if plan.schedule.placement != "loop" {
+                    notes.push(
+                        "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
+                    );
+                }
+                schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
+                pc.push(format!("pipeline_parallel_schedule_csv={}", quoted(path)));
+                if par.chunks > 1 {
+                    "PipelineScheduleMulti"
+                } else {
+                    "PipelineScheduleSingle"
+                }
+            }
+        };
+        pc.push(format!("pipeline_parallel_schedule={}", quoted(class)));
+        pc.push(format!(
+            "num_pp_microbatches={}",
+            par.global_batch / (par.dp * par.micro_batch).max(1)
+        ));
+        let parts: Vec<String> = torchtitan_fqns(plan, "lm_head")
+            .iter()
+            .map(|names| format!("[{}]", names.join(", ")))
+            .collect();
+        pc.push(format!(
+            "module_fqns_per_model_part=[\n            {},\n        ]",
+            parts.join(",\n            ")
+        ));
+    }
+    body.push(format!(
+        "config.parallelism = ParallelismConfig(\n        {},\n    )",
+        pc.join(",\n        ")
+    ));
+    let ac = match par.recompute.as_str() {
+        "selective" => {
+            notes.push(
+                "selective recomputation maps to torchtitan's SelectiveAC, which chooses its own ops (Megatron recomputes the attention core)".into(),
+            );
+            "SelectiveAC.Config()"
+        }
+        "full" => "FullAC.Config()",
+        _ => "None",
+    };
+    body.push(format!("config.activation_checkpoint = {ac}"));
+    common_notes(plan, &mut notes);
+
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# torchtitan config for model '{}' with schedule '{sch}' (pplan emit --target torchtitan).",
+        m.name
+    );
+    let _ = writeln!(
+        text,
+        "# Keys as in torchtitan/config/configs.py and torchtitan/trainer.py at commit {};",
+        &TORCHTITAN_COMMIT[..12]
+    );
+    let _ = writeln!(
+        text,
+        "# schedule names as in torch/distributed/pipelining/schedules.py get_schedule_class."
+    );
+    let _ = writeln!(
+        text,
+        "# Run on {} GPUs from a directory on PYTHONPATH holding this file as FILE.py:",
+        par.gpus
+    );
+    let _ = writeln!(
+        text,
+        "#   NGPU={} MODULE=FILE CONFIG={CONFIG_FN} ./run_train.sh",
+        par.gpus
+    );
+    for n in &notes {
+        let _ = writeln!(text, "# cannot express exactly: {n}");
+    }
+    text.push_str("from torchtitan.config import ParallelismConfig\n");
+    match ac {
+        "None" => {}
+        a => {
+            let _ = writeln!(
+                text,
+                "from torchtitan.distributed.activation_checkpoint import {}",
+                a.trim_end_matches(".Config()")
+            );
+        }
+    }
+    if let Some(f) = flavor {
+        let _ = writeln!(
+            text,
+            "from torchtitan.models.{} import model_registry",
+            f.module
+        );
+        let _ = writeln!(
+            text,
+            "from torchtitan.models.{}.config_registry import {}",
+            f.module, f.registry_fn
+        );
+    }
+    text.push_str("from torchtitan.trainer import Trainer\n\n\n");
+    let _ = writeln!(text, "def {CONFIG_FN}() -> Trainer.Config:");
+    match flavor {
+        Some(f) => {
+            let _ = writeln!(
+                text,
+                "    # torchtitan's own {} config (tokenizer, data, loss, optimizer), with pplan's plan.",
+                f.registry_fn
+            );
+            let _ = writeln!(text, "    config = {}()", f.registry_fn);
+            let _ = writeln!(
+                text,
+                "    config.model_spec = model_registry({})",
+                quoted(f.flavor)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                text,
+                "    raise NotImplementedError({})",
+                quoted(&format!(
+                    "no torchtitan flavor has {}: add one to a model_registry and start from its config",
+                    model_dims(m)
+                ))
+            );
+            text.push_str("    config = Trainer.Config()\n");
+        }
+    }
+    for l in body {
+        let _ = writeln!(text, "    {l}");
+    }
+    text.push_str("    return config\n");
+    Ok(Emitted {
+        text,
+        notes,
+        schedule_csv,
+    })
+}

@@ -1,0 +1,181 @@
+//! `--target torchtitan-v0.2`: a TOML job config for torchtitan 0.2.x (`[training]`,
+//! `[parallelism]`, `[activation_checkpoint]`), with a PyTorch schedule CSV beside it when no
+//! built-in schedule class runs the plan's order. Keys as in `torchtitan/config/job_config.py`
+//! at tag v0.2.2 (docs/emit.md; the key list is kept in `tests/data/torchtitan_v0.2_keys.txt`).
+
+use crate::plan::emit::common::{
+    common_notes, model_dims, quoted, torch_class, torchtitan_flavor, torchtitan_fqns, EmitError,
+    Emitted,
+};
+use crate::plan::plan_file::Plan;
+use crate::schedule::csv;
+use std::fmt::Write as _;
+
+/// The TOML job config of torchtitan 0.2.x for `plan`; `csv_path` as in
+/// `emit` (`target.rs`).
+pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitError> {
+    let par = &plan.parallelism;
+    let m = &plan.model;
+    let sch = plan.schedule.name.as_str();
+    let mut notes = Vec::new();
+    let mut schedule_csv = None;
+
+    let mut training = Vec::new();
+    training.push(format!("local_batch_size = {}", par.global_batch / par.dp));
+    training.push(format!("global_batch_size = {}", par.global_batch));
+    training.push(format!("seq_len = {}", m.seq_length));
+    training.push(format!(
+        "mixed_precision_param = {}",
+        quoted(if plan.dtype == "bf16" {
+            "bfloat16"
+        } else {
+            "float32"
+        })
+    ));
+
+    let mut parallelism = Vec::new();
+    let (replicate, shard) = if par.zero1 && par.dp > 1 {
+        notes.push(
+            "ZeRO-1 maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)".into(),
+        );
+        (1, par.dp)
+    } else {
+        (par.dp, 1)
+    };
+    parallelism.push(format!("data_parallel_replicate_degree = {replicate}"));
+    parallelism.push(format!("data_parallel_shard_degree = {shard}"));
+    parallelism.push(format!("tensor_parallel_degree = {}", par.tp));
+    if par.tp > 1 && !par.sequence_parallel {
+        notes.push(
+            "sequence parallelism off is not expressible: torchtitan's tensor-parallel plan always shards the norms along the sequence".into(),
+        );
+    }
+    // The stack fields the prediction assumed that this config does not set.
+    if par.precision != "bf16" {
+        notes.push(format!(
+            "precision '{}' is not set here: torchtitan's float8/mx converters ([model] converters) differ from Transformer Engine's recipes the prediction assumed",
+            par.precision
+        ));
+    }
+    if par.tp_comm_overlap {
+        notes.push(
+            "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism (enable_async_tensor_parallel, with torch.compile)".into(),
+        );
+    }
+    if par.overlap_grad_reduce {
+        notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
+    }
+    parallelism.push(format!("pipeline_parallel_degree = {}", par.pp));
+    if par.pp > 1 {
+        let class = match torch_class(plan) {
+            Some(c) => c,
+            None => {
+                if matches!(sch, "pipedream" | "pipedream-2bw") {
+                    notes.push(format!(
+                        "schedule '{sch}' (asynchronous weight updates) is not expressible: torchtitan flushes every step; the CSV keeps the order of one step's micro-batches only"
+                    ));
+                }
+                let Some(path) = csv_path else {
+                    return Err(EmitError::NeedsCsvPath {
+                        schedule: sch.to_string(),
+                    });
+                };
+                if plan.schedule.placement != "loop" {
+                    notes.push(
+                        "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
+                    );
+                }
+                schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
+                parallelism.push(format!("pipeline_parallel_schedule_csv = {}", quoted(path)));
+                // torchtitan reads a CSV with _PipelineScheduleRuntime; the schedule name then
+                // only says how many stages each rank holds.
+                if par.chunks > 1 {
+                    "PipelineScheduleMulti"
+                } else {
+                    "PipelineScheduleSingle"
+                }
+            }
+        };
+        parallelism.push(format!("pipeline_parallel_schedule = {}", quoted(class)));
+        parallelism.push(format!(
+            "pipeline_parallel_microbatch_size = {}",
+            par.micro_batch
+        ));
+        // The exact stage boundaries, in torchtitan's module names (tok_embeddings, layers.i,
+        // norm, output), so its own even split does not apply.
+        let parts: Vec<String> = torchtitan_fqns(plan, "output")
+            .iter()
+            .map(|names| format!("[{}]", names.join(", ")))
+            .collect();
+        parallelism.push(format!(
+            "module_fqns_per_model_part = [{}]",
+            parts.join(", ")
+        ));
+    }
+
+    let mut ac = Vec::new();
+    match par.recompute.as_str() {
+        "selective" => {
+            ac.push(format!("mode = {}", quoted("selective")));
+            ac.push(format!("selective_ac_option = {}", quoted("op")));
+            notes.push(
+                "selective recomputation maps to torchtitan's per-op selective checkpointing, which chooses its own ops (Megatron recomputes the attention core)".into(),
+            );
+        }
+        other => ac.push(format!("mode = {}", quoted(other))),
+    }
+    // The network: a flavor with exactly the plan's dimensions, or no [model] section and a
+    // note (torchtitan's default is its debug model).
+    let mut model = Vec::new();
+    match torchtitan_flavor(m) {
+        Some(f) => {
+            model.push(format!("name = {}", quoted(f.module)));
+            model.push(format!("flavor = {}", quoted(f.flavor)));
+        }
+        None => notes.push(format!(
+            "no torchtitan flavor has this model's dimensions ({}): add one and set [model] name and flavor, or torchtitan trains its default debug model",
+            model_dims(m)
+        )),
+    }
+    common_notes(plan, &mut notes);
+
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# torchtitan job config for model '{}' with schedule '{sch}' (pplan emit --target torchtitan-v0.2).",
+        m.name
+    );
+    let _ = writeln!(
+        text,
+        "# Keys as in torchtitan/config/job_config.py (torchtitan 0.2.2); schedule names as in"
+    );
+    let _ = writeln!(
+        text,
+        "# torch/distributed/pipelining/schedules.py get_schedule_class. Launch on {} GPUs.",
+        par.gpus
+    );
+    for n in &notes {
+        let _ = writeln!(text, "# cannot express exactly: {n}");
+    }
+    let mut sections = Vec::new();
+    if !model.is_empty() {
+        sections.push(("model", model));
+    }
+    sections.extend([
+        ("training", training),
+        ("parallelism", parallelism),
+        ("activation_checkpoint", ac),
+    ]);
+    for (name, lines) in sections {
+        let _ = writeln!(text, "\n[{name}]");
+        for l in lines {
+            text.push_str(&l);
+            text.push('\n');
+        }
+    }
+    Ok(Emitted {
+        text,
+        notes,
+        schedule_csv,
+    })
+}

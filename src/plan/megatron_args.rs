@@ -1,0 +1,548 @@
+//! Reading Megatron-LM arguments back: the model and parallel layout a Megatron-LM command line
+//! describes.
+//!
+//! The input is shell text: the file `pplan emit --target megatron` writes (a bash array), a
+//! plain list of flags, or a launch script's `torchrun ... pretrain_gpt.py --flag value ...`.
+//! It is split into words as a shell would for quoting (single and double quotes, backslash
+//! escapes and line continuations; `#` comments), then every word that starts with `--` is a
+//! flag and the words up to the next flag are its values; words before the first flag and
+//! anything else a shell would interpret (`NAME=(`, `)`, `$VAR`) are not values. Flags pplan
+//! does not use are listed in [`MegatronPlan::ignored`], not refused, so a real training script
+//! reads too. Defaults are Megatron-LM's (`megatron/training/arguments.py`): ffn 4h (SwiGLU:
+//! `int(4h·2/3 / 64)·64`), query groups = heads, the vocabulary padded to a multiple of
+//! `--make-vocab-size-divisible-by` (128) × tp unless `--padded-vocab-size` gives it, the even
+//! pipeline split unless `--pipeline-model-parallel-layout` gives one. No IO.
+
+use crate::inputs::model::Model;
+use std::collections::BTreeMap;
+
+/// What a Megatron-LM command line trains: the model and the layout, in pplan's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MegatronPlan {
+    pub model: Model,
+    pub tp: u64,
+    pub pp: u64,
+    pub micro_batch: u64,
+    pub global_batch: u64,
+    /// Virtual stages per pipeline rank (v).
+    pub chunks: u64,
+    /// Transformer layers of each stage in stage order (virtual stage `vpp_rank·p + pp_rank`,
+    /// pplan's loop placement): `p·v` entries.
+    pub stage_layers: Vec<u32>,
+    /// `none`, `selective` or `full` (pplan's names).
+    pub recompute: String,
+    pub sequence_parallel: bool,
+    /// `--use-distributed-optimizer` (ZeRO-1).
+    pub zero1: bool,
+    /// `bf16`, `fp8`, `mxfp8` or `nvfp4` (pplan's names).
+    pub precision: String,
+    /// `unfused` or `flash`.
+    pub attention: String,
+    pub tp_comm_overlap: bool,
+    pub overlap_grad_reduce: bool,
+    pub overlap_param_gather: bool,
+    pub bf16: bool,
+    /// Flags read but not used by pplan, in order of first appearance.
+    pub ignored: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MegatronArgsError {
+    #[error("{origin}: unterminated {quote} quote")]
+    Unterminated { origin: String, quote: char },
+    #[error("{origin}: missing {flag} ({what})")]
+    Missing {
+        origin: String,
+        flag: &'static str,
+        what: &'static str,
+    },
+    #[error("{origin}: {flag} '{got}': {expected}")]
+    BadValue {
+        origin: String,
+        flag: String,
+        got: String,
+        expected: String,
+    },
+}
+
+/// Shell words of `text`, with comments removed; quotes and escapes resolved.
+fn shell_words(text: &str, origin: &str) -> Result<Vec<String>, MegatronArgsError> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(x) => cur.push(x),
+                        None => {
+                            return Err(MegatronArgsError::Unterminated {
+                                origin: origin.to_string(),
+                                quote: '\'',
+                            })
+                        }
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(x @ ('"' | '\\' | '$' | '`')) => cur.push(x),
+                            Some('\n') => {}
+                            Some(x) => {
+                                cur.push('\\');
+                                cur.push(x);
+                            }
+                            None => break,
+                        },
+                        Some(x) => cur.push(x),
+                        None => {
+                            return Err(MegatronArgsError::Unterminated {
+                                origin: origin.to_string(),
+                                quote: '"',
+                            })
+                        }
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(x) => {
+                    in_word = true;
+                    cur.push(x);
+                }
+            },
+            '#' if !in_word => {
+                for x in chars.by_ref() {
+                    if x == '\n' {
+                        break;
+                    }
+                }
+            }
+            c if c.is_whitespace() || c == ';' => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// Flags and their values; a later occurrence of a flag replaces an earlier one (argparse).
+struct Flags {
+    origin: String,
+    map: BTreeMap<String, Vec<String>>,
+    order: Vec<String>,
+}
+
+impl Flags {
+    fn has(&self, f: &str) -> bool {
+        self.map.contains_key(f)
+    }
+    fn str(&self, f: &str) -> Option<&str> {
+        self.map.get(f).and_then(|v| v.first()).map(String::as_str)
+    }
+    fn num(&self, f: &'static str) -> Result<Option<u64>, MegatronArgsError> {
+        let Some(v) = self.map.get(f) else {
+            return Ok(None);
+        };
+        let got = v.first().cloned().unwrap_or_default();
+        match got.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(MegatronArgsError::BadValue {
+                origin: self.origin.clone(),
+                flag: f.to_string(),
+                got,
+                expected: "a positive integer".into(),
+            }),
+        }
+    }
+    fn need(&self, f: &'static str, what: &'static str) -> Result<u64, MegatronArgsError> {
+        self.num(f)?.ok_or_else(|| MegatronArgsError::Missing {
+            origin: self.origin.clone(),
+            flag: f,
+            what,
+        })
+    }
+    fn bad(&self, flag: &str, got: &str, expected: &str) -> MegatronArgsError {
+        MegatronArgsError::BadValue {
+            origin: self.origin.clone(),
+            flag: flag.to_string(),
+            got: got.to_string(),
+            expected: expected.to_string(),
+        }
+    }
+}
+
+/// The flags this reader interprets.
+const USED: &[&str] = &[
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--pipeline-model-parallel-layout",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--num-layers",
+    "--hidden-size",
+    "--num-attention-heads",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--kv-channels",
+    "--ffn-hidden-size",
+    "--seq-length",
+    "--swiglu",
+    "--untie-embeddings-and-output-weights",
+    "--padded-vocab-size",
+    "--vocab-size",
+    "--make-vocab-size-divisible-by",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--fp8-format",
+    "--fp8-recipe",
+    "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo",
+    "--fp4-format",
+    "--fp4-recipe",
+    "--attention-backend",
+    "--tp-comm-overlap",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--bf16",
+];
+
+/// Transformer layers per stage of a Megatron-LM layout string (`Et|t*3|(t|)*2tL`: the
+/// grammar of `PipelineParallelLayerLayout.parse_str_to_list`: commas are cosmetic, `(..)*n`
+/// and `x*n` repeat). Only `E`, `t` and `L` are pplan's; anything else is refused.
+pub fn parse_layout(s: &str) -> Result<Vec<u32>, String> {
+    let mut text: String = s.chars().filter(|&c| c != ',').collect();
+    // Unroll `(group)*n`, innermost first, then `x*n`.
+    let repeat = |text: &str, open: usize, close: usize| -> Result<(String, usize), String> {
+        let rest = &text[close + 1..];
+        let Some(digits) = rest.strip_prefix('*') else {
+            return Err(format!("'(' at {open} without '*n' after its ')'"));
+        };
+        let len = digits.chars().take_while(char::is_ascii_digit).count();
+        let n: usize = digits[..len]
+            .parse()
+            .map_err(|_| format!("'*' without a count at {}", close + 1))?;
+        if n > 100_000 {
+            return Err(format!("repeat count {n} is too large"));
+        }
+        Ok((text[open + 1..close].repeat(n), close + 2 + len))
+    };
+    while let Some(close) = text.find(')') {
+        let open = text[..close]
+            .rfind('(')
+            .ok_or_else(|| format!("')' at {close} without '('"))?;
+        let (unrolled, end) = repeat(&text, open, close)?;
+        text = format!("{}{}{}", &text[..open], unrolled, &text[end..]);
+        if text.len() > 10_000_000 {
+            return Err("the unrolled layout is too long".into());
+        }
+    }
+    let mut stages = vec![0u32];
+    let mut chars = text.chars().peekable();
+    let mut last: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match c {
+            '|' => {
+                stages.push(0);
+                last = None;
+            }
+            'E' | 'L' => last = Some(c),
+            't' => {
+                *stages.last_mut().expect("one stage") += 1;
+                last = Some('t');
+            }
+            '*' => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                    digits.push(*d);
+                    chars.next();
+                }
+                let n: u32 = digits
+                    .parse()
+                    .map_err(|_| "'*' without a count".to_string())?;
+                match last {
+                    Some('t') if n >= 1 => *stages.last_mut().expect("one stage") += n - 1,
+                    Some('t') => *stages.last_mut().expect("one stage") -= 1,
+                    _ => return Err(format!("'*{n}' repeats something other than 't'")),
+                }
+            }
+            '(' | ')' => return Err("unbalanced parentheses".into()),
+            other => {
+                return Err(format!(
+                    "layer type '{other}' is not one pplan models (valid: E embedding, t transformer layer, L loss)"
+                ))
+            }
+        }
+    }
+    Ok(stages)
+}
+
+/// Read a Megatron-LM command line (see the module docs); `origin` names it in errors and
+/// becomes the model's name.
+pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, MegatronArgsError> {
+    let words = shell_words(text, origin)?;
+    let mut flags = Flags {
+        origin: origin.to_string(),
+        map: BTreeMap::new(),
+        order: Vec::new(),
+    };
+    let mut current: Option<String> = None;
+    for w in words {
+        if let Some(f) = w.strip_prefix("--").filter(|f| !f.is_empty()) {
+            // `--flag=value` is argparse's other spelling.
+            let (name, value) = match f.split_once('=') {
+                Some((n, v)) => (format!("--{n}"), Some(v.to_string())),
+                None => (w.clone(), None),
+            };
+            if !flags.map.contains_key(&name) {
+                flags.order.push(name.clone());
+            }
+            flags.map.insert(name.clone(), value.into_iter().collect());
+            current = Some(name);
+        } else if let Some(f) = &current {
+            let shell_syntax = w == ")" || w.ends_with("=(") || w.starts_with('$');
+            if !shell_syntax {
+                flags.map.get_mut(f).expect("inserted").push(w);
+            }
+        }
+    }
+
+    let tp = flags.num("--tensor-model-parallel-size")?.unwrap_or(1);
+    let pp = flags.num("--pipeline-model-parallel-size")?.unwrap_or(1);
+    let num_layers = flags.need("--num-layers", "the number of transformer layers")?;
+    let hidden = flags.need("--hidden-size", "the hidden size")?;
+    let heads = flags.need("--num-attention-heads", "the number of attention heads")?;
+    let kv = if flags.has("--group-query-attention") {
+        flags.need(
+            "--num-query-groups",
+            "the key/value heads, with --group-query-attention",
+        )?
+    } else {
+        heads
+    };
+    // Megatron's default is hidden / heads; a different value is the model's head_dim.
+    let head_dim = flags
+        .num("--kv-channels")?
+        .filter(|&d| heads == 0 || d != hidden / heads);
+    let gated = flags.has("--swiglu");
+    let ffn = match flags.num("--ffn-hidden-size")? {
+        Some(f) => f,
+        // arguments.py's defaults (validate_args).
+        None if gated => (4 * hidden * 2 / 3) / 64 * 64,
+        None => 4 * hidden,
+    };
+    let seq = flags.need("--seq-length", "the sequence length")?;
+    let vocab = match flags.num("--padded-vocab-size")? {
+        Some(v) => v,
+        None => {
+            let v = flags.need(
+                "--vocab-size",
+                "or --padded-vocab-size: the vocabulary otherwise comes from a tokenizer file pplan does not read",
+            )?;
+            let div = flags.num("--make-vocab-size-divisible-by")?.unwrap_or(128) * tp;
+            v.div_ceil(div) * div
+        }
+    };
+    let micro_batch = flags.num("--micro-batch-size")?.unwrap_or(1);
+    let global_batch = flags.need("--global-batch-size", "the global batch size")?;
+
+    // Layout: the layout string, or the even split of the layers over p·v stages.
+    let (chunks, stage_layers) = match flags.str("--pipeline-model-parallel-layout") {
+        Some(s) => {
+            let stages = parse_layout(s)
+                .map_err(|e| flags.bad("--pipeline-model-parallel-layout", s, &e))?;
+            let n = stages.len() as u64;
+            if n % pp != 0 {
+                return Err(flags.bad(
+                    "--pipeline-model-parallel-layout",
+                    s,
+                    &format!("{n} stages is not a multiple of the pipeline size {pp}"),
+                ));
+            }
+            let total: u64 = stages.iter().map(|&x| x as u64).sum();
+            if total != num_layers {
+                return Err(flags.bad(
+                    "--pipeline-model-parallel-layout",
+                    s,
+                    &format!("{total} transformer layers, but --num-layers is {num_layers}"),
+                ));
+            }
+            (n / pp, stages)
+        }
+        None => {
+            let v = match (
+                flags.num("--num-layers-per-virtual-pipeline-stage")?,
+                flags.num("--num-virtual-stages-per-pipeline-rank")?,
+            ) {
+                (Some(per), _) => {
+                    if num_layers % (per * pp) != 0 {
+                        return Err(flags.bad(
+                            "--num-layers-per-virtual-pipeline-stage",
+                            &per.to_string(),
+                            &format!(
+                                "{num_layers} layers are not a multiple of it times the pipeline size {pp}"
+                            ),
+                        ));
+                    }
+                    num_layers / (per * pp)
+                }
+                (None, Some(v)) => v,
+                (None, None) => 1,
+            };
+            let stages = pp * v;
+            if num_layers % stages != 0 {
+                return Err(flags.bad(
+                    "--num-layers",
+                    &num_layers.to_string(),
+                    &format!(
+                        "Megatron-LM's even split needs a multiple of the {stages} stages (or a --pipeline-model-parallel-layout)"
+                    ),
+                ));
+            }
+            (v, vec![(num_layers / stages) as u32; stages as usize])
+        }
+    };
+
+    let recompute = match flags.str("--recompute-granularity") {
+        None => "none",
+        Some("selective") => "selective",
+        Some("full") => "full",
+        Some(other) => {
+            return Err(flags.bad("--recompute-granularity", other, "full or selective"))
+        }
+    };
+    let precision = match (
+        flags.str("--fp8-format"),
+        flags.str("--fp8-recipe"),
+        flags.str("--fp4-format"),
+    ) {
+        (_, _, Some(_)) => "nvfp4",
+        (Some(_), Some("mxfp8"), _) => "mxfp8",
+        (Some(_), _, _) => "fp8",
+        _ => "bf16",
+    };
+    let ignored = flags
+        .order
+        .iter()
+        .filter(|f| !USED.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    let name = std::path::Path::new(origin)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| origin.to_string());
+    let model = Model {
+        name,
+        num_layers: u32::try_from(num_layers)
+            .map_err(|_| flags.bad("--num-layers", &num_layers.to_string(), "at most 2^32-1"))?,
+        hidden_size: hidden,
+        num_heads: heads,
+        num_kv_heads: kv,
+        ffn_hidden_size: ffn,
+        vocab_size: vocab,
+        seq_len: seq,
+        gated_mlp: gated,
+        tied_embeddings: !flags.has("--untie-embeddings-and-output-weights"),
+        attention_head_dim: head_dim,
+        seq_len_defaulted: false,
+    };
+    model
+        .check()
+        .map_err(|e| flags.bad("model", &model.name, &e.to_string()))?;
+    Ok(MegatronPlan {
+        model,
+        tp,
+        pp,
+        micro_batch,
+        global_batch,
+        chunks,
+        stage_layers,
+        recompute: recompute.to_string(),
+        sequence_parallel: flags.has("--sequence-parallel"),
+        zero1: flags.has("--use-distributed-optimizer"),
+        precision: precision.to_string(),
+        attention: if flags.str("--attention-backend") == Some("flash") {
+            "flash".into()
+        } else {
+            "unfused".into()
+        },
+        tp_comm_overlap: flags.has("--tp-comm-overlap"),
+        overlap_grad_reduce: flags.has("--overlap-grad-reduce"),
+        overlap_param_gather: flags.has("--overlap-param-gather"),
+        bf16: flags.has("--bf16"),
+        ignored,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts() {
+        assert_eq!(parse_layout("Et|t*3|t*3|tL").unwrap(), vec![1, 3, 3, 1]);
+        assert_eq!(parse_layout("E|(tt|)*2,L").unwrap(), vec![0, 2, 2, 0]);
+        assert_eq!(parse_layout("Et*0|tL").unwrap(), vec![0, 1]);
+        assert!(parse_layout("Etm|L").unwrap_err().contains("'m'"));
+        assert!(parse_layout("E(t|").is_err());
+    }
+
+    #[test]
+    fn shell_words_quotes_comments_continuations() {
+        let w = shell_words(
+            "# c\nA=(\n  --x 'a|b*2' \"q\\\"\" \\\n --y # tail\n)\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(w, ["A=(", "--x", "a|b*2", "q\"", "--y", ")"]);
+        assert!(matches!(
+            shell_words("--x 'open", "f"),
+            Err(MegatronArgsError::Unterminated { quote: '\'', .. })
+        ));
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let p = parse_megatron_args(
+            "torchrun x.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --vocab-size 1000 --tensor-model-parallel-size 2 --global-batch-size 8 --swiglu --lr 1e-4",
+            "run.sh",
+        )
+        .unwrap();
+        assert_eq!(p.model.ffn_hidden_size, 128); // int(4*64*2/3 / 64) * 64
+        assert_eq!(p.model.vocab_size, 1024); // padded to 128 x tp 2
+        assert_eq!(p.stage_layers, vec![4]);
+        assert_eq!(p.ignored, vec!["--lr".to_string()]);
+        let e = parse_megatron_args("--num-layers 4", "f").unwrap_err();
+        assert!(e.to_string().contains("--hidden-size"), "{e}");
+        let e = parse_megatron_args(
+            "--num-layers x --hidden-size 64 --num-attention-heads 4",
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--num-layers 'x'"), "{e}");
+    }
+}

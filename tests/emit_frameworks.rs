@@ -1,0 +1,488 @@
+//! The framework targets of `pplan emit` against the frameworks' own argument lists, and read
+//! back: every Megatron-LM flag emitted is one of Megatron-LM's (`tests/data/megatron_args.txt`,
+//! with the upstream commit), every torchtitan key one of torchtitan's (main and 0.2.x, each
+//! with its commit), and the emitted Megatron-LM arguments and torchtitan config read back give
+//! the plan they came from (for Llama 3 8B: the parameter count and layout `predict` reported).
+
+mod common;
+use common::pplan;
+use pplan::inputs::model::Model;
+use pplan::plan::emit::{emit, Target};
+use pplan::plan::megatron_args::parse_megatron_args;
+use pplan::plan::plan_file::{
+    stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT, PLAN_VERSION,
+};
+use pplan::schedule::generators::{generate, GenParams, ScheduleName};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pplan-emitfw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Non-comment lines of a data file.
+fn data_set(file: &str) -> BTreeSet<String> {
+    let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.lines().take(3).any(|l| l.contains("commit")),
+        "{file} must name its upstream commit"
+    );
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A plan of `model` with schedule `name` on p devices, v chunks, m micro-batches, layers split
+/// by `counts` (or evenly), and the stack switched by `variant` so that every flag appears.
+fn plan(
+    model: &Model,
+    name: ScheduleName,
+    p: u32,
+    v: u32,
+    m: u32,
+    counts: Option<&[u32]>,
+    variant: usize,
+) -> Plan {
+    let sch = generate(name, GenParams::new(p, m).chunks(v)).unwrap();
+    let counts = counts
+        .map(<[u32]>::to_vec)
+        .unwrap_or_else(|| pplan::inputs::profile::even_split(model.num_layers, p * v));
+    let dp = 2;
+    let (recompute, precision, attention) = match variant % 4 {
+        0 => ("none", "bf16", "unfused"),
+        1 => ("selective", "fp8", "flash"),
+        2 => ("full", "mxfp8", "flash"),
+        _ => ("full", "nvfp4", "unfused"),
+    };
+    Plan {
+        format: PLAN_FORMAT.into(),
+        version: PLAN_VERSION,
+        model: PlanModel::from_model(model),
+        hardware: "h100-80gb".into(),
+        parallelism: Parallelism {
+            gpus: 2 * p as u64 * dp,
+            tp: 2,
+            pp: p as u64,
+            dp,
+            cp: 1,
+            micro_batch: 2,
+            global_batch: 2 * m as u64 * dp,
+            chunks: v as u64,
+            recompute: recompute.into(),
+            sequence_parallel: variant % 2 == 1,
+            zero1: variant % 3 != 0,
+            precision: precision.into(),
+            attention: attention.into(),
+            tp_comm_overlap: variant % 2 == 1,
+            overlap_grad_reduce: variant > 0,
+            overlap_param_gather: variant % 3 == 1,
+        },
+        dtype: if variant == 3 { "f32" } else { "bf16" }.into(),
+        stages: stages_from_counts(&counts, name.placement(), p),
+        schedule: PlanSchedule::from_schedule(name.as_str(), &sch),
+        predicted: None,
+    }
+}
+
+/// Plans over the model families, schedules, layouts and stack variants.
+fn plans() -> Vec<Plan> {
+    let mut out = Vec::new();
+    for (i, model) in ["llama3-8b", "gpt-1.7b", "llama3-70b"].iter().enumerate() {
+        let model = Model::preset(model).unwrap();
+        for variant in 0..4 {
+            out.push(plan(
+                &model,
+                ScheduleName::OneFOneB,
+                4,
+                1,
+                8,
+                None,
+                variant + i,
+            ));
+            out.push(plan(
+                &model,
+                ScheduleName::Interleaved1F1B,
+                2,
+                2,
+                4,
+                None,
+                variant,
+            ));
+            out.push(plan(&model, ScheduleName::ZbV, 2, 2, 4, None, variant));
+            out.push(plan(&model, ScheduleName::ZbH1, 4, 1, 8, None, variant));
+        }
+        let l = model.num_layers;
+        out.push(plan(
+            &model,
+            ScheduleName::OneFOneB,
+            4,
+            1,
+            8,
+            Some(&[l / 4 - 1, l / 4 + 1, l / 4 + 1, l / 4 - 1]),
+            1,
+        ));
+    }
+    out
+}
+
+/// The flags of an emitted Megatron-LM file (the lines of its array).
+fn megatron_flags(text: &str) -> Vec<String> {
+    let body = text.split_once("MEGATRON_ARGS=(\n").expect("the array").1;
+    assert!(body.ends_with(")\n"), "{text}");
+    body.lines()
+        .filter(|l| *l != ")")
+        .map(|l| {
+            assert!(l.starts_with("  --"), "not a flag line: {l:?}");
+            l.split_whitespace().next().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn every_megatron_flag_is_in_megatron_lms_argument_list() {
+    let valid = data_set("megatron_args.txt");
+    assert!(valid.len() > 500, "{} flags", valid.len());
+    let mut seen = BTreeSet::new();
+    for p in plans() {
+        let out = emit(&p, Target::Megatron, None).unwrap();
+        for f in megatron_flags(&out.text) {
+            assert!(
+                valid.contains(&f),
+                "{f} is not a Megatron-LM flag (plan {} {})",
+                p.model.name,
+                p.schedule.name
+            );
+            seen.insert(f);
+        }
+    }
+    // The grid reaches every flag the emitter can write.
+    for f in [
+        "--pipeline-model-parallel-layout",
+        "--num-layers-per-virtual-pipeline-stage",
+        "--group-query-attention",
+        "--rotary-base",
+        "--normalization",
+        "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights",
+        "--padded-vocab-size",
+        "--recompute-num-layers",
+        "--fp8-amax-compute-algo",
+        "--fp8-recipe",
+        "--fp4-recipe",
+        "--attention-backend",
+        "--tp-comm-overlap",
+        "--overlap-param-gather",
+        "--use-distributed-optimizer",
+    ] {
+        assert!(seen.contains(f), "the grid never emits {f}");
+    }
+}
+
+/// Emit `plan` for Megatron-LM, read it back, and compare field by field.
+fn megatron_round_trip(p: &Plan) {
+    let out = emit(p, Target::Megatron, None).unwrap();
+    let back = parse_megatron_args(&out.text, "megatron.sh")
+        .unwrap_or_else(|e| panic!("{e}\n{}", out.text));
+    let par = &p.parallelism;
+    let counts: Vec<u32> = p.stages.iter().map(|s| s.num_layers).collect();
+    assert_eq!(back.stage_layers, counts, "{}", out.text);
+    assert_eq!(
+        (back.tp, back.pp, back.chunks),
+        (par.tp, par.pp, par.chunks)
+    );
+    assert_eq!(
+        (back.micro_batch, back.global_batch),
+        (par.micro_batch, par.global_batch)
+    );
+    assert_eq!(back.recompute, par.recompute);
+    assert_eq!(back.sequence_parallel, par.sequence_parallel);
+    assert_eq!(back.zero1, par.zero1);
+    assert_eq!(back.precision, par.precision);
+    assert_eq!(back.attention, par.attention);
+    assert_eq!(back.tp_comm_overlap, par.tp_comm_overlap);
+    assert_eq!(back.overlap_grad_reduce, par.overlap_grad_reduce);
+    assert_eq!(back.overlap_param_gather, par.overlap_param_gather);
+    assert_eq!(back.bf16, p.dtype == "bf16");
+    let mut model = PlanModel::from_model(&back.model);
+    model.name = p.model.name.clone();
+    assert_eq!(model, p.model);
+    // Read but not part of pplan's model: the architecture pplan assumes for the family.
+    let expected: &[&str] = if p.model.gated_mlp {
+        &[
+            "--max-position-embeddings",
+            "--position-embedding-type",
+            "--rotary-base",
+            "--normalization",
+            "--disable-bias-linear",
+        ]
+    } else {
+        &[
+            "--max-position-embeddings",
+            "--position-embedding-type",
+            "--normalization",
+        ]
+    };
+    assert_eq!(back.ignored, expected);
+}
+
+#[test]
+fn megatron_arguments_read_back_give_the_plan() {
+    for p in plans() {
+        // V placement is not expressible (a note); the rest must come back.
+        if p.schedule.placement == "loop" {
+            megatron_round_trip(&p);
+        }
+    }
+}
+
+/// The acceptance case: Llama 3 8B predicted, emitted for Megatron-LM, read back: the same
+/// parameter count and layout as `predict` reported.
+#[test]
+fn llama3_8b_megatron_round_trip_matches_the_prediction() {
+    for extra in [
+        &["--schedule", "1f1b"][..],
+        &["--schedule", "interleaved-1f1b", "--chunks", "2"][..],
+        &["--partition", "balanced"][..],
+    ] {
+        let plan_path = tmp("llama3-8b.json");
+        let mut args = vec![
+            "predict",
+            "--model",
+            "llama3-8b",
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            "64",
+            "--tp",
+            "4",
+            "--pp",
+            "4",
+            "--global-batch",
+            "128",
+            "--micro-batch",
+            "1",
+            "--sequence-parallel",
+            "on",
+            "--overlap-grad-reduce",
+            "on",
+            "--format",
+            "json",
+            "--output",
+            plan_path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = pplan(&args);
+        assert_eq!(code, 0, "{err}");
+        let predicted: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let plan = Plan::from_json(&std::fs::read_to_string(&plan_path).unwrap(), "plan").unwrap();
+        let args_path = tmp("llama3-8b.sh");
+        let (code, _, err) = pplan(&[
+            "emit",
+            "--plan",
+            plan_path.to_str().unwrap(),
+            "--target",
+            "megatron",
+            "--output",
+            args_path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let text = std::fs::read_to_string(&args_path).unwrap();
+        let back = parse_megatron_args(&text, args_path.to_str().unwrap()).unwrap();
+        assert_eq!(
+            back.model.total_params(),
+            predicted["params"].as_u64().unwrap(),
+            "{text}"
+        );
+        assert_eq!(back.model.total_params(), 8_031_436_800);
+        let layout: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
+        assert_eq!(back.stage_layers, layout);
+        assert_eq!(back.tp * back.pp * 4, plan.parallelism.gpus);
+        megatron_round_trip(&plan);
+    }
+}
+
+#[test]
+fn megatron_layout_value_is_quoted_for_the_shell() {
+    let model = Model::preset("llama3-8b").unwrap();
+    let p = plan(
+        &model,
+        ScheduleName::OneFOneB,
+        4,
+        1,
+        8,
+        Some(&[7, 9, 9, 7]),
+        0,
+    );
+    let out = emit(&p, Target::Megatron, None).unwrap();
+    assert!(
+        out.text
+            .contains("  --pipeline-model-parallel-layout 'Et*7|t*9|t*9|t*7L'\n"),
+        "{}",
+        out.text
+    );
+}
+
+/// The keys of an emitted current-torchtitan config, in the form of torchtitan_keys.txt.
+fn torchtitan_keys(text: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut module = None;
+    let mut in_parallelism = false;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("from torchtitan.models.") {
+            let (path, names) = rest.split_once(" import ").unwrap();
+            match path.split_once('.') {
+                Some((m, "config_registry")) => keys.push(format!("registry:{m}:{names}")),
+                None => module = Some(path.to_string()),
+                Some(_) => panic!("unexpected import {l}"),
+            }
+        } else if let Some(names) =
+            l.strip_prefix("from torchtitan.distributed.activation_checkpoint import ")
+        {
+            keys.extend(names.split(", ").map(|n| format!("ac:{n}")));
+        } else if let Some(rest) = l.strip_prefix("config.model_spec = model_registry(\"") {
+            let flavor = rest.split('"').next().unwrap();
+            keys.push(format!("flavor:{}:{flavor}", module.clone().unwrap()));
+            keys.push("Trainer.Config.model_spec".into());
+        } else if l == "config.parallelism = ParallelismConfig(" {
+            keys.push("Trainer.Config.parallelism".into());
+            in_parallelism = true;
+        } else if in_parallelism && l == ")" {
+            in_parallelism = false;
+        } else if in_parallelism {
+            if let Some((k, _)) = l.split_once('=') {
+                if !k.starts_with('[') && !k.starts_with('"') {
+                    keys.push(format!("ParallelismConfig.{k}"));
+                }
+            }
+        } else if let Some(rest) = l.strip_prefix("config.training.") {
+            keys.push(format!(
+                "TrainingConfig.{}",
+                rest.split(' ').next().unwrap()
+            ));
+        } else if let Some(rest) = l.strip_prefix("config.") {
+            if let Some((k, _)) = rest.split_once(" = ") {
+                keys.push(format!("Trainer.Config.{k}"));
+            }
+        }
+    }
+    keys
+}
+
+#[test]
+fn every_torchtitan_key_is_in_torchtitans() {
+    let main = data_set("torchtitan_keys.txt");
+    let v02 = data_set("torchtitan_v0.2_keys.txt");
+    let csv = tmp("s.csv");
+    let mut seen = BTreeSet::new();
+    for p in plans() {
+        let out = emit(&p, Target::Torchtitan, Some(csv.to_str().unwrap())).unwrap();
+        for k in torchtitan_keys(&out.text) {
+            assert!(main.contains(&k), "{k} is not torchtitan's:\n{}", out.text);
+            seen.insert(k);
+        }
+        let out = emit(&p, Target::TorchtitanV02, Some(csv.to_str().unwrap())).unwrap();
+        let mut section = String::new();
+        for line in out
+            .text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            if let Some(s) = line.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+                section = s.to_string();
+                continue;
+            }
+            let (k, v) = line.split_once(" = ").unwrap();
+            let key = format!("{section}.{k}");
+            assert!(v02.contains(&key), "{key} is not torchtitan 0.2's");
+            if key == "model.flavor" {
+                let flavor = format!("flavor:llama3:{}", v.trim_matches('"'));
+                assert!(v02.contains(&flavor), "{flavor}");
+            }
+            seen.insert(key);
+        }
+    }
+    for k in [
+        "registry:llama3:llama3_8b",
+        "registry:llama3:llama3_70b",
+        "flavor:llama3:8B",
+        "ac:FullAC",
+        "ac:SelectiveAC",
+        "ParallelismConfig.num_pp_microbatches",
+        "ParallelismConfig.pipeline_parallel_schedule_csv",
+        "ParallelismConfig.module_fqns_per_model_part",
+        "TrainingConfig.max_context_length",
+        "Trainer.Config.activation_checkpoint",
+        "model.flavor",
+        "parallelism.pipeline_parallel_microbatch_size",
+    ] {
+        assert!(seen.contains(k), "the grid never emits {k}");
+    }
+}
+
+/// The current-torchtitan config read back (token budgets, degrees, stage modules) gives the
+/// plan's batch sizes, layout and stage boundaries.
+#[test]
+fn torchtitan_config_read_back_gives_the_plan() {
+    let csv = tmp("rt.csv");
+    for p in plans() {
+        let out = emit(&p, Target::Torchtitan, Some(csv.to_str().unwrap())).unwrap();
+        let num = |key: &str| -> u64 {
+            out.text
+                .lines()
+                .find_map(|l| {
+                    let l = l.trim();
+                    l.strip_prefix(key)
+                        .and_then(|r| r.strip_prefix(" = ").or_else(|| r.strip_prefix('=')))
+                })
+                .unwrap_or_else(|| panic!("no {key} in\n{}", out.text))
+                .trim_end_matches(',')
+                .parse()
+                .unwrap()
+        };
+        let par = &p.parallelism;
+        let seq = num("config.training.max_context_length");
+        assert_eq!(seq, p.model.seq_length);
+        assert_eq!(
+            num("config.training.num_tokens_per_microbatch_per_dp_rank") / seq,
+            par.micro_batch
+        );
+        assert_eq!(
+            num("config.training.num_tokens_per_train_step") / seq,
+            par.global_batch
+        );
+        assert_eq!(
+            num("data_parallel_replicate_degree") * num("data_parallel_shard_degree"),
+            par.dp
+        );
+        assert_eq!(num("tensor_parallel_degree"), par.tp);
+        assert_eq!(num("pipeline_parallel_degree"), par.pp);
+        assert_eq!(
+            num("num_pp_microbatches"),
+            p.schedule.microbatches_per_step as u64
+        );
+        // Stage modules: one list per stage, its layers in order.
+        let start = out.text.find("module_fqns_per_model_part=[").unwrap();
+        let stages: Vec<u32> = out.text[start..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.trim() != "],")
+            .map(|l| l.matches("\"layers.").count() as u32)
+            .collect();
+        let counts: Vec<u32> = p.stages.iter().map(|s| s.num_layers).collect();
+        assert_eq!(stages, counts, "{}", out.text);
+        let flavor_line = out.text.contains("config.model_spec = model_registry(");
+        assert_eq!(
+            flavor_line, p.model.gated_mlp,
+            "llama models get a flavor, GPT ones a refusal:\n{}",
+            out.text
+        );
+        if !flavor_line {
+            assert!(out.text.contains("raise NotImplementedError("));
+        }
+    }
+}
