@@ -48,6 +48,7 @@ fn main() {
             pp: 1,
             dp: 1,
             cp: 1,
+            dp_replicate: 1,
             micro_batch: b,
             chunks: 1,
             sequence_parallel: false,

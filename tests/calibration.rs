@@ -71,6 +71,7 @@ fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, attention: Attention) -> CostM
             pp: 1,
             dp: 1,
             cp: 1,
+            dp_replicate: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: true,

@@ -58,6 +58,8 @@ fn plan(name: ScheduleName, p: u32, v: u32, m: u32, counts: Option<&[u32]>) -> P
             recompute: "full".into(),
             sequence_parallel: true,
             zero1: true,
+            zero: 0,
+            dp_replicate: 1,
             ..Parallelism::stack_defaults()
         },
         dtype: "bf16".into(),

@@ -44,6 +44,7 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
         pp: 4,
         dp: 2,
         cp: 1,
+        dp_replicate: 1,
         micro_batch: 1,
         chunks: 1,
         sequence_parallel: false,

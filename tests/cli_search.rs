@@ -296,9 +296,13 @@ fn output_plan_round_trips_and_matches_the_best_result() {
         "--output",
         p2,
     ];
-    if par.zero1 {
-        args.push("--zero1");
+    let zero = if par.zero >= 2 {
+        par.zero
+    } else {
+        u8::from(par.zero1)
     }
+    .to_string();
+    args.extend(["--zero", zero.as_str()]);
     let (code, _, err) = pplan(&args);
     assert_eq!(code, 0, "{err}");
     let text2 = std::fs::read_to_string(&path2).unwrap();
@@ -376,7 +380,7 @@ fn table_has_the_columns_and_the_rejection_summary() {
         "v",
         "recompute",
         "SP",
-        "ZeRO-1",
+        "ZeRO",
         "step (s)",
         "TFLOP/s",
         "MFU",

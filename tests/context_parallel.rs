@@ -28,6 +28,7 @@ fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, tp: u64, cp: u64, stack: Stack
             pp: 1,
             dp: 1,
             cp,
+            dp_replicate: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: tp > 1,
@@ -103,7 +104,7 @@ fn request<'a>(m: &'a Model, hw: &'a Hardware, cp: u64) -> PredictRequest<'a> {
     r.global_batch = 8 / cp;
     r.recompute = Recompute::None;
     r.stack = Stack {
-        zero1: true,
+        zero: pplan::cost::Zero::Optimizer,
         ..flash()
     };
     r

@@ -75,6 +75,8 @@ fn plan(
             recompute: recompute.into(),
             sequence_parallel: variant % 2 == 1,
             zero1: variant % 3 != 0,
+            zero: 0,
+            dp_replicate: 1,
             precision: precision.into(),
             attention: attention.into(),
             tp_comm_overlap: variant % 2 == 1,

@@ -264,6 +264,7 @@ fn cost_model<'a>(model: &'a Model, hw: &'a Hardware, tp: u64, pp: u64, dp: u64)
             pp,
             dp,
             cp: 1,
+            dp_replicate: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: false,

@@ -5,7 +5,7 @@
 //! (mean absolute error <= 5%, no row worse than 10%): the FP8 model
 //! over-predicts most rows (docs/validation.md). `examples/validate_nemo.rs` prints the table.
 
-use pplan::cost::{Attention, Recompute, Stack};
+use pplan::cost::{Attention, Recompute, Stack, Zero};
 use pplan::inputs::hardware::Hardware;
 use pplan::inputs::model::Model;
 use pplan::report::nemo::{
@@ -171,7 +171,7 @@ fn flop_convention_is_nemos() {
 fn requests_carry_the_rows_layout_and_the_given_stack() {
     let hw = h100();
     let stack = nemo_24_07_stack();
-    assert!(stack.zero1 && stack.overlap_grad_reduce);
+    assert!(stack.zero == Zero::Optimizer && stack.overlap_grad_reduce);
     // Set in every model's 24.07 config: optim.overlap_param_sync, gradient_accumulation_fusion.
     assert!(stack.overlap_param_gather && stack.grad_accumulation_fusion);
     for c in nemo_cases().unwrap() {
@@ -214,7 +214,11 @@ fn requests_carry_the_rows_layout_and_the_given_stack() {
         // The recipe sets the runtime switches; the stack passed in everything else.
         let recipe = &c.spec.recipe;
         let want_stack = Stack {
-            zero1: recipe.distributed_optimizer,
+            zero: if recipe.distributed_optimizer {
+                Zero::Optimizer
+            } else {
+                Zero::Off
+            },
             overlap_grad_reduce: recipe.overlap_grad_sync,
             tp_comm_overlap: recipe.tp_comm_overlap,
             blocking_p2p: !recipe.overlap_p2p_comm,

@@ -47,6 +47,8 @@ fn main() {
             recompute: "none".into(),
             sequence_parallel: false,
             zero1: false,
+            zero: 0,
+            dp_replicate: 1,
             ..Parallelism::stack_defaults()
         },
         dtype: "f32".into(),

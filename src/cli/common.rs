@@ -408,6 +408,10 @@ pub(crate) struct StackArgs {
     /// (Megatron-Core --overlap-param-gather; in effect with ZeRO-1).
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) overlap_param_gather: OnOff,
+    /// ZeRO-3: free each layer's gathered parameters after its forward and gather them again
+    /// for its backward (FSDP2's reshard_after_forward).
+    #[arg(long, value_enum, default_value = "on")]
+    pub(crate) reshard_after_forward: OnOff,
     /// How context-parallel ranks exchange keys and values (with --cp > 1): p2p (a ring
     /// overlapped with the attention blocks) or all-gather (Megatron-Core --cp-comm-type).
     #[arg(long, default_value = "p2p")]
@@ -428,12 +432,41 @@ impl StackArgs {
             },
             tp_comm_overlap: self.tp_comm_overlap == OnOff::On,
             overlap_param_gather: self.overlap_param_gather == OnOff::On,
+            reshard_after_forward: self.reshard_after_forward == OnOff::On,
             cp_comm: self
                 .cp_comm
                 .parse()
                 .map_err(|e: String| CliError::Input(format!("--cp-comm: {e}")))?,
             ..stack
         })
+    }
+}
+
+/// The ZeRO stage from `--zero N` and its older spelling `--zero1 on|off` (0 when neither is
+/// given); the two must agree.
+pub(crate) fn zero_stage(
+    zero: Option<&str>,
+    zero1: Option<OnOff>,
+) -> Result<pplan::cost::Zero, CliError> {
+    use pplan::cost::Zero;
+    let stage = zero
+        .map(|z| z.parse::<Zero>())
+        .transpose()
+        .map_err(|e| CliError::Input(format!("--zero: {e}")))?;
+    let spelled = zero1.map(|z| {
+        if z == OnOff::On {
+            Zero::Optimizer
+        } else {
+            Zero::Off
+        }
+    });
+    match (stage, spelled) {
+        (Some(z), Some(s)) if z != s => Err(CliError::Input(format!(
+            "--zero {z} and --zero1 {} disagree (--zero1 on is --zero 1, off is --zero 0); give one of them",
+            if s == Zero::Optimizer { "on" } else { "off" }
+        ))),
+        (Some(z), _) | (None, Some(z)) => Ok(z),
+        (None, None) => Ok(Zero::Off),
     }
 }
 

@@ -57,9 +57,19 @@ pub(crate) struct PredictArgs {
     /// (`on|off`; the bare flag means on).
     #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
     pub(crate) overlap_grad_reduce: OnOff,
-    /// Shard the optimizer state over the data-parallel group (ZeRO-1).
+    /// Shard the optimizer state over the data-parallel group (ZeRO-1; `on|off`, the bare
+    /// flag means on): a spelling of --zero 1 / --zero 0.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
+    pub(crate) zero1: Option<OnOff>,
+    /// ZeRO stage: 0 replicated (DDP), 1 optimizer state sharded (distributed optimizer),
+    /// 2 gradients too (reduce-scattered every micro-batch), 3 parameters too (FSDP: gathered
+    /// layer by layer) [default: 0].
     #[arg(long)]
-    pub(crate) zero1: bool,
+    pub(crate) zero: Option<String>,
+    /// HSDP: replicas of the sharded state; the state is sharded over d x cp / R ranks and
+    /// replicated R times (torchtitan data_parallel_replicate_degree); needs --zero 1, 2 or 3.
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub(crate) dp_replicate: u64,
     /// Send pipeline activations whole from every tensor-parallel rank instead of with the
     /// scatter/gather optimisation.
     #[arg(long)]
@@ -120,11 +130,15 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     req.chunks = args.chunks;
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
-    if args.stack.overlap_param_gather == OnOff::On && !args.zero1 {
+    let zero = zero_stage(args.zero.as_deref(), args.zero1)?;
+    if args.stack.overlap_param_gather == OnOff::On
+        && (!zero.shards_optimizer() || zero.shards_weights())
+    {
         return input(
-            "--overlap-param-gather on needs the distributed optimizer (--zero1): only it gathers parameters after the optimizer step; valid: add --zero1, or --overlap-param-gather off",
+            "--overlap-param-gather on needs a sharded optimizer that gathers parameters after its step (--zero1, --zero 1 or 2); valid: add --zero1, or --overlap-param-gather off",
         );
     }
+    req.dp_replicate = args.dp_replicate;
     if args.stack.tp_comm_overlap == OnOff::On && !req.sequence_parallel && args.tp > 1 {
         return input(
             "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
@@ -132,7 +146,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     }
     req.stack = args.stack.apply(Stack {
         overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
-        zero1: args.zero1,
+        zero,
         scatter_gather: !args.no_scatter_gather,
         ..Stack::default()
     })?;

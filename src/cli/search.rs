@@ -58,9 +58,15 @@ pub(crate) struct PlanSearchArgs {
     /// Pin sequence parallelism.
     #[arg(long, value_enum)]
     pub(crate) sequence_parallel: Option<OnOff>,
-    /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group).
+    /// Pin ZeRO-1 (optimizer state sharded over the data-parallel group): --zero 1 / 0.
     #[arg(long, value_enum)]
     pub(crate) zero1: Option<OnOff>,
+    /// Pin the ZeRO stage 0-3 (unpinned: all four when more than one rank holds the weights).
+    #[arg(long)]
+    pub(crate) zero: Option<String>,
+    /// HSDP replicas of the sharded state, for candidates with ZeRO >= 1 whose d it divides.
+    #[arg(long, value_parser = positive::<u64>)]
+    pub(crate) dp_replicate: Option<u64>,
     /// Overlap every candidate's data-parallel gradient reduction with its backward.
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) overlap_grad_reduce: OnOff,
@@ -112,7 +118,11 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
             .transpose()
             .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?,
         sequence_parallel: args.sequence_parallel.map(|x| x == OnOff::On),
-        zero1: args.zero1.map(|x| x == OnOff::On),
+        zero: match (&args.zero, args.zero1) {
+            (None, None) => None,
+            (z, z1) => Some(zero_stage(z.as_deref(), z1)?),
+        },
+        dp_replicate: args.dp_replicate,
     };
     let mut req = SearchRequest::new(&model, &hw, args.gpus, args.global_batch);
     req.top = args.top;
@@ -198,11 +208,19 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
     };
     println!(
         "{:>4} {:>4} {:>3} {:>5}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
-        "rank", "p", "t", "d", cp_col(&"cp"), "b", "m", "schedule", "v", "recompute", "SP", "ZeRO-1", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
+        "rank", "p", "t", "d", cp_col(&"cp"), "b", "m", "schedule", "v", "recompute", "SP", "ZeRO", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
     );
     for r in &o.results {
         let p = &r.prediction;
         let on = |b: bool| if b { "on" } else { "off" };
+        // The ZeRO stage, with the HSDP replicas when there are any (e.g. 3x2).
+        let zero_col = |p: &pplan::plan::predict::Prediction| {
+            if p.dp_replicate > 1 {
+                format!("{}x{}", p.zero, p.dp_replicate)
+            } else {
+                p.zero.to_string()
+            }
+        };
         println!(
             "{:>4} {:>4} {:>3} {:>5}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
             r.rank,
@@ -216,7 +234,7 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
             r.candidate.chunks,
             p.recompute,
             on(p.sequence_parallel),
-            on(p.zero1),
+            zero_col(p),
             p.split,
             p.step_time_s,
             p.tflops_per_gpu,

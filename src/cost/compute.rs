@@ -5,7 +5,7 @@
 //! docs/cost-model.md.
 
 use super::stack::{
-    Attention, CostModel, CpComm, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
+    Attention, CostModel, CpComm, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
 use crate::inputs::hardware::{Hardware, Precision};
 
@@ -588,15 +588,86 @@ impl CostModel<'_> {
         }
     }
 
-    /// The optimizer step over `params` parameters of one rank (memory-bound); ZeRO-1 shards
-    /// it over the data- and context-parallel ranks.
+    /// The optimizer step over `params` parameters of one rank (memory-bound); ZeRO shards it
+    /// over the shard group ([`CostModel::shard_ranks`]).
     pub fn optimizer_s(&self, params: f64) -> f64 {
-        let shard = if self.stack.zero1 {
-            (self.layout.dp * self.layout.cp.max(1)) as f64
+        let shard = if self.stack.zero.shards_optimizer() {
+            self.shard_ranks() as f64
         } else {
             1.0
         };
         params * self.stack.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
+    }
+}
+
+/// What sharded data parallelism (ZeRO-2/3) adds to one stage's actions for one micro-batch:
+/// the exposed parts go on the critical path, the hidden parts run on the data-parallel
+/// stream under the layers' compute.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShardedExposure {
+    pub forward_exposed_s: f64,
+    pub forward_hidden_s: f64,
+    /// Before and between the input-gradient computations (all-gathers, stalls).
+    pub backward_input_exposed_s: f64,
+    /// The last layer's gradient reduce-scatter, after the weight gradients.
+    pub backward_weight_exposed_s: f64,
+    pub backward_hidden_s: f64,
+}
+
+/// Two-stage flow shop of `n` equal layers, communication `c` per layer on its own stream
+/// ahead of (or, for `after`, behind) compute `g` per layer, the stream running at most one
+/// layer ahead (FSDP2's prefetch): makespan `c + (n - 1) max(c, g) + g`. Returns (exposed,
+/// hidden) communication.
+fn flow_shop(n: f64, c: f64, g: f64) -> (f64, f64) {
+    if n <= 0.0 || c <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let makespan = c + (n - 1.0) * c.max(g) + g;
+    let exposed = (makespan - n * g).max(0.0);
+    (exposed, (n * c - exposed).max(0.0))
+}
+
+/// [`ShardedExposure`] of a stage of `n` layers whose forward, input- and weight-gradient
+/// compute per micro-batch are `f`, `i`, `w`, with per-layer all-gather `ag` and
+/// reduce-scatter `rs` ([`CostModel::sharded_layer_comm_s`]):
+/// - ZeRO-3 forward: each layer's parameters gathered one layer ahead of its compute;
+/// - ZeRO-3 backward: gathered again (when `reshard` after forward) before each layer's
+///   gradients, and the gradients reduce-scattered after them, `ag + rs` per layer on the
+///   stream beside `(i + w) / n`; without resharding only `rs`;
+/// - ZeRO-2: the reduce-scatter only.
+///
+/// The first gather waits in full, the last reduce-scatter is exposed after the last weight
+/// gradient; between them the stream hides what the compute covers.
+pub fn sharded_exposure(
+    zero: Zero,
+    reshard: bool,
+    n: f64,
+    (f, i, w): (f64, f64, f64),
+    (ag, rs): (f64, f64),
+) -> ShardedExposure {
+    if !zero.shards_gradients() || n <= 0.0 {
+        return ShardedExposure::default();
+    }
+    let (forward_exposed_s, forward_hidden_s) = if zero == Zero::Full {
+        flow_shop(n, ag, f / n)
+    } else {
+        (0.0, 0.0)
+    };
+    let gather = if zero == Zero::Full && reshard {
+        ag
+    } else {
+        0.0
+    };
+    let (exposed, hidden) = flow_shop(n, gather + rs, (i + w) / n);
+    // The last layer's reduce-scatter trails the last weight gradient; the rest stalls the
+    // input gradients.
+    let trailing = rs.min(exposed);
+    ShardedExposure {
+        forward_exposed_s,
+        forward_hidden_s,
+        backward_input_exposed_s: exposed - trailing,
+        backward_weight_exposed_s: trailing,
+        backward_hidden_s: hidden,
     }
 }
 
@@ -624,6 +695,7 @@ mod tests {
                 pp: 1,
                 dp: 1,
                 cp: 1,
+                dp_replicate: 1,
                 micro_batch: 1,
                 chunks: 1,
                 sequence_parallel: false,

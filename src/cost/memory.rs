@@ -18,19 +18,74 @@
 //! itself split over the t ranks, hence 2sbh/t.) The simulator multiplies a stage's
 //! activations by the micro-batches that stage holds at once, which the schedule decides.
 
-use super::stack::{Attention, Overheads, Recompute};
+use super::stack::{Attention, Overheads, Recompute, Zero};
 use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
 pub const GRAD_BYTES_PER_PARAM: u64 = 2;
 pub const OPTIMIZER_BYTES_PER_PARAM: u64 = 12;
 
+/// (weights, gradients, optimizer state) bytes for `params` parameters on one GPU whose state
+/// is sharded `zero`-deep over `shard` ranks (ZeRO-1: the optimizer state; ZeRO-2: and the
+/// gradients; ZeRO-3: and the weights, with `extra_weight_bytes_per_param` low-precision
+/// copies sharded alike).
+pub fn model_state_parts(
+    params: u64,
+    shard: u64,
+    zero: Zero,
+    extra_weight_bytes_per_param: u64,
+) -> (u64, u64, u64) {
+    let part = |bytes: u64, sharded: bool| {
+        let total = bytes.saturating_mul(params);
+        if sharded {
+            total.div_ceil(shard.max(1))
+        } else {
+            total
+        }
+    };
+    (
+        part(
+            WEIGHT_BYTES_PER_PARAM + extra_weight_bytes_per_param,
+            zero.shards_weights(),
+        ),
+        part(GRAD_BYTES_PER_PARAM, zero.shards_gradients()),
+        part(OPTIMIZER_BYTES_PER_PARAM, zero.shards_optimizer()),
+    )
+}
+
 /// Bytes of weights, gradients and optimizer state for `params` parameters on one GPU.
-pub fn model_state_bytes(params: u64, dp: u64, zero1: bool) -> u64 {
-    let opt = OPTIMIZER_BYTES_PER_PARAM.saturating_mul(params);
-    (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM)
-        .saturating_mul(params)
-        .saturating_add(if zero1 { opt.div_ceil(dp.max(1)) } else { opt })
+pub fn model_state_bytes(params: u64, shard: u64, zero: Zero) -> u64 {
+    let (w, g, o) = model_state_parts(params, shard, zero, 0);
+    w.saturating_add(g).saturating_add(o)
+}
+
+/// Working memory of sharded data parallelism on a GPU with `params` parameters whose layers
+/// hold `layer_params` each: ZeRO-3 gathers a layer's 16-bit parameters (and their
+/// low-precision copies) one layer ahead, two layers at a time, and holds one layer's
+/// unsharded gradients until they are reduce-scattered; without resharding after the forward
+/// every gathered parameter stays until the backward. ZeRO-2 holds one layer's unsharded
+/// gradients. The sharded part already counted in the model state is not counted again.
+pub fn sharded_working_bytes(
+    params: u64,
+    layer_params: u64,
+    shard: u64,
+    zero: Zero,
+    reshard_after_forward: bool,
+    extra_weight_bytes_per_param: u64,
+) -> u64 {
+    let weight = WEIGHT_BYTES_PER_PARAM + extra_weight_bytes_per_param;
+    let grads = GRAD_BYTES_PER_PARAM.saturating_mul(layer_params);
+    match zero {
+        Zero::Off | Zero::Optimizer => 0,
+        Zero::Gradients => grads,
+        Zero::Full if reshard_after_forward => (2 * weight)
+            .saturating_mul(layer_params)
+            .saturating_add(grads),
+        Zero::Full => {
+            let gathered = weight.saturating_mul(params);
+            (gathered - gathered / shard.max(1)).saturating_add(grads)
+        }
+    }
 }
 
 /// Dimensions of the activation formulas.
@@ -174,17 +229,14 @@ impl MemoryBreakdown {
     /// `extra_weight_bytes_per_param` counts low-precision weight copies with the weights.
     pub fn new(
         params: u64,
-        dp: u64,
-        zero1: bool,
+        shard: u64,
+        zero: Zero,
         extra_weight_bytes_per_param: u64,
         tensor_peak_bytes: u64,
         o: &Overheads,
     ) -> Self {
-        let weights =
-            (WEIGHT_BYTES_PER_PARAM + extra_weight_bytes_per_param).saturating_mul(params);
-        let gradients = GRAD_BYTES_PER_PARAM.saturating_mul(params);
-        let opt = OPTIMIZER_BYTES_PER_PARAM.saturating_mul(params);
-        let optimizer = if zero1 { opt.div_ceil(dp.max(1)) } else { opt };
+        let (weights, gradients, optimizer) =
+            model_state_parts(params, shard, zero, extra_weight_bytes_per_param);
         let state = weights.saturating_add(gradients).saturating_add(optimizer);
         MemoryBreakdown {
             weights,
@@ -269,8 +321,16 @@ mod tests {
 
     #[test]
     fn mixed_precision_adam_is_16_bytes_per_param() {
-        assert_eq!(model_state_bytes(1_000, 8, false), 16_000);
-        assert_eq!(model_state_bytes(1_000, 8, true), 4_000 + 1_500);
+        assert_eq!(model_state_bytes(1_000, 8, Zero::Off), 16_000);
+        assert_eq!(model_state_bytes(1_000, 8, Zero::Optimizer), 4_000 + 1_500);
+        assert_eq!(
+            model_state_bytes(1_000, 8, Zero::Gradients),
+            2_000 + 250 + 1_500
+        );
+        assert_eq!(model_state_bytes(1_000, 8, Zero::Full), 250 + 250 + 1_500);
+        // Low-precision weight copies are sharded with the weights under ZeRO-3 only.
+        assert_eq!(model_state_parts(1_000, 8, Zero::Full, 2).0, 500);
+        assert_eq!(model_state_parts(1_000, 8, Zero::Gradients, 2).0, 4_000);
     }
 
     #[test]
@@ -290,7 +350,7 @@ mod tests {
     #[test]
     fn breakdown_adds_up_to_what_the_gpu_holds() {
         let o = Overheads::default();
-        let b = MemoryBreakdown::new(1_000_000, 4, true, 0, 40_000_000, &o);
+        let b = MemoryBreakdown::new(1_000_000, 4, Zero::Optimizer, 0, 40_000_000, &o);
         assert_eq!(b.weights, 2_000_000);
         assert_eq!(b.optimizer, 3_000_000);
         assert_eq!(

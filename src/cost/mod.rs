@@ -24,4 +24,6 @@ pub mod stack;
 
 pub use compute::{gemm_efficiency, gemm_time_s, BlockCost, Gemm, MemoryTraffic, Part};
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
-pub use stack::{Attention, CostModel, CpComm, Layout, Overheads, RankOrder, Recompute, Stack};
+pub use stack::{
+    Attention, CostModel, CpComm, Layout, Overheads, RankOrder, Recompute, Stack, Zero,
+};

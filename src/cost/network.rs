@@ -11,7 +11,7 @@
 //! stay idle so that no group straddles two domains ([`ranks_per_nvlink_domain`]); where the
 //! domain is one node, this changes nothing.
 
-use super::stack::{CostModel, RankOrder};
+use super::stack::{CostModel, RankOrder, Zero};
 use crate::inputs::hardware::Hardware;
 
 /// Ring all-reduce of `bytes` over `n` ranks: `2 (n-1)/n bytes / bw + 2 (n-1) latency`.
@@ -165,41 +165,24 @@ impl CostModel<'_> {
         }
     }
 
-    /// Data-parallel reduction of `params` parameters held by one rank: hierarchical when
-    /// several members of the group share an NVLink domain (reduce-scatter over NVLink among the
-    /// `k` local members, all-reduce of the `1/k` shard across the `n` domains over the NICs,
-    /// then all-gather over NVLink), else a flat ring over the NICs. Every GPU of a node reduces
-    /// at the same time (all tensor/pipeline ranks do), so each gets its share of the NICs.
-    /// The part of a step's data-parallel communication that stays in the step: the whole
-    /// reduction, except that with the distributed optimizer (ZeRO-1) and
-    /// `--overlap-param-gather` its all-gather half (the updated parameters, gathered after the
-    /// optimizer step) runs under the next step's first forwards, bucket by bucket, and only
-    /// the reduce-scatter of the gradients is left.
-    pub fn step_grad_reduce_s(&self, params: f64) -> f64 {
-        let full = self.grad_reduce_s(params);
-        if self.stack.zero1 && self.stack.overlap_param_gather {
-            full / 2.0
-        } else {
-            full
-        }
-    }
-
-    /// The reduction runs over the data- and context-parallel ranks together (the
-    /// context-parallel ranks hold the same weights: Megatron-Core's data-parallel group with
-    /// context parallelism): `cp` neighbours t apart, each set `dp` times at the data-parallel
-    /// stride.
-    pub fn grad_reduce_s(&self, params: f64) -> f64 {
+    /// All-reduce of `bytes` per rank over the first `dp_members` data-parallel ranks and their
+    /// context-parallel neighbours: hierarchical when several members share an NVLink domain
+    /// (reduce-scatter over NVLink among the `k` local members, all-reduce of the `1/k` shard
+    /// across the domains over the NICs, then all-gather over NVLink), else a flat ring over
+    /// the NICs. Every GPU of a node communicates at the same time (all tensor/pipeline ranks
+    /// do), so each gets its share of the NICs. A reduce-scatter or an all-gather is half.
+    pub fn dp_all_reduce_s(&self, bytes: f64, dp_members: u64) -> f64 {
         let l = self.layout;
         let cp = l.cp.max(1);
-        let members = l.dp.saturating_mul(cp);
+        let dp = dp_members.clamp(1, l.dp.max(1));
+        let members = dp.saturating_mul(cp);
         if members <= 1 {
             return 0.0;
         }
-        let bytes = params * self.stack.grad_reduce_bytes_per_param;
         let first = self.rank(0, 0);
-        let last = self.rank(l.dp - 1, 0) + l.tp * (cp - 1);
-        let stride = if l.dp > 1 {
-            (self.rank(l.dp - 1, 0) - first) / (l.dp - 1)
+        let last = self.rank(dp - 1, 0) + l.tp * (cp - 1);
+        let stride = if dp > 1 {
+            (self.rank(dp - 1, 0) - first) / (dp - 1)
         } else {
             1
         };
@@ -207,10 +190,10 @@ impl CostModel<'_> {
         // Members in one NVLink domain: the context-parallel neighbours that fit, times the
         // data-parallel sets that fit beside them.
         let local_cp = (per_domain / l.tp).clamp(1, cp);
-        let local_dp = if l.dp <= 1 || stride >= per_domain {
+        let local_dp = if dp <= 1 || stride >= per_domain {
             1
         } else {
-            (per_domain / stride).clamp(1, l.dp)
+            (per_domain / stride).clamp(1, dp)
         };
         let local = local_cp * local_dp;
         let domains = members.div_ceil(local);
@@ -227,6 +210,96 @@ impl CostModel<'_> {
             self.hw.node.nic_latency_s,
         );
         intra + inter
+    }
+
+    /// Data-parallel ranks in one shard group (HSDP: d / R; else d).
+    fn shard_dp(&self) -> u64 {
+        (self.layout.dp.max(1) / self.layout.dp_replicate.max(1)).max(1)
+    }
+
+    /// All-reduce of `bytes` per rank across the R HSDP replicas (ranks `d / R` data-parallel
+    /// ranks apart): over NVLink when they share a domain, else a ring over the NICs.
+    pub fn replica_all_reduce_s(&self, bytes: f64) -> f64 {
+        let r = self.layout.dp_replicate.max(1);
+        if r <= 1 {
+            return 0.0;
+        }
+        let step = self.shard_dp();
+        let (first, last) = (self.rank(0, 0), self.rank(step * (r - 1), 0));
+        if self.domain_of(first) == self.domain_of(last) {
+            return all_reduce_s(
+                bytes,
+                r,
+                self.hw.nvlink_bytes_per_s(),
+                self.hw.node.nvlink_latency_s,
+            );
+        }
+        let leaves = self.node_of(first) / self.hw.network.nodes_per_leaf_switch as u64
+            != self.node_of(last) / self.hw.network.nodes_per_leaf_switch as u64;
+        all_reduce_s(
+            bytes,
+            r,
+            self.hw.nic_bytes_per_s_per_gpu(leaves),
+            self.hw.node.nic_latency_s,
+        )
+    }
+
+    /// The gradient reduction of `params` parameters held by one rank, once per step
+    /// (replicated state or ZeRO-1), as (reduce-scatter, all-gather): the data- and
+    /// context-parallel ranks together (the context-parallel ranks hold the same weights:
+    /// Megatron-Core's data-parallel group with context parallelism). The reduce-scatter
+    /// includes, with HSDP replicas, the all-reduce of each shard across them. Replicated state
+    /// (DDP) all-reduces: the same bytes as the two halves.
+    pub fn grad_reduce_parts_s(&self, params: f64) -> (f64, f64) {
+        let bytes = params * self.stack.grad_reduce_bytes_per_param;
+        let shard = self.dp_all_reduce_s(bytes, self.shard_dp());
+        let replicas = self.replica_all_reduce_s(bytes / self.shard_ranks() as f64);
+        (shard / 2.0 + replicas, shard / 2.0)
+    }
+
+    /// The whole per-step reduction (both halves of [`Self::grad_reduce_parts_s`]).
+    pub fn grad_reduce_s(&self, params: f64) -> f64 {
+        let (rs, ag) = self.grad_reduce_parts_s(params);
+        rs + ag
+    }
+
+    /// The part of a step's data-parallel communication that stays at the end of the step:
+    /// - replicated (ZeRO-0): the whole all-reduce;
+    /// - ZeRO-1 (distributed optimizer): the reduce-scatter of the gradients, and the
+    ///   all-gather of the updated parameters unless `--overlap-param-gather` runs it under the
+    ///   next step's first forwards, bucket by bucket;
+    /// - ZeRO-2: the gradients were reduce-scattered micro-batch by micro-batch
+    ///   ([`Self::sharded_layer_comm_s`]); the parameter all-gather, as for ZeRO-1;
+    /// - ZeRO-3: nothing (parameters stay sharded and are gathered layer by layer).
+    pub fn step_grad_reduce_s(&self, params: f64) -> f64 {
+        let (rs, ag) = self.grad_reduce_parts_s(params);
+        let ag_in_step = if self.stack.overlap_param_gather {
+            0.0
+        } else {
+            ag
+        };
+        match self.stack.zero {
+            Zero::Off => rs + ag,
+            Zero::Optimizer => rs + ag_in_step,
+            Zero::Gradients => ag_in_step,
+            Zero::Full => 0.0,
+        }
+    }
+
+    /// Per layer of `params` parameters (one rank's), per micro-batch, with sharded gradients
+    /// or parameters: (all-gather of the 16-bit parameters over the shard group, reduce-scatter
+    /// of the gradients over it plus, with HSDP replicas, the all-reduce of the shard across
+    /// them). Zero below ZeRO-2.
+    pub fn sharded_layer_comm_s(&self, params: f64) -> (f64, f64) {
+        if !self.stack.zero.shards_gradients() {
+            return (0.0, 0.0);
+        }
+        let shard_dp = self.shard_dp();
+        let ag = self.dp_all_reduce_s(params * 2.0, shard_dp) / 2.0;
+        let grads = params * self.stack.grad_reduce_bytes_per_param;
+        let rs = self.dp_all_reduce_s(grads, shard_dp) / 2.0
+            + self.replica_all_reduce_s(grads / self.shard_ranks() as f64);
+        (ag, rs)
     }
 }
 

@@ -90,6 +90,59 @@ impl FromStr for Attention {
     }
 }
 
+/// How far the data-parallel state is sharded (ZeRO, Rajbhandari et al. 2020; FSDP): over the
+/// data- and context-parallel ranks, or with `Layout::dp_replicate` > 1 over each replica's
+/// `d cp / R` of them (HSDP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub enum Zero {
+    /// Replicated: every rank holds weights, gradients and optimizer state (DDP).
+    #[default]
+    Off,
+    /// ZeRO-1: optimizer state sharded (Megatron-Core's distributed optimizer).
+    Optimizer,
+    /// ZeRO-2: gradients sharded too, reduce-scattered every micro-batch.
+    Gradients,
+    /// ZeRO-3 / FSDP: parameters sharded too, all-gathered layer by layer.
+    Full,
+}
+
+impl Zero {
+    pub const ALL: [Zero; 4] = [Zero::Off, Zero::Optimizer, Zero::Gradients, Zero::Full];
+    /// The stage number 0..3.
+    pub fn stage(self) -> u8 {
+        self as u8
+    }
+    pub fn from_stage(stage: u8) -> Option<Zero> {
+        Zero::ALL.get(stage as usize).copied()
+    }
+    /// The optimizer state is sharded (stage >= 1).
+    pub fn shards_optimizer(self) -> bool {
+        self >= Zero::Optimizer
+    }
+    pub fn shards_gradients(self) -> bool {
+        self >= Zero::Gradients
+    }
+    pub fn shards_weights(self) -> bool {
+        self == Zero::Full
+    }
+}
+
+impl fmt::Display for Zero {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.stage())
+    }
+}
+
+impl FromStr for Zero {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<u8>()
+            .ok()
+            .and_then(Zero::from_stage)
+            .ok_or_else(|| format!("unknown ZeRO stage '{s}' (valid: 0, 1, 2, 3)"))
+    }
+}
+
 /// How the context-parallel ranks exchange keys and values (Megatron-Core
 /// `--cp-comm-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -149,6 +202,9 @@ pub struct Layout {
     pub dp: u64,
     /// Context-parallel size: each sequence split over `cp` ranks (1: none).
     pub cp: u64,
+    /// Replicas of the sharded state (HSDP): state sharded over `dp cp / dp_replicate` ranks
+    /// and replicated `dp_replicate` times (1: sharded over all of them).
+    pub dp_replicate: u64,
     pub micro_batch: u64,
     /// Model chunks per pipeline device (interleaving).
     pub chunks: u64,
@@ -183,8 +239,11 @@ pub struct Stack {
     /// With the distributed optimizer (ZeRO-1), gather the updated parameters under the next
     /// step's forward (Megatron-Core `--overlap-param-gather`) instead of before it ends.
     pub overlap_param_gather: bool,
-    /// ZeRO stage 1: optimizer state sharded over the data-parallel group.
-    pub zero1: bool,
+    /// How far the data-parallel state is sharded (ZeRO stage).
+    pub zero: Zero,
+    /// ZeRO-3: free the gathered parameters after each layer's forward and gather them again
+    /// for its backward (FSDP2's `reshard_after_forward`, the default).
+    pub reshard_after_forward: bool,
     /// The context-parallel K/V exchange (with `Layout::cp` > 1).
     pub cp_comm: CpComm,
     /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
@@ -233,7 +292,8 @@ impl Default for Stack {
             blocking_p2p: true,
             overlap_grad_reduce: false,
             overlap_param_gather: false,
-            zero1: false,
+            zero: Zero::Off,
+            reshard_after_forward: true,
             cp_comm: CpComm::P2p,
             grad_reduce_bytes_per_param: 2.0,
             grad_accumulation_bytes_per_param: 12.0,
@@ -259,6 +319,16 @@ pub struct CostModel<'a> {
 }
 
 impl CostModel<'_> {
+    /// Ranks that hold the same weights: data- times context-parallel.
+    pub fn dp_cp(&self) -> u64 {
+        self.layout.dp.max(1) * self.layout.cp.max(1)
+    }
+
+    /// Ranks the sharded state is split over: [`Self::dp_cp`] over the HSDP replicas.
+    pub fn shard_ranks(&self) -> u64 {
+        (self.dp_cp() / self.layout.dp_replicate.max(1)).max(1)
+    }
+
     /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`; `s` is the tokens of a
     /// sequence one rank holds: the whole sequence over the context-parallel size.
     pub(super) fn dims(&self) -> (f64, f64, f64, f64, f64, f64, f64) {

@@ -97,6 +97,13 @@ pub struct Parallelism {
     /// Optimizer state sharded over data-parallel ranks (ZeRO stage 1).
     #[serde(default)]
     pub zero1: bool,
+    /// ZeRO stage when above 1 (2: gradients sharded too, 3: parameters too; omitted at 0
+    /// and 1, which `zero1` says). Needs `zero1`.
+    #[serde(default, skip_serializing_if = "below_two")]
+    pub zero: u8,
+    /// HSDP replicas of the sharded state (omitted when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub dp_replicate: u64,
     /// Number format of the linear layers: `bf16` (default, omitted), `fp8`, `mxfp8`, `nvfp4`.
     #[serde(
         default = "default_precision",
@@ -136,6 +143,8 @@ impl Parallelism {
             recompute: String::new(),
             sequence_parallel: false,
             zero1: false,
+            zero: 0,
+            dp_replicate: 1,
             precision: default_precision(),
             attention: default_attention(),
             tp_comm_overlap: false,
@@ -145,6 +154,9 @@ impl Parallelism {
     }
 }
 
+fn below_two(z: &u8) -> bool {
+    *z < 2
+}
 fn one() -> u64 {
     1
 }
@@ -372,6 +384,8 @@ pub fn plan_from_prediction(
             recompute: pred.recompute.clone(),
             sequence_parallel: pred.sequence_parallel,
             zero1: pred.zero1,
+            zero: pred.zero,
+            dp_replicate: pred.dp_replicate,
             precision: pred.precision.clone(),
             attention: pred.attention.clone(),
             tp_comm_overlap: pred.tp_comm_overlap,
@@ -559,6 +573,28 @@ impl Plan {
                 ),
             ));
         }
+        if par.zero > 3 || (par.zero >= 2 && !par.zero1) {
+            return Err(field(
+                origin,
+                "parallelism.zero",
+                format!(
+                    "{} (valid: 2 or 3 with zero1 true; 0 and 1 are written as zero1)",
+                    par.zero
+                ),
+            ));
+        }
+        if par.dp_replicate == 0
+            || (par.dp_replicate > 1 && (!par.zero1 || par.dp % par.dp_replicate != 0))
+        {
+            return Err(field(
+                origin,
+                "parallelism.dp_replicate",
+                format!(
+                    "{} (valid: 1, or a divisor of dp = {} with zero1 true)",
+                    par.dp_replicate, par.dp
+                ),
+            ));
+        }
         if !["none", "selective", "full"].contains(&par.recompute.as_str()) {
             return Err(field(
                 origin,
@@ -720,6 +756,8 @@ mod tests {
                 recompute: "none".into(),
                 sequence_parallel: false,
                 zero1: false,
+                zero: 0,
+                dp_replicate: 1,
                 ..Parallelism::stack_defaults()
             },
             dtype: "bf16".into(),

@@ -14,7 +14,7 @@
 //! such row and compares model TFLOP/s per GPU (recomputation not counted, NeMo's convention)
 //! and tokens/s per GPU with the published figures.
 
-use crate::cost::{Attention, CostModel, Layout, Recompute, Stack};
+use crate::cost::{Attention, CostModel, Layout, Recompute, Stack, Zero};
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::{Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
@@ -212,7 +212,7 @@ pub fn nemo_models() -> Result<Vec<NemoModel>, NemoError> {
 /// [`NemoCase::request`].
 pub fn nemo_24_07_stack() -> Stack {
     Stack {
-        zero1: true,
+        zero: Zero::Optimizer,
         overlap_grad_reduce: true,
         overlap_param_gather: true,
         grad_accumulation_fusion: true,
@@ -237,6 +237,7 @@ pub fn model_flops_per_token(model: &Model, hw: &Hardware) -> f64 {
             pp: 1,
             dp: 1,
             cp: 1,
+            dp_replicate: 1,
             micro_batch: 1,
             chunks: 1,
             sequence_parallel: false,
@@ -296,7 +297,11 @@ impl NemoCase {
         // kernels and the number format.
         let r = &self.spec.recipe;
         req.stack = Stack {
-            zero1: r.distributed_optimizer,
+            zero: if r.distributed_optimizer {
+                Zero::Optimizer
+            } else {
+                Zero::Off
+            },
             overlap_grad_reduce: r.overlap_grad_sync,
             tp_comm_overlap: r.tp_comm_overlap,
             blocking_p2p: !r.overlap_p2p_comm,

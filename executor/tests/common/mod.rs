@@ -52,6 +52,8 @@ pub fn plan_with(name: ScheduleName, params: GenParams, layers: u32) -> Plan {
             recompute: "none".into(),
             sequence_parallel: false,
             zero1: false,
+            zero: 0,
+            dp_replicate: 1,
             ..Parallelism::stack_defaults()
         },
         dtype: "f32".into(),

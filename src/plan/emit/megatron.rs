@@ -318,6 +318,8 @@ mod tests {
                 recompute: "none".into(),
                 sequence_parallel: false,
                 zero1: false,
+                zero: 0,
+                dp_replicate: 1,
                 ..Parallelism::stack_defaults()
             },
             dtype: "bf16".into(),

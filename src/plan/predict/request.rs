@@ -23,6 +23,8 @@ pub struct PredictRequest<'a> {
     pub dp: Option<u64>,
     /// Context-parallel size (1: none): each sequence split over `cp` ranks.
     pub cp: u64,
+    /// HSDP replicas of the sharded state (1: none; needs ZeRO >= 1 and d divisible by it).
+    pub dp_replicate: u64,
     pub global_batch: u64,
     pub micro_batch: u64,
     /// `None`: `interleaved-1f1b` when `chunks > 1`, else `1f1b`.
@@ -88,6 +90,7 @@ impl<'a> PredictRequest<'a> {
             pp: 1,
             dp: None,
             cp: 1,
+            dp_replicate: 1,
             global_batch: 1,
             micro_batch: 1,
             schedule: None,
@@ -157,8 +160,12 @@ pub struct Prediction {
     pub sequence_parallel: bool,
     /// Context-parallel size.
     pub cp: u64,
-    /// Optimizer state sharded over the data-parallel group (ZeRO-1).
+    /// Optimizer state sharded over the data-parallel group (ZeRO stage >= 1).
     pub zero1: bool,
+    /// ZeRO stage: 0 replicated, 1 optimizer state, 2 and gradients, 3 and weights sharded.
+    pub zero: u8,
+    /// HSDP replicas of the sharded state (1: none).
+    pub dp_replicate: u64,
     pub global_batch: u64,
     /// Bytes of weights, gradients and optimizer state on the fullest GPU.
     pub model_state_bytes: u64,
@@ -192,6 +199,8 @@ pub enum PredictError {
         cp: u64,
         pp: u64,
     },
+    #[error("--dp-replicate {replicas}: {reason}")]
+    Replicate { replicas: u64, reason: String },
     #[error("--cp {cp}: {reason}")]
     ContextParallel { cp: u64, reason: String },
     #[error(
@@ -277,6 +286,7 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         ("--micro-batch", req.micro_batch),
         ("--chunks", req.chunks),
         ("--cp", req.cp),
+        ("--dp-replicate", req.dp_replicate),
     ] {
         if value == 0 {
             return Err(PredictError::Zero { flag, value });
@@ -330,6 +340,24 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             pp: req.pp,
             dp,
         });
+    }
+    if req.dp_replicate > 1 {
+        let reason = if !req.stack.zero.shards_optimizer() {
+            Some("replicas of a sharded state need --zero 1, 2 or 3 (with --zero 0 every rank is a replica already)".to_string())
+        } else if dp % req.dp_replicate != 0 {
+            Some(format!(
+                "must divide the data-parallel size {dp} (d = replicas x shard group); valid: {}",
+                list(&divisors(dp))
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(PredictError::Replicate {
+                replicas: req.dp_replicate,
+                reason,
+            });
+        }
     }
     if req.cp > 1 {
         // Megatron-Core runs context parallelism inside Transformer Engine's fused attention,

@@ -2,6 +2,7 @@
 //! the balanced layer split, the simulation of the whole step and the figures reported from it.
 
 use super::request::*;
+use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, ActDims, MemoryBreakdown};
 use crate::cost::{BlockCost, CostModel, Layout, Part, Recompute};
 use crate::inputs::profile::{sum_layers, ProfiledLayer};
@@ -41,6 +42,7 @@ pub fn step_costs(
         pp: p,
         dp,
         cp: req.cp,
+        dp_replicate: req.dp_replicate,
         micro_batch: req.micro_batch,
         chunks: req.chunks,
         sequence_parallel: req.sequence_parallel,
@@ -136,10 +138,23 @@ pub fn step_costs(
                 params += params_embedding;
             }
         }
+        // Sharded data parallelism (ZeRO-2/3): the stage's per-layer gathers and
+        // reduce-scatters beside its compute, every micro-batch.
+        let sharded = sharded_exposure(
+            req.stack.zero,
+            req.stack.reshard_after_forward,
+            n,
+            (
+                c.forward.total_s(),
+                c.backward_input.total_s(),
+                c.backward_weight.total_s(),
+            ),
+            cm.sharded_layer_comm_s(params / n.max(1.0)),
+        );
         let (f, i, w) = (
-            c.forward.total_s(),
-            c.backward_input.total_s(),
-            c.backward_weight.total_s(),
+            c.forward.total_s() + sharded.forward_exposed_s,
+            c.backward_input.total_s() + sharded.backward_input_exposed_s,
+            c.backward_weight.total_s() + sharded.backward_weight_exposed_s,
         );
         let weight_share = if act == 0 {
             0
@@ -163,12 +178,21 @@ pub fn step_costs(
             forward_ns: ns(c.forward.tp_comm_s
                 + c.forward.tp_hidden_s
                 + c.forward.cp_comm_s
-                + c.forward.cp_hidden_s),
+                + c.forward.cp_hidden_s
+                + sharded.forward_exposed_s
+                + sharded.forward_hidden_s),
             backward_ns: ns(c.backward_input.tp_comm_s
                 + c.backward_input.tp_hidden_s
                 + c.backward_input.cp_comm_s
-                + c.backward_input.cp_hidden_s),
-            overlapped: c.forward.tp_hidden_s + c.forward.cp_hidden_s > 0.0,
+                + c.backward_input.cp_hidden_s
+                + sharded.backward_input_exposed_s
+                + sharded.backward_weight_exposed_s
+                + sharded.backward_hidden_s),
+            overlapped: c.forward.tp_hidden_s
+                + c.forward.cp_hidden_s
+                + sharded.forward_hidden_s
+                + sharded.backward_hidden_s
+                > 0.0,
         });
         stage_params.push(params);
     }
@@ -191,24 +215,34 @@ pub fn step_costs(
         req.sequence_parallel,
         req.stack.attention,
     );
-    let extra_weights = |prm: f64| {
-        (prm.ceil() as u64).saturating_mul(req.stack.low_precision_weight_bytes_per_param())
+    let extra = req.stack.low_precision_weight_bytes_per_param();
+    let shard = cm.shard_ranks();
+    let state = |prm: f64| {
+        let (w, g, o) = memory::model_state_parts(prm.ceil() as u64, shard, req.stack.zero, extra);
+        w.saturating_add(g).saturating_add(o)
+    };
+    let sharded_working = |prm: f64| {
+        memory::sharded_working_bytes(
+            prm.ceil() as u64,
+            params_layer.ceil() as u64,
+            shard,
+            req.stack.zero,
+            req.stack.reshard_after_forward,
+            extra,
+        )
     };
     let static_bytes: Vec<u64> = device_params
         .iter()
         .map(|&prm| {
-            memory::model_state_bytes(prm.ceil() as u64, dp * req.cp, req.stack.zero1)
-                .saturating_add(extra_weights(prm))
+            state(prm)
                 .saturating_add(working)
+                .saturating_add(sharded_working(prm))
                 .min(1 << 60)
         })
         .collect();
     let model_state_max_bytes = device_params
         .iter()
-        .map(|&prm| {
-            memory::model_state_bytes(prm.ceil() as u64, dp * req.cp, req.stack.zero1)
-                .saturating_add(extra_weights(prm))
-        })
+        .map(|&prm| state(prm))
         .max()
         .unwrap_or(0);
     let costs = Costs {
@@ -241,6 +275,11 @@ pub fn step_costs(
         stage_layers,
         device_params: device_params.iter().map(|&p| p.ceil() as u64).collect(),
     })
+}
+
+/// Ranks the sharded state of `req` is split over: d cp over the HSDP replicas.
+fn cm_shard_ranks(req: &PredictRequest, dp: u64) -> u64 {
+    (dp.max(1) * req.cp.max(1) / req.dp_replicate.max(1)).max(1)
 }
 
 /// Gradient buckets of a stage with `params` parameters on one rank: Megatron-Core's
@@ -320,6 +359,7 @@ pub fn prediction_from(
             pp: req.pp,
             dp: step.dp,
             cp: req.cp,
+            dp_replicate: req.dp_replicate,
             micro_batch: req.micro_batch,
             chunks: req.chunks,
             sequence_parallel: req.sequence_parallel,
@@ -351,8 +391,8 @@ pub fn prediction_from(
     let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
     let memory_breakdown = MemoryBreakdown::new(
         step.device_params.get(fullest).copied().unwrap_or(0),
-        step.dp * req.cp,
-        req.stack.zero1,
+        cm_shard_ranks(req, step.dp),
+        req.stack.zero,
         req.stack.low_precision_weight_bytes_per_param(),
         tensor_peak,
         overheads,
@@ -393,7 +433,9 @@ pub fn prediction_from(
         recompute: req.recompute.as_str().to_string(),
         sequence_parallel: req.sequence_parallel,
         cp: req.cp,
-        zero1: req.stack.zero1,
+        zero1: req.stack.zero.shards_optimizer(),
+        zero: req.stack.zero.stage(),
+        dp_replicate: req.dp_replicate,
         global_batch: req.global_batch,
         model_state_bytes: step.model_state_max_bytes,
         split: split_label(req, &step.stage_layers).to_string(),
@@ -439,6 +481,7 @@ pub fn balance_problem(
             pp: p,
             dp,
             cp: req.cp,
+            dp_replicate: req.dp_replicate,
             micro_batch: req.micro_batch,
             chunks: req.chunks,
             sequence_parallel: req.sequence_parallel,

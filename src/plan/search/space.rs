@@ -2,7 +2,7 @@
 //! chunk count, recomputation, sequence parallelism and ZeRO-1 setting each), the structural
 //! checks that need no costs, the counted reasons for rejection, and the enumeration.
 
-use crate::cost::{Recompute, Stack};
+use crate::cost::{Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::plan::predict::{
@@ -29,7 +29,10 @@ pub struct Pins {
     pub chunks: Option<u64>,
     pub recompute: Option<Recompute>,
     pub sequence_parallel: Option<bool>,
-    pub zero1: Option<bool>,
+    /// ZeRO stage (unpinned: 0 to 3 when more than one rank holds the weights).
+    pub zero: Option<Zero>,
+    /// HSDP replicas (unpinned: 1); applied to candidates with ZeRO >= 1 whose d it divides.
+    pub dp_replicate: Option<u64>,
 }
 
 /// One search.
@@ -104,7 +107,9 @@ pub struct Candidate {
     pub chunks: u64,
     pub recompute: Recompute,
     pub sequence_parallel: bool,
-    pub zero1: bool,
+    pub zero: Zero,
+    /// HSDP replicas of the sharded state (1: none).
+    pub dp_replicate: u64,
     /// Even split, or the partitioner's balanced split (which then differs from the even one,
     /// except with `--partition balanced`).
     pub split: Split,
@@ -126,21 +131,7 @@ fn recompute_index(r: Recompute) -> usize {
 
 impl Candidate {
     /// The documented tie order after step time and peak memory.
-    pub fn tie_key(
-        &self,
-    ) -> (
-        u64,
-        u64,
-        u64,
-        u64,
-        u64,
-        usize,
-        u64,
-        usize,
-        bool,
-        bool,
-        Split,
-    ) {
+    pub fn tie_key(&self) -> TieKey {
         (
             self.pp,
             self.tp,
@@ -151,7 +142,8 @@ impl Candidate {
             self.chunks,
             recompute_index(self.recompute),
             self.sequence_parallel,
-            self.zero1,
+            self.zero,
+            self.dp_replicate,
             self.split,
         )
     }
@@ -208,14 +200,32 @@ impl Candidate {
         r.chunks = self.chunks;
         r.recompute = self.recompute;
         r.sequence_parallel = self.sequence_parallel;
+        r.dp_replicate = self.dp_replicate;
         r.stack = Stack {
-            zero1: self.zero1,
+            zero: self.zero,
             ..req.stack
         };
         r.partition = self.split;
         r
     }
 }
+
+/// The documented tie order: p, t, cp, d, b, schedule, v, recompute, SP, ZeRO, replicas,
+/// split.
+pub type TieKey = (
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    usize,
+    u64,
+    usize,
+    bool,
+    Zero,
+    u64,
+    Split,
+);
 
 /// (schedule index, p, m, v).
 pub(super) type ScheduleKey = (usize, u64, u64, u64);
@@ -729,10 +739,15 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     None if t > 1 => vec![false, true],
                     None => vec![false],
                 };
-                let zeros: Vec<bool> = match pins.zero1 {
-                    Some(x) => vec![x],
-                    None if d > 1 => vec![false, true],
-                    None => vec![false],
+                let zeros: Vec<Zero> = match pins.zero {
+                    Some(z) => vec![z],
+                    None if d * c > 1 => Zero::ALL.to_vec(),
+                    None => vec![Zero::Off],
+                };
+                // HSDP replicas apply to sharded state whose d they divide.
+                let replicas = |z: Zero| match pins.dp_replicate {
+                    Some(r) if z.shards_optimizer() && d % r == 0 => r,
+                    _ => 1,
                 };
                 let variants = (recomputes.len() * sps.len() * zeros.len()) as u64;
                 let bs = match pins.micro_batch {
@@ -805,7 +820,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                                             chunks: v,
                                             recompute,
                                             sequence_parallel: sp,
-                                            zero1: z,
+                                            zero: z,
+                                            dp_replicate: replicas(z),
                                             split: Split::Even,
                                         });
                                     }
