@@ -7,5 +7,6 @@
 pub mod compare;
 pub mod gantt;
 pub mod nemo;
+pub mod torchtitan;
 pub mod trace;
 pub mod validation;

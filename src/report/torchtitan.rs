@@ -1,0 +1,207 @@
+//! Validation against torchtitan's published FSDP2 runs (`docs/performance.md` of
+//! pytorch/torchtitan): Llama 2 13B and 70B on 64 A100 80GB GPUs, data parallelism only,
+//! parameters, gradients and optimizer state sharded over all 64 ranks (FSDP2 = ZeRO-3).
+//!
+//! The rows (`data/torchtitan-a100-fsdp.json`, copied unchanged from the project's shared
+//! data) are compiled in; the Llama 2 architectures are the ones of
+//! `data/nemo-24.07-models.json` (the same public Hugging Face configs). The stack is
+//! torchtitan's default for these runs ([`torchtitan_fsdp2_stack`]). torchtitan's selective
+//! activation checkpointing (`op`: keep matmul outputs, recompute the rest; `layer`: every
+//! other layer whole) is not Megatron's selective recomputation (the attention core), which
+//! is all pplan models: those rows are listed with that reason and not predicted.
+
+use super::nemo::nemo_models;
+use crate::cost::{Attention, Recompute, Stack, Zero};
+use crate::inputs::hardware::Hardware;
+use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
+use serde::Deserialize;
+use std::fmt::Write as _;
+
+/// The published runs, bundled.
+pub const TORCHTITAN_A100_FSDP_RUNS: &str = include_str!("../../data/torchtitan-a100-fsdp.json");
+
+/// One published run (the fields the harness reads).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TorchtitanRow {
+    pub id: String,
+    pub model: String,
+    pub seq_len: u64,
+    pub gpus_total: u64,
+    pub d: u64,
+    pub micro_batch: u64,
+    pub global_batch: u64,
+    /// `none`, `full`, `selective op` or `selective layer`.
+    pub recompute: String,
+    pub tokens_per_s_per_gpu: f64,
+    /// Model FLOP utilisation as torchtitan reports it.
+    pub mfu: f64,
+}
+
+#[derive(Deserialize)]
+struct RunsFile {
+    rows: Vec<TorchtitanRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TorchtitanError {
+    #[error("bundled torchtitan data: {0}")]
+    Data(String),
+    #[error("{row}: no architecture for '{model}' (expected Llama 2 13B or 70B)")]
+    UnknownModel { row: String, model: String },
+    #[error("{row}: {source}")]
+    Predict { row: String, source: PredictError },
+}
+
+/// The rows, in the file's order.
+pub fn torchtitan_rows() -> Result<Vec<TorchtitanRow>, TorchtitanError> {
+    serde_json::from_str::<RunsFile>(TORCHTITAN_A100_FSDP_RUNS)
+        .map(|f| f.rows)
+        .map_err(|e| TorchtitanError::Data(format!("data/torchtitan-a100-fsdp.json: {e}")))
+}
+
+/// torchtitan's training stack for these runs: FSDP2 (`--zero 3`, parameters resharded after
+/// the forward: `reshard_after_forward` default), BF16 parameters with FP32 gradient
+/// reduction (`mixed_precision_param = bfloat16`, `mixed_precision_reduce = float32`, 4 bytes
+/// per gradient), PyTorch SDPA's flash attention, PyTorch's eager kernels (no Megatron
+/// fusions: `fused_kernels: false`), a separate gradient accumulation (no fused epilogue).
+pub fn torchtitan_fsdp2_stack() -> Stack {
+    Stack {
+        zero: Zero::Full,
+        reshard_after_forward: true,
+        grad_reduce_bytes_per_param: 4.0,
+        attention: Attention::Flash,
+        fused_kernels: false,
+        ..Stack::default()
+    }
+}
+
+/// pplan's recomputation for a row, or why the row's is not one pplan models.
+pub fn recompute_of(row: &TorchtitanRow) -> Result<Recompute, String> {
+    match row.recompute.as_str() {
+        "none" => Ok(Recompute::None),
+        "full" => Ok(Recompute::Full),
+        other => Err(format!(
+            "torchtitan's '{other}' activation checkpointing is not Megatron's selective recomputation (the attention core), the only partial one pplan models"
+        )),
+    }
+}
+
+/// A row predicted, or left out with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TorchtitanComparison {
+    pub row: TorchtitanRow,
+    pub outcome: Result<(Prediction, f64), String>,
+}
+
+/// Predict every row on `hw` (the published runs are on `a100-80gb`) and compare tokens/s per
+/// GPU: `outcome` is the prediction and its error (predicted / published - 1), or the reason
+/// the row's setting is not modelled.
+pub fn validate_torchtitan(
+    hw: &Hardware,
+    stack: Stack,
+) -> Result<Vec<TorchtitanComparison>, TorchtitanError> {
+    let models = nemo_models().map_err(|e| TorchtitanError::Data(e.to_string()))?;
+    let mut out = Vec::new();
+    for row in torchtitan_rows()? {
+        let name = match row.model.as_str() {
+            "Llama 2 13B" => "LLAMA2-13B",
+            "Llama 2 70B" => "LLAMA2-70B",
+            _ => "",
+        };
+        let spec = models.iter().find(|m| m.name == name).ok_or_else(|| {
+            TorchtitanError::UnknownModel {
+                row: row.id.clone(),
+                model: row.model.clone(),
+            }
+        })?;
+        // torchtitan does not pad the vocabulary.
+        let mut model = spec
+            .model(row.seq_len, 1)
+            .map_err(|e| TorchtitanError::Data(e.to_string()))?;
+        model.vocab_size = spec.vocab_size;
+        let outcome = match recompute_of(&row) {
+            Err(reason) => Err(reason),
+            Ok(recompute) => {
+                let mut req = PredictRequest::new(&model, hw);
+                req.gpus = row.gpus_total;
+                req.dp = Some(row.d);
+                req.global_batch = row.global_batch;
+                req.micro_batch = row.micro_batch;
+                req.recompute = recompute;
+                req.stack = stack;
+                let p = predict(&req).map_err(|source| TorchtitanError::Predict {
+                    row: row.id.clone(),
+                    source,
+                })?;
+                let err = p.tokens_per_s_per_gpu / row.tokens_per_s_per_gpu - 1.0;
+                Ok((p, err))
+            }
+        };
+        out.push(TorchtitanComparison { row, outcome });
+    }
+    Ok(out)
+}
+
+/// The table of docs/validation.md and the error summary.
+pub fn torchtitan_markdown(rows: &[TorchtitanComparison], hw: &str) -> String {
+    let mut s = String::new();
+    s += "| row | model | GPUs | d | b | B | recompute | published tokens/s/GPU | predicted tokens/s/GPU | error | published MFU | predicted MFU | peak memory (GB) |\n";
+    s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    let mut errors = Vec::new();
+    for c in rows {
+        let r = &c.row;
+        let _ = write!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | ",
+            r.id,
+            r.model,
+            r.gpus_total,
+            r.d,
+            r.micro_batch,
+            r.global_batch,
+            r.recompute,
+            r.tokens_per_s_per_gpu
+        );
+        match &c.outcome {
+            Ok((p, err)) => {
+                errors.push(err.abs());
+                let _ = writeln!(
+                    s,
+                    "{:.0} | {:+.1}% | {:.3} | {:.3} | {:.1}{} |",
+                    p.tokens_per_s_per_gpu,
+                    100.0 * err,
+                    r.mfu,
+                    p.mfu,
+                    p.peak_memory_bytes as f64 / 1e9,
+                    if p.fits { "" } else { " (does not fit)" }
+                );
+            }
+            Err(_) => {
+                let _ = writeln!(s, "– | – | {:.3} | – | – |", r.mfu);
+            }
+        }
+    }
+    s += "\n";
+    if !errors.is_empty() {
+        let mae = errors.iter().sum::<f64>() / errors.len() as f64;
+        let worst = errors.iter().cloned().fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "{} rows predicted on {hw}: tokens/s/GPU mean absolute error {:.2}%, worst {:.2}%",
+            errors.len(),
+            100.0 * mae,
+            100.0 * worst
+        );
+    }
+    for c in rows {
+        if let Err(reason) = &c.outcome {
+            let _ = writeln!(
+                s,
+                "{} ({}, {}) not predicted: {reason}",
+                c.row.id, c.row.model, c.row.recompute
+            );
+        }
+    }
+    s
+}
