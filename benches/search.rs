@@ -6,6 +6,10 @@
 //! candidates evaluated per second (every enumerated candidate is checked; the memory-feasible
 //! ones are ordered by a proven lower bound and simulated best first). The counts are printed
 //! once on stderr so the rates of each stage can be derived.
+//!
+//! `search_llama3_405b_16384_gpus_seq8192` is the beyond-3D case: `pplan search --gpus 16384
+//! --model llama3-405b --hardware h100-80gb --seq-len 8192 --attention flash`, which also
+//! enumerates context parallelism and the ZeRO stages 0-3.
 
 use pplan::inputs::hardware::Hardware;
 use pplan::inputs::model::Model;
@@ -20,7 +24,37 @@ fn main() {
         "default search: {} layouts, {} candidates evaluated, {} rejected by memory, {} feasible, {} simulated, {} pruned by the bound, {} schedules summarised",
         o.layouts, o.evaluated, o.memory_rejected, o.feasible, o.simulated, o.pruned, o.schedules_summarised
     );
+    let (m, hw, req) = llama3_405b_request();
+    let o = search(&req(&m, &hw), None).unwrap();
+    eprintln!(
+        "llama3-405b on 16384 h100-80gb, seq 8192, flash: {} layouts, {} candidates evaluated, {} feasible, {} simulated, {} pruned by the bound",
+        o.layouts, o.evaluated, o.feasible, o.simulated, o.pruned
+    );
     divan::main();
+}
+
+type RequestFor = for<'a> fn(&'a Model, &'a Hardware) -> SearchRequest<'a>;
+
+fn llama3_405b_request() -> (Model, Hardware, RequestFor) {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let mut m = Model::preset("llama3-405b").unwrap();
+    m.seq_len = 8192;
+    fn req<'a>(m: &'a Model, hw: &'a Hardware) -> SearchRequest<'a> {
+        let mut r = SearchRequest::new(m, hw, 16384, 3072);
+        r.stack.attention = pplan::cost::Attention::Flash;
+        r
+    }
+    (m, hw, req)
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn search_llama3_405b_16384_gpus_seq8192(bencher: divan::Bencher) {
+    let (m, hw, req) = llama3_405b_request();
+    let req = req(&m, &hw);
+    let evaluated = search(&req, None).unwrap().evaluated;
+    bencher
+        .counter(divan::counter::ItemsCount::new(evaluated as usize))
+        .bench(|| search(divan::black_box(&req), None).unwrap());
 }
 
 #[divan::bench(sample_count = 10, sample_size = 1)]

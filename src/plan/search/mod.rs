@@ -36,9 +36,9 @@ mod space;
 
 pub use schedule_summary::{DeviceSummary, ScheduleSummary};
 pub use space::*;
-use space::{apply_partition, check_inputs, enumerate, ScheduleKey, Tally, BATCH};
+use space::{apply_partition, check_inputs, enumerate, CostKey, ScheduleKey, Tally, BATCH};
 
-use crate::plan::predict::{check, prediction_from, step_costs};
+use crate::plan::predict::{check, prediction_from, step_costs, StepCosts};
 use crate::schedule::generators::{generate, GenParams};
 use crate::schedule::ir::Schedule;
 use crate::sim::{simulate, SimOptions};
@@ -91,16 +91,31 @@ pub fn search(
         .overheads
         .tensor_budget_bytes(req.hardware.gpu.memory_bytes);
 
+    // The per-stage costs depend on the candidate but not on its schedule beyond the stage
+    // placement: computed once per distinct cost key, shared by the two memory checks.
+    let cost_keys: BTreeMap<CostKey, Candidate> =
+        cands.iter().map(|c| (c.cost_key(), *c)).collect();
+    let costs: BTreeMap<CostKey, Result<Arc<StepCosts>, Reason>> = cost_keys
+        .par_iter()
+        .map(|(k, c)| {
+            let r = c.request_in(req, &splits);
+            let step = check(&r).map_err(|_| Reason::TooLarge).and_then(|dp| {
+                step_costs(&r, dp, (c.pp * c.chunks) as u32, c.schedule.placement())
+                    .map(Arc::new)
+                    .map_err(|_| Reason::TooLarge)
+            });
+            (*k, step)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect();
+
     // Model state: static bytes alone must fit (exact: the peak is at least the static bytes).
     type Step1 = Result<Candidate, Reason>;
     let step1: Vec<Step1> = cands
         .par_iter()
         .map(|c| {
-            let r = c.request_in(req, &splits);
-            let dp = check(&r).map_err(|_| Reason::TooLarge)?;
-            let placement = c.schedule.placement();
-            let step = step_costs(&r, dp, (c.pp * c.chunks) as u32, placement)
-                .map_err(|_| Reason::TooLarge)?;
+            let step = costs[&c.cost_key()].clone()?;
             if step.too_big {
                 return Err(Reason::ActivationMemory);
             }
@@ -139,11 +154,8 @@ pub fn search(
     let step2: Vec<Result<Feasible, Reason>> = survivors
         .par_iter()
         .map(|c| {
-            let r = c.request_in(req, &splits);
-            let dp = check(&r).map_err(|_| Reason::TooLarge)?;
             let sum = &by_key[&c.schedule_key()];
-            let step =
-                step_costs(&r, dp, sum.num_stages, sum.placement).map_err(|_| Reason::TooLarge)?;
+            let step = costs[&c.cost_key()].clone()?;
             let peak = sum
                 .peak_memory_bytes(&step.costs)
                 .into_iter()
@@ -167,6 +179,7 @@ pub fn search(
     }
     let schedules_summarised = by_key.len() as u64;
     drop(by_key);
+    drop(costs);
     let rejected = tally.list(req);
     let memory_rejected =
         tally.0[Reason::ModelStateMemory as usize] + tally.0[Reason::ActivationMemory as usize];

@@ -177,6 +177,20 @@ impl Candidate {
         r
     }
 
+    /// What the per-stage costs depend on: everything but the schedule, of which only the
+    /// stage placement matters (the stage count is p v).
+    pub(super) fn cost_key(&self) -> CostKey {
+        (
+            (self.tp, self.pp, self.dp, self.cp, self.dp_replicate),
+            (self.micro_batch, self.chunks),
+            recompute_index(self.recompute),
+            self.sequence_parallel,
+            self.zero,
+            self.split,
+            self.schedule.placement() == Placement::V,
+        )
+    }
+
     pub(super) fn schedule_key(&self) -> ScheduleKey {
         (
             schedule_index(self.schedule),
@@ -225,6 +239,18 @@ pub type TieKey = (
     Zero,
     u64,
     Split,
+);
+
+/// ((t, p, d, cp, replicas), (b, v), recompute index, sequence parallel, ZeRO, split, V
+/// placement).
+pub(super) type CostKey = (
+    (u64, u64, u64, u64, u64),
+    (u64, u64),
+    usize,
+    bool,
+    Zero,
+    Split,
+    bool,
 );
 
 /// (schedule index, p, m, v).
@@ -739,9 +765,13 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     None if t > 1 => vec![false, true],
                     None => vec![false],
                 };
+                // Unpinned, replicated state (ZeRO-0) is not enumerated where ZeRO-1 applies:
+                // the same bytes cross the network (reduce-scatter + all-gather = all-reduce),
+                // the optimizer step runs on a shard and less memory is held, so it never
+                // ranks above its ZeRO-1 twin.
                 let zeros: Vec<Zero> = match pins.zero {
                     Some(z) => vec![z],
-                    None if d * c > 1 => Zero::ALL.to_vec(),
+                    None if d * c > 1 => vec![Zero::Optimizer, Zero::Gradients, Zero::Full],
                     None => vec![Zero::Off],
                 };
                 // HSDP replicas apply to sharded state whose d they divide.
