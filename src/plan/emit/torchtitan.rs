@@ -118,7 +118,7 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
                         "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
                     );
                 }
-                schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
+                schedule_csv = Some(csv::write(&plan.schedule_ir()?));
                 pc.push(format!("pipeline_parallel_schedule_csv={}", quoted(path)));
                 if par.chunks > 1 {
                     "PipelineScheduleMulti"

@@ -85,7 +85,7 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
                         "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
                     );
                 }
-                schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
+                schedule_csv = Some(csv::write(&plan.schedule_ir()?));
                 parallelism.push(format!("pipeline_parallel_schedule_csv = {}", quoted(path)));
                 // torchtitan reads a CSV with _PipelineScheduleRuntime; the schedule name then
                 // only says how many stages each rank holds.
