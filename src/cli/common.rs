@@ -362,11 +362,13 @@ pub(crate) fn load_profile(path: &Path) -> Result<pplan::inputs::profile::LayerP
 }
 
 /// Write `pred` as a plan file; the schedule is regenerated from its name, p, m and v.
+/// `cp_comm` is the context-parallel exchange the prediction assumed (recorded when cp > 1).
 pub(crate) fn write_plan(
     path: &Path,
     model: &pplan::inputs::model::Model,
     hardware: &str,
     pred: &pplan::plan::predict::Prediction,
+    cp_comm: pplan::cost::CpComm,
 ) -> Result<(), CliError> {
     let name: ScheduleName = pred
         .schedule
@@ -377,7 +379,10 @@ pub(crate) fn write_plan(
         GenParams::new(pred.pp as u32, pred.microbatches as u32).chunks(pred.chunks as u32),
     )
     .map_err(|e| CliError::Internal(format!("--output: {e}")))?;
-    let plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);
+    let mut plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);
+    if pred.cp > 1 {
+        plan.parallelism.cp_comm = cp_comm.as_str().to_string();
+    }
     write_output(path, "--output", plan.to_json().as_bytes())
 }
 

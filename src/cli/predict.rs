@@ -173,7 +173,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         write_gantt(tl, title, "s".to_string(), 1e9, path)?;
     }
     if let Some(path) = &args.output {
-        write_plan(path, &model, &args.hardware, &pred)?;
+        write_plan(path, &model, &args.hardware, &pred, req.stack.cp_comm)?;
     }
     let run = run_request.map(|(tokens, price)| {
         pplan::plan::run_cost::run_cost(

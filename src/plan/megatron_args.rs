@@ -22,6 +22,10 @@ pub struct MegatronPlan {
     pub model: Model,
     pub tp: u64,
     pub pp: u64,
+    /// `--context-parallel-size` (1 when absent).
+    pub cp: u64,
+    /// `--cp-comm-type` in pplan's names: `p2p` (Megatron-LM's default) or `all-gather`.
+    pub cp_comm: String,
     pub micro_batch: u64,
     pub global_batch: u64,
     /// Virtual stages per pipeline rank (v).
@@ -195,6 +199,8 @@ impl Flags {
 const USED: &[&str] = &[
     "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--cp-comm-type",
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
     "--pipeline-model-parallel-layout",
@@ -333,6 +339,20 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
 
     let tp = flags.num("--tensor-model-parallel-size")?.unwrap_or(1);
     let pp = flags.num("--pipeline-model-parallel-size")?.unwrap_or(1);
+    let cp = flags.num("--context-parallel-size")?.unwrap_or(1);
+    // Megatron-Core's exchanges; pplan models the ring (p2p) and the all-gather only, so the
+    // all-to-all ones are refused rather than read as something else.
+    let cp_comm = match flags.str("--cp-comm-type") {
+        None | Some("p2p") => "p2p",
+        Some("allgather") => "all-gather",
+        Some(other) => {
+            return Err(flags.bad(
+                "--cp-comm-type",
+                other,
+                "p2p or allgather (pplan does not model a2a or a2a+p2p)",
+            ))
+        }
+    };
     let num_layers = flags.need("--num-layers", "the number of transformer layers")?;
     let hidden = flags.need("--hidden-size", "the hidden size")?;
     let heads = flags.need("--num-attention-heads", "the number of attention heads")?;
@@ -477,6 +497,8 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         model,
         tp,
         pp,
+        cp,
+        cp_comm: cp_comm.to_string(),
         micro_batch,
         global_batch,
         chunks,

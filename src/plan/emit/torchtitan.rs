@@ -76,6 +76,13 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
     pc.push(format!("data_parallel_replicate_degree={replicate}"));
     pc.push(format!("data_parallel_shard_degree={shard}"));
     pc.push(format!("tensor_parallel_degree={}", par.tp));
+    if par.cp > 1 {
+        pc.push(format!("context_parallel_degree={}", par.cp));
+        notes.push(format!(
+            "the context-parallel exchange ('{}') is not set here: current torchtitan has no config key for it and uses its own",
+            par.cp_comm
+        ));
+    }
     pc.push(format!(
         "enable_sequence_parallel={}",
         if par.sequence_parallel {

@@ -45,6 +45,20 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
     parallelism.push(format!("data_parallel_replicate_degree = {replicate}"));
     parallelism.push(format!("data_parallel_shard_degree = {shard}"));
     parallelism.push(format!("tensor_parallel_degree = {}", par.tp));
+    if par.cp > 1 {
+        parallelism.push(format!("context_parallel_degree = {}", par.cp));
+        // torchtitan 0.2's two exchanges: "allgather" gathers every K/V shard, "alltoall"
+        // passes the shards between ranks step by step, the counterpart of the p2p ring.
+        let rotate = if par.cp_comm == "all-gather" {
+            "allgather"
+        } else {
+            "alltoall"
+        };
+        parallelism.push(format!(
+            "context_parallel_rotate_method = {}",
+            quoted(rotate)
+        ));
+    }
     if par.tp > 1 && !par.sequence_parallel {
         notes.push(
             "sequence parallelism off is not expressible: torchtitan's tensor-parallel plan always shards the norms along the sequence".into(),
