@@ -491,9 +491,10 @@ impl Plan {
                 ))
             }
         }
-        let plan: Plan = serde_json::from_value(value).map_err(|e| PlanError::Json {
+        // From the text rather than `value`: serde_json's position lets the error name the field.
+        let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError::Json {
             origin: origin.to_string(),
-            reason: e.to_string(),
+            reason: crate::inputs::json_path::describe(text, &e),
         })?;
         plan.check(origin)?;
         Ok(plan)
