@@ -297,18 +297,21 @@ pub(crate) fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
     })
 }
 
-/// Draw `tl` to `path` (.svg or .png) for `--gantt`.
+/// Draw `tl` to `path` (.svg or .png) for `--gantt`, only `window_ns` of it when given
+/// (`--gantt-window`).
 pub(crate) fn write_gantt(
     tl: &pplan::sim::Timeline,
     title: String,
     unit_label: String,
     ns_per_unit: f64,
     path: &Path,
+    window_ns: Option<(u64, u64)>,
 ) -> Result<(), CliError> {
     let opts = GanttOptions {
         title,
         unit_label,
         ns_per_unit,
+        window_ns,
         ..GanttOptions::default()
     };
     pplan::report::gantt::write_file(tl, &opts, path).map_err(|e| match e {
@@ -317,6 +320,36 @@ pub(crate) fn write_gantt(
         }
         e => CliError::Input(format!("--gantt: {e}")),
     })
+}
+
+/// `--gantt-window START:END`: milliseconds of simulated time, as nanoseconds.
+pub(crate) fn parse_gantt_window(text: Option<&str>) -> Result<Option<(u64, u64)>, CliError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        CliError::Input(format!(
+            "--gantt-window '{text}': {why}; valid: START:END in milliseconds of simulated time with 0 <= START < END, e.g. 0:250 or 1200.5:1300"
+        ))
+    };
+    let (a, b) = text
+        .split_once(':')
+        .ok_or_else(|| bad("expected two numbers separated by ':'"))?;
+    let ms = |s: &str, what: &str| -> Result<f64, CliError> {
+        match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && (0.0..=1e12).contains(&v) => Ok(v),
+            Ok(_) => Err(bad(&format!("{what} '{s}' is out of range"))),
+            Err(_) => Err(bad(&format!("{what} '{s}' is not a number"))),
+        }
+    };
+    let (a_ns, b_ns) = (
+        (ms(a, "START")? * 1e6).round() as u64,
+        (ms(b, "END")? * 1e6).round() as u64,
+    );
+    if b_ns <= a_ns {
+        return Err(bad("END must be greater than START"));
+    }
+    Ok(Some((a_ns, b_ns)))
 }
 
 /// `--model` (with an optional `--seq-len` override) and `--hardware`, as predict and search read them.

@@ -81,6 +81,15 @@ pub(crate) struct PredictArgs {
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
     pub(crate) gantt: Option<PathBuf>,
+    /// With --gantt: draw only START:END, in milliseconds from the step's start (the axis is
+    /// in seconds), e.g. 0:250. Actions overlapping it are drawn, cut at its edges.
+    #[arg(
+        long,
+        requires = "gantt",
+        value_name = "START:END",
+        allow_hyphen_values = true
+    )]
+    pub(crate) gantt_window: Option<String>,
     /// Write the simulated step as a Chrome trace (open in Perfetto).
     #[arg(long)]
     pub(crate) trace: Option<PathBuf>,
@@ -96,6 +105,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     use pplan::cost::{Recompute, Stack};
     use pplan::plan::predict::{predict, PredictError, PredictRequest};
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let run_request = args.run.parse()?;
     let recompute: Recompute = args
         .recompute
@@ -170,7 +180,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
             pred.schedule,
             pred.chunks
         );
-        write_gantt(tl, title, "s".to_string(), 1e9, path)?;
+        write_gantt(tl, title, "s".to_string(), 1e9, path, window)?;
     }
     if let Some(path) = &args.output {
         write_plan(path, &model, &args.hardware, &pred, req.stack.cp_comm)?;

@@ -43,6 +43,15 @@ pub(crate) struct SimulateArgs {
     /// Draw a Gantt chart: FILE.svg or FILE.png.
     #[arg(long)]
     pub(crate) gantt: Option<PathBuf>,
+    /// With --gantt: draw only START:END, in the milliseconds of the chart's time axis, e.g.
+    /// 0:250. Actions overlapping the window are drawn, cut at its edges.
+    #[arg(
+        long,
+        requires = "gantt",
+        value_name = "START:END",
+        allow_hyphen_values = true
+    )]
+    pub(crate) gantt_window: Option<String>,
     /// Write a Chrome trace (open in Perfetto).
     #[arg(long)]
     pub(crate) trace: Option<PathBuf>,
@@ -247,6 +256,7 @@ pub(crate) fn run_simulation(
     memory_known: bool,
 ) -> Result<(), CliError> {
     let s = &loaded.schedule;
+    let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let record = args.trace.is_some() || args.gantt.is_some();
     let r = sim::simulate(
         s,
@@ -280,7 +290,7 @@ pub(crate) fn run_simulation(
             s.num_microbatches,
             s.chunks()
         );
-        write_gantt(tl, title, unit_label, 1e6, path)?;
+        write_gantt(tl, title, unit_label, 1e6, path, window)?;
     }
     let rep = report(&loaded.label, s, &r, scale, memory_known);
     match args.format {
