@@ -535,6 +535,8 @@ pub(crate) struct Progress {
     started: std::time::Instant,
     /// When the line was last drawn, and whether anything was drawn.
     state: std::sync::Mutex<(Option<std::time::Instant>, bool)>,
+    /// Set by the first [`Progress::finish`] or [`Progress::end`]; later calls do nothing.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
@@ -546,6 +548,7 @@ impl Progress {
             terminal: std::io::stderr().is_terminal(),
             started: std::time::Instant::now(),
             state: std::sync::Mutex::new((None, false)),
+            ended: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -597,8 +600,49 @@ impl Progress {
         }
     }
 
+    /// Phase `k` of `n` begins (1-based), for commands without finer progress points (the
+    /// simulator reports none): the phase's name and the time so far, never a guessed time
+    /// left. On a terminal it replaces the line in place (cleared by [`Progress::finish`]);
+    /// with `--progress` elsewhere it is a line of its own.
+    pub(crate) fn phase(&self, k: u64, n: u64, what: &str) {
+        if !(self.forced || self.terminal) {
+            return;
+        }
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        state.0 = Some(std::time::Instant::now());
+        state.1 = true;
+        let line = format!(
+            "{}: phase {k}/{n}: {what} ({:.1} s elapsed)",
+            self.label,
+            self.started.elapsed().as_secs_f64()
+        );
+        if self.terminal {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    /// [`Progress::finish`] after success; after a failure only clear the terminal's line, so
+    /// that the error message starts a line of its own and no "done" is claimed.
+    pub(crate) fn end(&self, ok: bool) {
+        if ok {
+            self.finish();
+        } else if !self.ended.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && self.terminal
+            && self.state.lock().map(|s| s.1).unwrap_or(false)
+        {
+            eprint!("\r\x1b[2K");
+        }
+    }
+
     /// Clear the line (terminal) or write the last one (`--progress` to a file or pipe).
     pub(crate) fn finish(&self) {
+        if self.ended.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let drawn = self.state.lock().map(|s| s.1).unwrap_or(false);
         if self.terminal && drawn {
             eprint!("\r\x1b[2K");
