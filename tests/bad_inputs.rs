@@ -351,7 +351,7 @@ fn validate_refuses_zero_durations_and_skips_past_the_trace() {
 /// Silent wrong output 5: an unknown hardware name in a plan flowed into emitted files.
 #[test]
 fn a_plan_with_unknown_hardware_is_refused_when_read() {
-    let plan = tmp("plan.json");
+    let plan = tmp("plan-unknown-hardware.json");
     let (code, _, err) = pplan(&[&PREDICT[..], &["--output", plan.to_str().unwrap()]].concat());
     assert_eq!(code, 0, "{err}");
     let mut v: serde_json::Value =
@@ -429,4 +429,109 @@ fn schedule_files_with_a_byte_order_mark_and_quotes() {
         &["simulate", "--schedule", f.to_str().unwrap()],
         &["q.csv", "row 1", "field 2", "quote"],
     );
+}
+
+/// Issue 17: JSON type errors gave a line and column but not the field. Every JSON input
+/// (hardware, layer profile, plan, model) now names the field's path; hardware value errors
+/// name the user's file, not the bundled profile the file was copied from.
+#[test]
+fn json_type_errors_name_the_field_path() {
+    let edit = |src: &str, name: &str, f: &dyn Fn(&mut serde_json::Value)| -> String {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(src).unwrap()).unwrap();
+        f(&mut v);
+        let path = tmp(name);
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        path.display().to_string()
+    };
+    let mut predict = PREDICT.to_vec();
+    predict.extend(["--tp", "1", "--pp", "1", "--micro-batch", "1"]);
+
+    // Hardware: a type error, then a value error.
+    let hw = edit("hardware/a100-80gb.json", "hw-type.json", &|v| {
+        v["gpu"]["peak_flops_per_s"] = "lots".into()
+    });
+    let mut args = predict.clone();
+    args.extend(["--hardware", &hw]);
+    refused(
+        &args,
+        &["--hardware", &hw, "field `gpu.peak_flops_per_s`", "line "],
+    );
+    let hw = edit("hardware/a100-80gb.json", "hw-value.json", &|v| {
+        v["gpu"]["peak_flops_per_s"] = (-1).into()
+    });
+    let mut args = predict.clone();
+    args.extend(["--hardware", &hw]);
+    let err = refused(&args, &[&hw, "gpu.peak_flops_per_s", "positive"]);
+    assert!(
+        !err.contains("a100-80gb"),
+        "names the bundled profile: {err}"
+    );
+
+    // Layer profile: a layer's field, by index.
+    let profile = edit("examples/profiles/uneven-12.json", "prof.json", &|v| {
+        v["layers"][2]["forward_ms"] = "slow".into()
+    });
+    let mut args = SIM.to_vec();
+    args.extend(["--profile", &profile]);
+    refused(
+        &args,
+        &["--profile", &profile, "field `layers[2].forward_ms`"],
+    );
+
+    // Plan: a layout field of the wrong type, and a missing one.
+    let plan_path = tmp("plan-field-paths.json");
+    let mut args = predict.clone();
+    args.extend(["--output", plan_path.to_str().unwrap()]);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let plan_src = plan_path.display().to_string();
+    let bad = edit(&plan_src, "plan-tp.json", &|v| {
+        v["parallelism"]["tp"] = "1".into()
+    });
+    refused(
+        &["emit", "--plan", &bad, "--target", "megatron"],
+        &[&bad, "field `parallelism.tp`"],
+    );
+    let bad = edit(&plan_src, "plan-stage.json", &|v| {
+        v["stages"][0].as_object_mut().unwrap().remove("num_layers");
+    });
+    refused(
+        &["emit", "--plan", &bad, "--target", "megatron"],
+        &[&bad, "field `stages[0].num_layers`", "missing field"],
+    );
+
+    // The context-parallel exchange a plan records: one of pplan's two.
+    let bad = edit(&plan_src, "plan-cp-comm.json", &|v| {
+        v["parallelism"]["cp_comm"] = "ring".into()
+    });
+    refused(
+        &["emit", "--plan", &bad, "--target", "megatron"],
+        &[&bad, "parallelism.cp_comm", "p2p, all-gather"],
+    );
+
+    // Model (Megatron-style JSON): the key named.
+    let model = tmp("model.json");
+    std::fs::write(
+        &model,
+        r#"{"num_layers": "24", "hidden_size": 2304, "num_attention_heads": 24, "ffn_hidden_size": 9216, "seq_length": 2048, "vocab_size": 51200}"#,
+    )
+    .unwrap();
+    let model = model.display().to_string();
+    let args = [
+        "predict",
+        "--model",
+        &model,
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--micro-batch",
+        "1",
+    ];
+    refused(&args, &["--model", &model, "num_layers"]);
 }

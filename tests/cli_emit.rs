@@ -258,7 +258,7 @@ fn executor_and_csv_targets() {
     let (code, out, err) = emit(&path, "csv");
     assert_eq!(code, 0, "{err}");
     let sch = generate(ScheduleName::OneFOneB, GenParams::new(4, 8)).unwrap();
-    assert_eq!(out, pplan::schedule::csv::write_torch(&sch));
+    assert_eq!(out, pplan::schedule::csv::write(&sch));
     assert!(out.starts_with("0F0,0F1,0F2,0F3,0B0,"), "{out}");
     assert_eq!(
         pplan::schedule::csv::parse(&out, Placement::Loop)
@@ -266,6 +266,56 @@ fn executor_and_csv_targets() {
             .devices,
         sch.devices
     );
+}
+
+/// Issue 17: `generate` wrote LF and `emit` CRLF for the same schedule. Both write LF now
+/// (the CSV reader takes either); `generate --crlf` is the way to PyTorch's CRLF.
+#[test]
+fn generate_and_emit_csv_have_the_same_lf_line_ends() {
+    let p = plan(ScheduleName::OneFOneB, 4, 1, 8, None);
+    let path = write_plan("lf.json", &p);
+    let (code, emitted, err) = emit(&path, "csv");
+    assert_eq!(code, 0, "{err}");
+    let (code, generated, err) = pplan(&[
+        "generate",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for (what, text) in [("emit --target csv", &emitted), ("generate", &generated)] {
+        assert!(
+            !text.contains('\r'),
+            "{what} wrote a carriage return: {text:?}"
+        );
+        assert_eq!(
+            text.lines().count(),
+            4,
+            "{what}: one line per rank: {text:?}"
+        );
+        assert!(text.ends_with('\n'), "{what}: {text:?}");
+    }
+    assert_eq!(emitted, generated);
+    // The schedule file written beside a torchtitan config is the same text.
+    let zb = plan(ScheduleName::ZbH1, 4, 1, 8, None);
+    let zb_path = write_plan("lf-zbh1.json", &zb);
+    let csv_path = tmp("lf-zbh1.csv");
+    let (code, _, err) = pplan(&[
+        "emit",
+        "--plan",
+        &zb_path,
+        "--target",
+        "torchtitan",
+        "--schedule-csv",
+        csv_path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(&csv_path).unwrap();
+    assert!(!written.contains('\r'), "{written:?}");
+    assert!(written.starts_with("0F0,"), "{written:?}");
 }
 
 #[test]

@@ -83,3 +83,85 @@ fn search_shows_progress_with_eta() {
     assert!(err.contains("ETA"), "{err}");
     assert!(err.lines().last().unwrap().contains("done in"), "{err}");
 }
+
+/// `simulate` and `predict` have no progress points inside the simulation: with --progress
+/// they name each phase and the time so far (no guessed time left), on stderr only; stdout
+/// and the files they write are the same bytes with and without it.
+#[test]
+fn simulate_and_predict_report_their_phases() {
+    let dir = std::env::temp_dir().join(format!("pplan-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("g.svg");
+    let trace = dir.join("t.json");
+    let (svg_s, trace_s) = (svg.to_str().unwrap(), trace.to_str().unwrap());
+    let sim = [
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "8",
+        "--microbatches",
+        "32",
+        "--gantt",
+        svg_s,
+        "--trace",
+        trace_s,
+        "--format",
+        "json",
+    ];
+    let predict = [
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "1",
+        "--gantt",
+        svg_s,
+    ];
+    for (args, label, phases) in [(&sim[..], "simulate", 4), (&predict[..], "predict", 2)] {
+        let (code, _, err) = pplan(args);
+        assert_eq!(code, 0, "{err}");
+        let files = |paths: &[&std::path::Path]| -> Vec<Vec<u8>> {
+            paths.iter().filter_map(|p| std::fs::read(p).ok()).collect()
+        };
+        let before = files(&[&svg, &trace]);
+        let (_, err) = with_and_without(args);
+        assert_eq!(files(&[&svg, &trace]), before, "{label}: files changed");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), phases + 1, "{err}");
+        for (i, l) in lines[..phases].iter().enumerate() {
+            assert!(
+                l.starts_with(&format!("{label}: phase {}/{phases}: ", i + 1)),
+                "{err}"
+            );
+            assert!(l.ends_with(" s elapsed)"), "{err}");
+        }
+        assert!(err.contains("drawing the Gantt chart"), "{err}");
+        assert!(!err.contains("ETA"), "no guessed time left: {err}");
+        assert!(
+            lines[phases].starts_with(&format!("{label}: done in ")),
+            "{err}"
+        );
+    }
+    // A failure is not reported as done.
+    let (code, _, err) = pplan(&[
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "0",
+        "--microbatches",
+        "4",
+        "--progress",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("done in"), "{err}");
+}

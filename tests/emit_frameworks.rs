@@ -52,6 +52,12 @@ fn plan(
         .map(<[u32]>::to_vec)
         .unwrap_or_else(|| pplan::inputs::profile::even_split(model.num_layers, p * v));
     let dp = 2;
+    // Context parallelism in half the variants, with each of the two exchanges.
+    let (cp, cp_comm) = match variant % 4 {
+        1 => (2, "p2p"),
+        2 => (4, "all-gather"),
+        _ => (1, "p2p"),
+    };
     let (recompute, precision, attention) = match variant % 4 {
         0 => ("none", "bf16", "unfused"),
         1 => ("selective", "fp8", "flash"),
@@ -64,19 +70,25 @@ fn plan(
         model: PlanModel::from_model(model),
         hardware: "h100-80gb".into(),
         parallelism: Parallelism {
-            gpus: 2 * p as u64 * dp,
+            gpus: 2 * cp * p as u64 * dp,
             tp: 2,
             pp: p as u64,
             dp,
-            cp: 1,
+            cp,
+            cp_comm: cp_comm.into(),
             micro_batch: 2,
             global_batch: 2 * m as u64 * dp,
             chunks: v as u64,
             recompute: recompute.into(),
             sequence_parallel: variant % 2 == 1,
             zero1: variant % 3 != 0,
-            zero: 0,
-            dp_replicate: 1,
+            // Every third variant is FSDP (ZeRO-3), with two HSDP replicas where d allows.
+            zero: if variant % 3 == 2 { 3 } else { 0 },
+            dp_replicate: if variant % 3 == 2 && dp % 2 == 0 {
+                2
+            } else {
+                1
+            },
             precision: precision.into(),
             attention: attention.into(),
             tp_comm_overlap: variant % 2 == 1,
@@ -179,6 +191,8 @@ fn every_megatron_flag_is_in_megatron_lms_argument_list() {
         "--tp-comm-overlap",
         "--overlap-param-gather",
         "--use-distributed-optimizer",
+        "--context-parallel-size",
+        "--cp-comm-type",
     ] {
         assert!(seen.contains(f), "the grid never emits {f}");
     }
@@ -197,12 +211,18 @@ fn megatron_round_trip(p: &Plan) {
         (par.tp, par.pp, par.chunks)
     );
     assert_eq!(
+        (back.cp, back.cp_comm.as_str()),
+        (par.cp, par.cp_comm.as_str())
+    );
+    assert_eq!(
         (back.micro_batch, back.global_batch),
         (par.micro_batch, par.global_batch)
     );
     assert_eq!(back.recompute, par.recompute);
     assert_eq!(back.sequence_parallel, par.sequence_parallel);
     assert_eq!(back.zero1, par.zero1);
+    assert_eq!(back.zero, par.zero.max(u8::from(par.zero1)));
+    assert_eq!(back.dp_replicate, par.dp_replicate);
     assert_eq!(back.precision, par.precision);
     assert_eq!(back.attention, par.attention);
     assert_eq!(back.tp_comm_overlap, par.tp_comm_overlap);
@@ -249,6 +269,15 @@ fn llama3_8b_megatron_round_trip_matches_the_prediction() {
         &["--schedule", "1f1b"][..],
         &["--schedule", "interleaved-1f1b", "--chunks", "2"][..],
         &["--partition", "balanced"][..],
+        // Context parallelism: the plan records cp and the exchange, and both come back.
+        &[
+            "--cp",
+            "2",
+            "--cp-comm",
+            "all-gather",
+            "--attention",
+            "flash",
+        ][..],
     ] {
         let plan_path = tmp("llama3-8b.json");
         let mut args = vec![
@@ -302,7 +331,22 @@ fn llama3_8b_megatron_round_trip_matches_the_prediction() {
         assert_eq!(back.model.total_params(), 8_031_436_800);
         let layout: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
         assert_eq!(back.stage_layers, layout);
-        assert_eq!(back.tp * back.pp * 4, plan.parallelism.gpus);
+        assert_eq!(
+            back.tp * back.cp * back.pp * plan.parallelism.dp,
+            plan.parallelism.gpus
+        );
+        assert_eq!(back.cp, predicted["cp"].as_u64().unwrap());
+        if extra.contains(&"--cp") {
+            assert_eq!(
+                (back.cp, back.cp_comm.as_str()),
+                (2, "all-gather"),
+                "{text}"
+            );
+            assert!(text.contains("  --context-parallel-size 2\n"), "{text}");
+            assert!(text.contains("  --cp-comm-type allgather\n"), "{text}");
+        } else {
+            assert!(!text.contains("--context-parallel-size"), "{text}");
+        }
         megatron_round_trip(&plan);
     }
 }
@@ -421,6 +465,9 @@ fn every_torchtitan_key_is_in_torchtitans() {
         "Trainer.Config.activation_checkpoint",
         "model.flavor",
         "parallelism.pipeline_parallel_microbatch_size",
+        "ParallelismConfig.context_parallel_degree",
+        "parallelism.context_parallel_degree",
+        "parallelism.context_parallel_rotate_method",
     ] {
         assert!(seen.contains(k), "the grid never emits {k}");
     }
@@ -463,6 +510,15 @@ fn torchtitan_config_read_back_gives_the_plan() {
         );
         assert_eq!(num("tensor_parallel_degree"), par.tp);
         assert_eq!(num("pipeline_parallel_degree"), par.pp);
+        if par.cp > 1 {
+            assert_eq!(num("context_parallel_degree"), par.cp);
+        } else {
+            assert!(
+                !out.text.contains("context_parallel_degree"),
+                "{}",
+                out.text
+            );
+        }
         assert_eq!(
             num("num_pp_microbatches"),
             p.schedule.microbatches_per_step as u64

@@ -1,8 +1,12 @@
 //! Gantt rendering through the public API: legend, PNG header, file dispatch by extension,
-//! degenerate timelines, determinism. No timing assertions.
+//! degenerate timelines, determinism, large charts aggregated, windows; `--gantt-window`
+//! through the binary. No timing assertions.
 
+mod common;
+use common::pplan;
 use pplan::report::gantt::{
-    chart_size_px, render_png, render_svg, write_file, GanttError, GanttOptions, AUTO_WIDTH_MAX_PX,
+    chart_size_px, render_png, render_svg, write_file, Aggregate, GanttError, GanttOptions,
+    AUTO_WIDTH_MAX_PX,
 };
 use pplan::schedule::generators;
 use pplan::schedule::ir::{Action, Schedule};
@@ -243,4 +247,246 @@ fn malformed_inputs_are_errors_not_panics() {
     };
     let err = render_png(&huge, &GanttOptions::default()).unwrap_err();
     assert!(matches!(err, GanttError::TooLarge { .. }), "{err}");
+}
+
+/// `(height, fill)` of every `<rect>` in an SVG written by plotters.
+fn rects(svg: &str) -> Vec<(String, String)> {
+    let attr = |tag: &str, name: &str| -> String {
+        let key = format!(" {name}=\"");
+        tag.find(&key)
+            .map(|i| {
+                let rest = &tag[i + key.len()..];
+                rest[..rest.find('"').unwrap_or(rest.len())].to_string()
+            })
+            .unwrap_or_default()
+    };
+    svg.split("<rect")
+        .skip(1)
+        .map(|t| {
+            let tag = &t[..t.find('>').unwrap_or(t.len())];
+            (attr(tag, "height"), attr(tag, "fill"))
+        })
+        .collect()
+}
+
+/// The contents of every `<text>` element.
+fn texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .map(|t| {
+            let body = &t[t.find('>').map_or(0, |i| i + 1)..];
+            body[..body.find("</text>").unwrap_or(body.len())]
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Issue 17's acceptance case: a 32-stage, 256-micro-batch chart is aggregated (no per-box
+/// micro-batch numbers), has the bubble legend (overall and per device) and stays a sensible
+/// size, in SVG and PNG.
+#[test]
+fn large_chart_32_stages_256_microbatches_is_aggregated_with_bubble_legend() {
+    let tl = timeline(&generators::one_f_one_b(32, 256));
+    let opts = GanttOptions::default();
+    let svg = render_svg(&tl, &opts).unwrap();
+    let texts = texts(&svg);
+    let compute = tl
+        .spans
+        .iter()
+        .filter(|s| s.stream == Stream::Compute)
+        .count();
+    assert_eq!(compute, 2 * 32 * 256);
+    // Titles, row and lane labels, ticks, legend and one bubble figure per device: far fewer
+    // texts than boxes, and none of them a micro-batch number inside a box.
+    assert!(texts.len() < 32 * 5 + 60, "{} texts", texts.len());
+    assert!(!svg.contains("number in box"));
+    let overall = texts
+        .iter()
+        .find(|t| t.starts_with("idle (bubble): ") && t.contains("% overall"))
+        .unwrap_or_else(|| panic!("no overall bubble in the legend: {texts:?}"));
+    let percent: Vec<&String> = texts
+        .iter()
+        .filter(|t| t.ends_with('%') && !t.contains(' '))
+        .collect();
+    assert_eq!(
+        percent.len(),
+        32,
+        "one bubble figure per device: {percent:?}"
+    );
+    // The timeline's own bubble: idle / (devices x makespan) on the compute lanes.
+    let busy: u64 = tl
+        .spans
+        .iter()
+        .filter(|s| s.stream == Stream::Compute)
+        .map(|s| s.end_ns - s.start_ns)
+        .sum();
+    let bubble = (1.0 - busy as f64 / (32.0 * tl.makespan_ns as f64)) * 100.0;
+    assert!(
+        overall.contains(&format!("{bubble:.1}% overall")),
+        "{overall}"
+    );
+    assert!(percent.iter().all(|t| **t == format!("{bubble:.1}%")));
+    // Merged runs: fewer rectangles than compute boxes (steady-state F/B alternate, so not
+    // by much), each a kind colour, no chunk shades.
+    let fills: std::collections::BTreeSet<String> = rects(&svg)
+        .into_iter()
+        .filter(|(h, _)| h == "25")
+        .map(|(_, f)| f)
+        .collect();
+    assert!(fills.is_subset(&["#0072B2", "#E69F00", "#FAD4D4"].map(String::from).into()));
+    let (w, h) = chart_size_px(&tl, &opts).unwrap();
+    assert!(w <= AUTO_WIDTH_MAX_PX && h <= 2_500, "{w} x {h}");
+    let png = render_png(&tl, &opts).unwrap();
+    assert_eq!(png_size(&png), (w, h));
+    // Aggregation can be turned off: then every box is drawn with its outline.
+    let never = render_svg(
+        &tl,
+        &GanttOptions {
+            aggregate: Aggregate::Never,
+            ..GanttOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(never.contains("number in box"));
+    assert!(!never.contains("% overall"));
+}
+
+/// Large aggregated pipelines get compact rows so that the image stays within bounds.
+#[test]
+fn aggregated_charts_of_many_devices_use_compact_rows() {
+    let tl = timeline(&generators::one_f_one_b(128, 256));
+    let (w, h) = chart_size_px(&tl, &GanttOptions::default()).unwrap();
+    // 29 px per device instead of 60.
+    assert!(w <= AUTO_WIDTH_MAX_PX && h <= 128 * 30 + 300, "{w} x {h}");
+}
+
+/// A window draws exactly the actions overlapping it, and its axis starts at the window.
+#[test]
+fn window_draws_only_the_actions_overlapping_it() {
+    let tl = timeline(&generators::one_f_one_b(4, 8));
+    let (a, b) = (5_000_000u64, 9_000_000u64);
+    let opts = GanttOptions {
+        window_ns: Some((a, b)),
+        aggregate: Aggregate::Never,
+        ..GanttOptions::default()
+    };
+    let svg = render_svg(&tl, &opts).unwrap();
+    let boxes = rects(&svg)
+        .into_iter()
+        .filter(|(h, f)| h == "25" && (f == "#0072B2" || f == "#E69F00"))
+        .count();
+    let overlapping = tl
+        .spans
+        .iter()
+        .filter(|s| s.stream == Stream::Compute && s.start_ns < b && s.end_ns > a)
+        .count();
+    let all = tl
+        .spans
+        .iter()
+        .filter(|s| s.stream == Stream::Compute)
+        .count();
+    assert!(
+        overlapping > 0 && overlapping < all,
+        "{overlapping} of {all}"
+    );
+    assert_eq!(boxes, overlapping);
+    let texts = texts(&svg);
+    assert!(
+        texts.iter().any(|t| t.contains("window 5.000 to 9.000 ms")),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"5.0".to_string()) && texts.contains(&"9.0".to_string()));
+    assert!(
+        !texts.contains(&"0.0".to_string()),
+        "the axis starts at the window"
+    );
+    // An empty or reversed window is an error naming the option.
+    for w in [(b, a), (a, a)] {
+        let e = render_svg(
+            &tl,
+            &GanttOptions {
+                window_ns: Some(w),
+                ..GanttOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("window_ns"), "{e}");
+    }
+}
+
+/// `--gantt-window START:END` on simulate and predict: drawn when valid; exit 2 naming the flag
+/// for END <= START, non-numbers and negatives; only with --gantt.
+#[test]
+fn gantt_window_flag_on_simulate_and_predict() {
+    let svg = temp_path("window.svg");
+    let svg_s = svg.to_str().unwrap();
+    let sim = [
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--gantt",
+        svg_s,
+    ];
+    let mut args = sim.to_vec();
+    args.extend(["--gantt-window", "5:9"]);
+    let (code, out, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("window 5.000 to 9.000 ms"));
+    let (_, plain, _) = pplan(&sim);
+    assert_eq!(out, plain, "stdout does not depend on the window");
+    let predict = [
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "1",
+        "--gantt",
+        svg_s,
+    ];
+    let mut args = predict.to_vec();
+    args.extend(["--gantt-window", "10:60"]);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("window 0.010 to 0.060 s"));
+    for bad in ["9:5", "5:5", "a:9", "5:x", "5", "-1:3", "1:inf", ":"] {
+        for base in [&sim[..], &predict[..]] {
+            let mut args = base.to_vec();
+            args.extend(["--gantt-window", bad]);
+            let (code, _, err) = pplan(&args);
+            assert_eq!(code, 2, "{bad}: {err}");
+            assert!(err.contains("--gantt-window"), "{bad}: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+    // Without --gantt there is nothing to window.
+    let (code, _, err) = pplan(&[
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--gantt-window",
+        "0:5",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--gantt"), "{err}");
 }

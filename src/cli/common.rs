@@ -297,18 +297,21 @@ pub(crate) fn load_file(args: &ScheduleArgs) -> Result<Loaded, CliError> {
     })
 }
 
-/// Draw `tl` to `path` (.svg or .png) for `--gantt`.
+/// Draw `tl` to `path` (.svg or .png) for `--gantt`, only `window_ns` of it when given
+/// (`--gantt-window`).
 pub(crate) fn write_gantt(
     tl: &pplan::sim::Timeline,
     title: String,
     unit_label: String,
     ns_per_unit: f64,
     path: &Path,
+    window_ns: Option<(u64, u64)>,
 ) -> Result<(), CliError> {
     let opts = GanttOptions {
         title,
         unit_label,
         ns_per_unit,
+        window_ns,
         ..GanttOptions::default()
     };
     pplan::report::gantt::write_file(tl, &opts, path).map_err(|e| match e {
@@ -317,6 +320,36 @@ pub(crate) fn write_gantt(
         }
         e => CliError::Input(format!("--gantt: {e}")),
     })
+}
+
+/// `--gantt-window START:END`: milliseconds of simulated time, as nanoseconds.
+pub(crate) fn parse_gantt_window(text: Option<&str>) -> Result<Option<(u64, u64)>, CliError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        CliError::Input(format!(
+            "--gantt-window '{text}': {why}; valid: START:END in milliseconds of simulated time with 0 <= START < END, e.g. 0:250 or 1200.5:1300"
+        ))
+    };
+    let (a, b) = text
+        .split_once(':')
+        .ok_or_else(|| bad("expected two numbers separated by ':'"))?;
+    let ms = |s: &str, what: &str| -> Result<f64, CliError> {
+        match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && (0.0..=1e12).contains(&v) => Ok(v),
+            Ok(_) => Err(bad(&format!("{what} '{s}' is out of range"))),
+            Err(_) => Err(bad(&format!("{what} '{s}' is not a number"))),
+        }
+    };
+    let (a_ns, b_ns) = (
+        (ms(a, "START")? * 1e6).round() as u64,
+        (ms(b, "END")? * 1e6).round() as u64,
+    );
+    if b_ns <= a_ns {
+        return Err(bad("END must be greater than START"));
+    }
+    Ok(Some((a_ns, b_ns)))
 }
 
 /// `--model` (with an optional `--seq-len` override) and `--hardware`, as predict and search read them.
@@ -362,11 +395,13 @@ pub(crate) fn load_profile(path: &Path) -> Result<pplan::inputs::profile::LayerP
 }
 
 /// Write `pred` as a plan file; the schedule is regenerated from its name, p, m and v.
+/// `cp_comm` is the context-parallel exchange the prediction assumed (recorded when cp > 1).
 pub(crate) fn write_plan(
     path: &Path,
     model: &pplan::inputs::model::Model,
     hardware: &str,
     pred: &pplan::plan::predict::Prediction,
+    cp_comm: pplan::cost::CpComm,
 ) -> Result<(), CliError> {
     let name: ScheduleName = pred
         .schedule
@@ -377,7 +412,10 @@ pub(crate) fn write_plan(
         GenParams::new(pred.pp as u32, pred.microbatches as u32).chunks(pred.chunks as u32),
     )
     .map_err(|e| CliError::Internal(format!("--output: {e}")))?;
-    let plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);
+    let mut plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);
+    if pred.cp > 1 {
+        plan.parallelism.cp_comm = cp_comm.as_str().to_string();
+    }
     write_output(path, "--output", plan.to_json().as_bytes())
 }
 
@@ -530,6 +568,8 @@ pub(crate) struct Progress {
     started: std::time::Instant,
     /// When the line was last drawn, and whether anything was drawn.
     state: std::sync::Mutex<(Option<std::time::Instant>, bool)>,
+    /// Set by the first [`Progress::finish`] or [`Progress::end`]; later calls do nothing.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
@@ -541,6 +581,7 @@ impl Progress {
             terminal: std::io::stderr().is_terminal(),
             started: std::time::Instant::now(),
             state: std::sync::Mutex::new((None, false)),
+            ended: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -592,8 +633,49 @@ impl Progress {
         }
     }
 
+    /// Phase `k` of `n` begins (1-based), for commands without finer progress points (the
+    /// simulator reports none): the phase's name and the time so far, never a guessed time
+    /// left. On a terminal it replaces the line in place (cleared by [`Progress::finish`]);
+    /// with `--progress` elsewhere it is a line of its own.
+    pub(crate) fn phase(&self, k: u64, n: u64, what: &str) {
+        if !(self.forced || self.terminal) {
+            return;
+        }
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        state.0 = Some(std::time::Instant::now());
+        state.1 = true;
+        let line = format!(
+            "{}: phase {k}/{n}: {what} ({:.1} s elapsed)",
+            self.label,
+            self.started.elapsed().as_secs_f64()
+        );
+        if self.terminal {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    /// [`Progress::finish`] after success; after a failure only clear the terminal's line, so
+    /// that the error message starts a line of its own and no "done" is claimed.
+    pub(crate) fn end(&self, ok: bool) {
+        if ok {
+            self.finish();
+        } else if !self.ended.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && self.terminal
+            && self.state.lock().map(|s| s.1).unwrap_or(false)
+        {
+            eprint!("\r\x1b[2K");
+        }
+    }
+
     /// Clear the line (terminal) or write the last one (`--progress` to a file or pipe).
     pub(crate) fn finish(&self) {
+        if self.ended.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let drawn = self.state.lock().map(|s| s.1).unwrap_or(false);
         if self.terminal && drawn {
             eprint!("\r\x1b[2K");

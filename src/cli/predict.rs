@@ -91,6 +91,15 @@ pub(crate) struct PredictArgs {
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
     pub(crate) gantt: Option<PathBuf>,
+    /// With --gantt: draw only START:END, in milliseconds from the step's start (the axis is
+    /// in seconds), e.g. 0:250. Actions overlapping it are drawn, cut at its edges.
+    #[arg(
+        long,
+        requires = "gantt",
+        value_name = "START:END",
+        allow_hyphen_values = true
+    )]
+    pub(crate) gantt_window: Option<String>,
     /// Write the simulated step as a Chrome trace (open in Perfetto).
     #[arg(long)]
     pub(crate) trace: Option<PathBuf>,
@@ -100,12 +109,27 @@ pub(crate) struct PredictArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+    /// Show the phases (inputs, costs and simulation, trace, chart, plan) and the time so far
+    /// on standard error even when it is not a terminal (on a terminal they appear by
+    /// themselves).
+    #[arg(long)]
+    pub(crate) progress: bool,
 }
 
 pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
+    // The prediction (costs, then one simulation) has no progress points of its own: report
+    // the phases, with no guessed time left.
+    let progress = Progress::new("predict", args.progress);
+    let r = predict_with_progress(args, &progress);
+    progress.end(r.is_ok());
+    r
+}
+
+fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), CliError> {
     use pplan::cost::{Recompute, Stack};
     use pplan::plan::predict::{predict, PredictError, PredictRequest};
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let run_request = args.run.parse()?;
     let recompute: Recompute = args
         .recompute
@@ -157,6 +181,12 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         .partition
         .parse()
         .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
+    let phases = 1
+        + u64::from(args.trace.is_some())
+        + u64::from(args.gantt.is_some())
+        + u64::from(args.output.is_some());
+    let mut phase = 1;
+    progress.phase(phase, phases, "building the costs and simulating the step");
     let pred = predict(&req).map_err(|e| match e {
         PredictError::Internal(m) => CliError::Internal(m),
         PredictError::Profile(m) => CliError::Input(format!(
@@ -166,6 +196,8 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         other => CliError::Input(other.to_string()),
     })?;
     if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
+        phase += 1;
+        progress.phase(phase, phases, "writing the Chrome trace");
         write_output(
             path,
             "--trace",
@@ -173,6 +205,12 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
         )?;
     }
     if let (Some(path), Some(tl)) = (&args.gantt, &pred.timeline) {
+        phase += 1;
+        progress.phase(
+            phase,
+            phases,
+            &format!("drawing the Gantt chart ({} spans)", tl.spans.len()),
+        );
         let title = format!(
             "{}: t={} p={} d={} b={} m={} {} v={}",
             pred.model,
@@ -184,10 +222,12 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
             pred.schedule,
             pred.chunks
         );
-        write_gantt(tl, title, "s".to_string(), 1e9, path)?;
+        write_gantt(tl, title, "s".to_string(), 1e9, path, window)?;
     }
     if let Some(path) = &args.output {
-        write_plan(path, &model, &args.hardware, &pred)?;
+        phase += 1;
+        progress.phase(phase, phases, "writing the plan");
+        write_plan(path, &model, &args.hardware, &pred, req.stack.cp_comm)?;
     }
     let run = run_request.map(|(tokens, price)| {
         pplan::plan::run_cost::run_cost(
@@ -198,6 +238,8 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
             price,
         )
     });
+    // Standard output starts here: the progress line must be gone first.
+    progress.finish();
     match args.format {
         Format::Json => match &run {
             None => print_json(&pred)?,

@@ -147,7 +147,13 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     })?;
     let elapsed_s = started.elapsed().as_secs_f64();
     if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
-        write_plan(path, &model, &args.hardware, &best.prediction)?;
+        write_plan(
+            path,
+            &model,
+            &args.hardware,
+            &best.prediction,
+            req.stack.cp_comm,
+        )?;
     }
     // The run each result implies (--tokens), in result order.
     let runs: Vec<pplan::plan::run_cost::RunCost> = match run_request {

@@ -43,12 +43,25 @@ pub(crate) struct SimulateArgs {
     /// Draw a Gantt chart: FILE.svg or FILE.png.
     #[arg(long)]
     pub(crate) gantt: Option<PathBuf>,
+    /// With --gantt: draw only START:END, in the milliseconds of the chart's time axis, e.g.
+    /// 0:250. Actions overlapping the window are drawn, cut at its edges.
+    #[arg(
+        long,
+        requires = "gantt",
+        value_name = "START:END",
+        allow_hyphen_values = true
+    )]
+    pub(crate) gantt_window: Option<String>,
     /// Write a Chrome trace (open in Perfetto).
     #[arg(long)]
     pub(crate) trace: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+    /// Show the phases (costs, simulation, trace, chart) and the time so far on standard
+    /// error even when it is not a terminal (on a terminal they appear by themselves).
+    #[arg(long)]
+    pub(crate) progress: bool,
 }
 
 #[derive(Serialize)]
@@ -124,15 +137,30 @@ pub(crate) fn print_table(rep: &SimulateReport) {
 }
 
 pub(crate) fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
+    // The simulator has no progress points of its own: report the phases, honestly, with no
+    // guessed time left.
+    let progress = Progress::new("simulate", args.progress);
+    let r = simulate_with_progress(&args, &progress);
+    progress.end(r.is_ok());
+    r
+}
+
+fn simulate_with_progress(args: &SimulateArgs, progress: &Progress) -> Result<(), CliError> {
+    let phases = Phases::new(args);
+    progress.phase(
+        1,
+        phases.total,
+        "reading the schedule and building the costs",
+    );
     let loaded = load_schedule(&args.schedule)?;
     let s = &loaded.schedule;
     if let Some(path) = &args.profile {
         let profile = load_profile(path)?;
-        let costs = simulate_profile_costs(&args, &profile, s)?;
-        return run_simulation(&args, &loaded, &costs, 1_000_000, true);
+        let costs = simulate_profile_costs(args, &profile, s)?;
+        return run_simulation(args, &loaded, &costs, 1_000_000, true, progress, &phases);
     }
     let scale = ns_per_unit(s.chunks());
-    let (backward_ns, backward_input_ns, backward_weight_ns) = backward_split(&args, scale)?;
+    let (backward_ns, backward_input_ns, backward_weight_ns) = backward_split(args, scale)?;
     let unit = UnitCosts {
         forward_ns: units_to_ns("--forward", args.forward, scale)?,
         backward_ns,
@@ -141,7 +169,20 @@ pub(crate) fn cmd_simulate(args: SimulateArgs) -> Result<(), CliError> {
         p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
     };
     let costs = Costs::uniform(s.num_stages, s.num_devices(), unit);
-    run_simulation(&args, &loaded, &costs, scale, false)
+    run_simulation(args, &loaded, &costs, scale, false, progress, &phases)
+}
+
+/// The phases `simulate` reports: costs, simulation, then the trace and the chart if asked.
+pub(crate) struct Phases {
+    total: u64,
+}
+
+impl Phases {
+    fn new(args: &SimulateArgs) -> Phases {
+        Phases {
+            total: 2 + u64::from(args.trace.is_some()) + u64::from(args.gantt.is_some()),
+        }
+    }
 }
 
 /// The full backward and its I/W parts in nanoseconds, refusing parts that contradict the
@@ -245,9 +286,22 @@ pub(crate) fn run_simulation(
     costs: &Costs,
     scale: u64,
     memory_known: bool,
+    progress: &Progress,
+    phases: &Phases,
 ) -> Result<(), CliError> {
     let s = &loaded.schedule;
+    let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let record = args.trace.is_some() || args.gantt.is_some();
+    let actions = s.num_actions();
+    progress.phase(
+        2,
+        phases.total,
+        &format!(
+            "simulating {actions} actions on {} devices",
+            s.num_devices()
+        ),
+    );
+    let mut phase = 2;
     let r = sim::simulate(
         s,
         costs,
@@ -261,6 +315,8 @@ pub(crate) fn run_simulation(
         e => CliError::Input(format!("{}: {e}", loaded.label)),
     })?;
     if let (Some(path), Some(tl)) = (&args.trace, &r.timeline) {
+        phase += 1;
+        progress.phase(phase, phases.total, "writing the Chrome trace");
         write_output(
             path,
             "--trace",
@@ -268,6 +324,12 @@ pub(crate) fn run_simulation(
         )?;
     }
     if let (Some(path), Some(tl)) = (&args.gantt, &r.timeline) {
+        phase += 1;
+        progress.phase(
+            phase,
+            phases.total,
+            &format!("drawing the Gantt chart ({} spans)", tl.spans.len()),
+        );
         let unit_label = if scale == 1_000_000 {
             "ms (1 unit)".to_string()
         } else {
@@ -280,9 +342,11 @@ pub(crate) fn run_simulation(
             s.num_microbatches,
             s.chunks()
         );
-        write_gantt(tl, title, unit_label, 1e6, path)?;
+        write_gantt(tl, title, unit_label, 1e6, path, window)?;
     }
     let rep = report(&loaded.label, s, &r, scale, memory_known);
+    // Standard output starts here: the progress line must be gone first.
+    progress.finish();
     match args.format {
         Format::Json => print_json(&rep)?,
         Format::Table => print_table(&rep),

@@ -236,11 +236,13 @@ pub enum HardwareError {
     },
 }
 
+/// A bundled profile by its name; a file by its path (the `--hardware` value the user gave),
+/// not by the `name` inside it, which is often a bundled profile's that the file was copied from.
 fn profile_and_file(name: &str, origin: &str) -> String {
     if name == origin {
         format!("profile '{name}'")
     } else {
-        format!("profile '{name}' in '{origin}'")
+        format!("'{origin}'")
     }
 }
 
@@ -286,7 +288,7 @@ impl Hardware {
     pub fn from_json(text: &str, origin: &str) -> Result<Hardware, HardwareError> {
         let hw: Hardware = serde_json::from_str(text).map_err(|e| HardwareError::Parse {
             path: origin.to_string(),
-            reason: e.to_string(),
+            reason: crate::inputs::json_path::describe(text, &e),
         })?;
         hw.check(origin)?;
         Ok(hw)

@@ -5,6 +5,7 @@
 //! Imports nothing else of the crate.
 
 pub mod hardware;
+pub mod json_path;
 pub mod model;
 pub mod profile;
 

@@ -67,6 +67,7 @@ impl LayerProfile {
             reason,
         };
         let p: LayerProfile = serde_json::from_str(text).map_err(|e| {
+            let e = crate::inputs::json_path::describe(text, &e);
             err(format!(
                 "not a layer profile ({e}); expected {{\"layers\": [{{\"name\", \"forward_ms\", \"backward_ms\", \"weight_bytes\", \"activation_bytes\", \"output_bytes\"}}]}}"
             ))

@@ -22,6 +22,10 @@ pub struct MegatronPlan {
     pub model: Model,
     pub tp: u64,
     pub pp: u64,
+    /// `--context-parallel-size` (1 when absent).
+    pub cp: u64,
+    /// `--cp-comm-type` in pplan's names: `p2p` (Megatron-LM's default) or `all-gather`.
+    pub cp_comm: String,
     pub micro_batch: u64,
     pub global_batch: u64,
     /// Virtual stages per pipeline rank (v).
@@ -32,8 +36,13 @@ pub struct MegatronPlan {
     /// `none`, `selective` or `full` (pplan's names).
     pub recompute: String,
     pub sequence_parallel: bool,
-    /// `--use-distributed-optimizer` (ZeRO-1).
+    /// `--use-distributed-optimizer` (ZeRO-1), or Megatron-FSDP (ZeRO-2/3).
     pub zero1: bool,
+    /// ZeRO stage: `--use-megatron-fsdp` with `--data-parallel-sharding-strategy`
+    /// `optim_grads` (2) or `optim_grads_params` (3); else 1 with the distributed optimizer, 0.
+    pub zero: u8,
+    /// `--num-distributed-optimizer-instances` (1 when absent).
+    pub dp_replicate: u64,
     /// `bf16`, `fp8`, `mxfp8` or `nvfp4` (pplan's names).
     pub precision: String,
     /// `unfused` or `flash`.
@@ -195,6 +204,8 @@ impl Flags {
 const USED: &[&str] = &[
     "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--cp-comm-type",
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
     "--pipeline-model-parallel-layout",
@@ -218,6 +229,9 @@ const USED: &[&str] = &[
     "--recompute-num-layers",
     "--sequence-parallel",
     "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--num-distributed-optimizer-instances",
     "--fp8-format",
     "--fp8-recipe",
     "--fp8-amax-history-len",
@@ -333,6 +347,20 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
 
     let tp = flags.num("--tensor-model-parallel-size")?.unwrap_or(1);
     let pp = flags.num("--pipeline-model-parallel-size")?.unwrap_or(1);
+    let cp = flags.num("--context-parallel-size")?.unwrap_or(1);
+    // Megatron-Core's exchanges; pplan models the ring (p2p) and the all-gather only, so the
+    // all-to-all ones are refused rather than read as something else.
+    let cp_comm = match flags.str("--cp-comm-type") {
+        None | Some("p2p") => "p2p",
+        Some("allgather") => "all-gather",
+        Some(other) => {
+            return Err(flags.bad(
+                "--cp-comm-type",
+                other,
+                "p2p or allgather (pplan does not model a2a or a2a+p2p)",
+            ))
+        }
+    };
     let num_layers = flags.need("--num-layers", "the number of transformer layers")?;
     let hidden = flags.need("--hidden-size", "the hidden size")?;
     let heads = flags.need("--num-attention-heads", "the number of attention heads")?;
@@ -473,17 +501,39 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
     model
         .check()
         .map_err(|e| flags.bad("model", &model.name, &e.to_string()))?;
+    let zero = if flags.has("--use-megatron-fsdp") {
+        match flags.str("--data-parallel-sharding-strategy") {
+            Some("optim_grads") => 2,
+            Some("optim_grads_params") | None => 3,
+            Some("optim") => 1,
+            Some(other) => {
+                return Err(flags.bad(
+                    "--data-parallel-sharding-strategy",
+                    other,
+                    "optim, optim_grads or optim_grads_params",
+                ))
+            }
+        }
+    } else {
+        u8::from(flags.has("--use-distributed-optimizer"))
+    };
     Ok(MegatronPlan {
         model,
         tp,
         pp,
+        cp,
+        cp_comm: cp_comm.to_string(),
         micro_batch,
         global_batch,
         chunks,
         stage_layers,
         recompute: recompute.to_string(),
         sequence_parallel: flags.has("--sequence-parallel"),
-        zero1: flags.has("--use-distributed-optimizer"),
+        zero1: flags.has("--use-distributed-optimizer") || zero >= 2,
+        zero,
+        dp_replicate: flags
+            .num("--num-distributed-optimizer-instances")?
+            .unwrap_or(1),
         precision: precision.to_string(),
         attention: if flags.str("--attention-backend") == Some("flash") {
             "flash".into()

@@ -85,6 +85,13 @@ pub struct Parallelism {
     /// Context-parallel size (omitted when 1).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub cp: u64,
+    /// How context-parallel ranks exchange keys and values: `p2p` (a ring, the default,
+    /// omitted) or `all-gather` (pplan's `--cp-comm`, Megatron-Core's `--cp-comm-type`).
+    #[serde(
+        default = "default_cp_comm",
+        skip_serializing_if = "is_default_cp_comm"
+    )]
+    pub cp_comm: String,
     /// Sequences per micro-batch (b).
     pub micro_batch: u64,
     /// Sequences per optimizer step over all data-parallel replicas (B).
@@ -137,6 +144,7 @@ impl Parallelism {
             pp: 0,
             dp: 0,
             cp: 1,
+            cp_comm: default_cp_comm(),
             micro_batch: 0,
             global_batch: 0,
             chunks: 0,
@@ -162,6 +170,12 @@ fn one() -> u64 {
 }
 fn is_one(v: &u64) -> bool {
     *v == 1
+}
+fn default_cp_comm() -> String {
+    "p2p".to_string()
+}
+fn is_default_cp_comm(c: &str) -> bool {
+    c == "p2p"
 }
 fn default_precision() -> String {
     "bf16".to_string()
@@ -378,6 +392,8 @@ pub fn plan_from_prediction(
             pp: pred.pp,
             dp: pred.dp,
             cp: pred.cp,
+            // The prediction does not record the exchange; the caller sets it from the stack.
+            cp_comm: default_cp_comm(),
             micro_batch: pred.micro_batch,
             global_batch: pred.global_batch,
             chunks: schedule.chunks() as u64,
@@ -489,9 +505,10 @@ impl Plan {
                 ))
             }
         }
-        let plan: Plan = serde_json::from_value(value).map_err(|e| PlanError::Json {
+        // From the text rather than `value`: serde_json's position lets the error name the field.
+        let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError::Json {
             origin: origin.to_string(),
-            reason: e.to_string(),
+            reason: crate::inputs::json_path::describe(text, &e),
         })?;
         plan.check(origin)?;
         Ok(plan)
@@ -593,6 +610,13 @@ impl Plan {
                     "{} (valid: 1, or a divisor of dp = {} with zero1 true)",
                     par.dp_replicate, par.dp
                 ),
+            ));
+        }
+        if !["p2p", "all-gather"].contains(&par.cp_comm.as_str()) {
+            return Err(field(
+                origin,
+                "parallelism.cp_comm",
+                format!("'{}' (valid: p2p, all-gather)", par.cp_comm),
             ));
         }
         if !["none", "selective", "full"].contains(&par.recompute.as_str()) {

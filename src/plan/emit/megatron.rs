@@ -80,6 +80,13 @@ pub fn megatron(plan: &Plan) -> Emitted {
     // Layout.
     flag("--tensor-model-parallel-size", val(par.tp));
     flag("--pipeline-model-parallel-size", val(par.pp));
+    if par.cp > 1 {
+        flag("--context-parallel-size", val(par.cp));
+        // Megatron-Core's default exchange is p2p (the ring pplan models by default).
+        if par.cp_comm == "all-gather" {
+            flag("--cp-comm-type", Some("allgather".into()));
+        }
+    }
     let counts: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
     if plan.schedule.placement != "loop" {
         notes.push(format!(
@@ -193,8 +200,31 @@ pub fn megatron(plan: &Plan) -> Emitted {
     if par.sequence_parallel {
         flag("--sequence-parallel", None);
     }
-    if par.zero1 {
-        flag("--use-distributed-optimizer", None);
+    match par.zero {
+        // ZeRO-2/3: Megatron-Core's FSDP, sharding gradients (and parameters) too.
+        2 | 3 => {
+            flag("--use-megatron-fsdp", None);
+            flag(
+                "--data-parallel-sharding-strategy",
+                Some(
+                    if par.zero == 3 {
+                        "optim_grads_params"
+                    } else {
+                        "optim_grads"
+                    }
+                    .into(),
+                ),
+            );
+        }
+        _ if par.zero1 => flag("--use-distributed-optimizer", None),
+        _ => {}
+    }
+    if par.dp_replicate > 1 {
+        // The state sharded within each of R instances and replicated across them.
+        flag(
+            "--num-distributed-optimizer-instances",
+            val(par.dp_replicate),
+        );
     }
     match par.precision.as_str() {
         "fp8" => {
@@ -250,9 +280,14 @@ pub fn megatron(plan: &Plan) -> Emitted {
         "# Flags as in Megatron-LM megatron/training/arguments.py at commit {}.",
         &MEGATRON_COMMIT[..12]
     );
+    let cp = if par.cp > 1 {
+        format!(" x cp {}", par.cp)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         text,
-        "# Launch on {} GPUs: tp {} x pp {} x dp {}; Megatron-LM derives dp from the world size.",
+        "# Launch on {} GPUs: tp {}{cp} x pp {} x dp {}; Megatron-LM derives dp from the world size.",
         par.gpus, par.tp, par.pp, par.dp
     );
     let _ = writeln!(
@@ -312,6 +347,7 @@ mod tests {
                 pp: 3,
                 dp: 1,
                 cp: 1,
+                cp_comm: "p2p".into(),
                 micro_batch: 1,
                 global_batch: 3,
                 chunks: 1,

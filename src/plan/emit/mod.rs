@@ -10,7 +10,8 @@
 //! - `torchtitan` ([`torchtitan`]): a Python config function for current torchtitan (its
 //!   `--module`/`--config` form), model name and flavor included;
 //! - `torchtitan-v0.2` ([`torchtitan_toml`]): a TOML job config for torchtitan 0.2.x;
-//! - `csv`: the schedule in PyTorch's `compute_only` CSV (`csv::write_torch`).
+//! - `csv`: the schedule in PyTorch's `compute_only` CSV with LF line ends (`csv::write`), as
+//!   `pplan generate` writes it.
 //!
 //! What a target cannot express is never dropped silently: it is written as a comment line in
 //! the output and returned in [`Emitted::notes`]. Pure functions of the plan: no IO,

@@ -45,7 +45,7 @@ pub fn emit(plan: &Plan, target: Target, csv_path: Option<&str>) -> Result<Emitt
             schedule_csv: None,
         }),
         Target::Csv => Ok(Emitted {
-            text: csv::write_torch(&plan.schedule_ir()?),
+            text: csv::write(&plan.schedule_ir()?),
             notes: Vec::new(),
             schedule_csv: None,
         }),

@@ -66,16 +66,27 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
 
     let mut pc = Vec::new();
     let (replicate, shard) = if par.zero1 && par.dp > 1 {
-        notes.push(
-            "ZeRO-1 maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)".into(),
-        );
-        (1, par.dp)
+        if par.zero < 3 {
+            notes.push(format!(
+                "ZeRO-{} maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)",
+                par.zero.max(1)
+            ));
+        }
+        // HSDP: shard within each replica, replicate across them.
+        (par.dp_replicate, par.dp / par.dp_replicate.max(1))
     } else {
         (par.dp, 1)
     };
     pc.push(format!("data_parallel_replicate_degree={replicate}"));
     pc.push(format!("data_parallel_shard_degree={shard}"));
     pc.push(format!("tensor_parallel_degree={}", par.tp));
+    if par.cp > 1 {
+        pc.push(format!("context_parallel_degree={}", par.cp));
+        notes.push(format!(
+            "the context-parallel exchange ('{}') is not set here: current torchtitan has no config key for it and uses its own",
+            par.cp_comm
+        ));
+    }
     pc.push(format!(
         "enable_sequence_parallel={}",
         if par.sequence_parallel {
@@ -118,7 +129,7 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
                         "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
                     );
                 }
-                schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
+                schedule_csv = Some(csv::write(&plan.schedule_ir()?));
                 pc.push(format!("pipeline_parallel_schedule_csv={}", quoted(path)));
                 if par.chunks > 1 {
                     "PipelineScheduleMulti"

@@ -35,16 +35,34 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
 
     let mut parallelism = Vec::new();
     let (replicate, shard) = if par.zero1 && par.dp > 1 {
-        notes.push(
-            "ZeRO-1 maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)".into(),
-        );
-        (1, par.dp)
+        if par.zero < 3 {
+            notes.push(format!(
+                "ZeRO-{} maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)",
+                par.zero.max(1)
+            ));
+        }
+        // HSDP: shard within each replica, replicate across them.
+        (par.dp_replicate, par.dp / par.dp_replicate.max(1))
     } else {
         (par.dp, 1)
     };
     parallelism.push(format!("data_parallel_replicate_degree = {replicate}"));
     parallelism.push(format!("data_parallel_shard_degree = {shard}"));
     parallelism.push(format!("tensor_parallel_degree = {}", par.tp));
+    if par.cp > 1 {
+        parallelism.push(format!("context_parallel_degree = {}", par.cp));
+        // torchtitan 0.2's two exchanges: "allgather" gathers every K/V shard, "alltoall"
+        // passes the shards between ranks step by step, the counterpart of the p2p ring.
+        let rotate = if par.cp_comm == "all-gather" {
+            "allgather"
+        } else {
+            "alltoall"
+        };
+        parallelism.push(format!(
+            "context_parallel_rotate_method = {}",
+            quoted(rotate)
+        ));
+    }
     if par.tp > 1 && !par.sequence_parallel {
         notes.push(
             "sequence parallelism off is not expressible: torchtitan's tensor-parallel plan always shards the norms along the sequence".into(),
@@ -85,7 +103,7 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
                         "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
                     );
                 }
-                schedule_csv = Some(csv::write_torch(&plan.schedule_ir()?));
+                schedule_csv = Some(csv::write(&plan.schedule_ir()?));
                 parallelism.push(format!("pipeline_parallel_schedule_csv = {}", quoted(path)));
                 // torchtitan reads a CSV with _PipelineScheduleRuntime; the schedule name then
                 // only says how many stages each rank holds.

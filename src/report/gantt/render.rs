@@ -1,0 +1,80 @@
+//! Rendering entry points (SVG, PNG, a file by extension) and the embedded font.
+
+use super::draw::{draw_chart, draw_err};
+use super::layout::Layout;
+use super::options::{GanttError, GanttOptions};
+use crate::sim::Timeline;
+use plotters::backend::RGBPixel;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// The size in pixels, `(width, height)`, that [`render_svg`] and [`render_png`] give for
+/// these inputs.
+pub fn chart_size_px(tl: &Timeline, opts: &GanttOptions) -> Result<(u32, u32), GanttError> {
+    let layout = Layout::new(tl, opts)?;
+    Ok((layout.width_px, layout.height_px))
+}
+
+/// Renders the timeline as a standalone SVG document.
+pub fn render_svg(tl: &Timeline, opts: &GanttOptions) -> Result<String, GanttError> {
+    let layout = Layout::new(tl, opts)?;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (layout.width_px, layout.height_px))
+            .into_drawing_area();
+        draw_chart(&root, tl, opts, &layout)?;
+        root.present().map_err(draw_err)?;
+    }
+    Ok(out)
+}
+
+/// Renders the timeline as an 8-bit RGB PNG, returned as the bytes of the file.
+pub fn render_png(tl: &Timeline, opts: &GanttOptions) -> Result<Vec<u8>, GanttError> {
+    let layout = Layout::new(tl, opts)?;
+    let (w, h) = (layout.width_px, layout.height_px);
+    let mut pixels = vec![0u8; w as usize * h as usize * 3];
+    {
+        let backend = BitMapBackend::<RGBPixel>::with_buffer_and_format(&mut pixels, (w, h))
+            .map_err(|e| GanttError::Draw(e.to_string()))?;
+        let root = backend.into_drawing_area();
+        draw_chart(&root, tl, opts, &layout)?;
+        root.present().map_err(draw_err)?;
+    }
+    encode_png(&pixels, w, h)
+}
+
+/// Writes the chart to `path`, as SVG or PNG according to its extension (`.svg` or `.png`,
+/// in any letter case).
+pub fn write_file(tl: &Timeline, opts: &GanttOptions, path: &Path) -> Result<(), GanttError> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let bytes = match ext.as_deref() {
+        Some("svg") => render_svg(tl, opts)?.into_bytes(),
+        Some("png") => render_png(tl, opts)?,
+        _ => {
+            return Err(GanttError::UnsupportedExtension {
+                path: path.to_path_buf(),
+            })
+        }
+    };
+    std::fs::write(path, bytes).map_err(|source| GanttError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+pub(super) fn encode_png(pixels: &[u8], w: u32, h: u32) -> Result<Vec<u8>, GanttError> {
+    let png_err = |e: png::EncodingError| GanttError::Png(e.to_string());
+    let mut out = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut out, w, h);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(png_err)?;
+        writer.write_image_data(pixels).map_err(png_err)?;
+        writer.finish().map_err(png_err)?;
+    }
+    Ok(out)
+}
