@@ -199,6 +199,81 @@ pub(crate) fn model_dims(m: &PlanModel) -> String {
     )
 }
 
+/// torchtitan's (`data_parallel_replicate_degree`, `data_parallel_shard_degree`): DDP for a
+/// replicated plan; FSDP (with HSDP replicas) for a sharded one, noting that FSDP shards
+/// parameters and gradients too when the plan shards less.
+pub(crate) fn torchtitan_dp_degrees(plan: &Plan, notes: &mut Vec<String>) -> (u64, u64) {
+    let par = &plan.parallelism;
+    if !(par.zero1 && par.dp > 1) {
+        return (par.dp, 1);
+    }
+    if par.zero < 3 {
+        notes.push(format!(
+            "ZeRO-{} maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)",
+            par.zero.max(1)
+        ));
+    }
+    (par.dp_replicate, par.dp / par.dp_replicate.max(1))
+}
+
+/// Notes for the stack settings a torchtitan config does not set; `async_tp_key` names
+/// torchtitan's async tensor-parallel switch in that config form.
+pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mut Vec<String>) {
+    let par = &plan.parallelism;
+    if par.precision != "bf16" {
+        notes.push(format!(
+            "precision '{}' is not set here: torchtitan's float8/mx/nvfp4 converters differ from Transformer Engine's recipes the prediction assumed",
+            par.precision
+        ));
+    }
+    if par.tp_comm_overlap {
+        notes.push(format!(
+            "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism ({async_tp_key}, with torch.compile)"
+        ));
+    }
+    if par.overlap_grad_reduce {
+        notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
+    }
+}
+
+/// The pipeline schedule torchtitan runs for `plan` (p > 1): PyTorch's class for the plan's
+/// order where one exists, else the order as a schedule CSV (returned, to be written at
+/// `csv_path`) run by the single- or multi-stage runtime class.
+pub(crate) fn torchtitan_pipeline(
+    plan: &Plan,
+    csv_path: Option<&str>,
+    notes: &mut Vec<String>,
+) -> Result<(&'static str, Option<String>), EmitError> {
+    if let Some(class) = torch_class(plan) {
+        return Ok((class, None));
+    }
+    let sch = plan.schedule.name.as_str();
+    if matches!(sch, "pipedream" | "pipedream-2bw") {
+        notes.push(format!(
+            "schedule '{sch}' (asynchronous weight updates) is not expressible: torchtitan flushes every step; the CSV keeps the order of one step's micro-batches only"
+        ));
+    }
+    if csv_path.is_none() {
+        return Err(EmitError::NeedsCsvPath {
+            schedule: sch.to_string(),
+        });
+    }
+    if plan.schedule.placement != "loop" {
+        notes.push(
+            "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
+        );
+    }
+    let csv = crate::schedule::csv::write(&plan.schedule_ir()?);
+    // torchtitan reads a CSV with _PipelineScheduleRuntime; the class name then only says how
+    // many stages each rank holds.
+    let class = if plan.parallelism.chunks > 1 {
+        "PipelineScheduleMulti"
+    } else {
+        "PipelineScheduleSingle"
+    };
+    Ok((class, Some(csv)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

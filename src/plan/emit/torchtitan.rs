@@ -11,11 +11,10 @@
 //! [`TORCHTITAN_COMMIT`] (`tests/data/torchtitan_keys.txt`).
 
 use crate::plan::emit::common::{
-    common_notes, model_dims, quoted, torch_class, torchtitan_flavor, torchtitan_fqns, EmitError,
-    Emitted,
+    common_notes, model_dims, quoted, torchtitan_dp_degrees, torchtitan_flavor, torchtitan_fqns,
+    torchtitan_pipeline, torchtitan_stack_notes, EmitError, Emitted,
 };
 use crate::plan::plan_file::Plan;
-use crate::schedule::csv;
 use std::fmt::Write as _;
 
 /// The torchtitan commit the keys were checked against (`tests/data/torchtitan_keys.txt`).
@@ -65,18 +64,7 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
     ));
 
     let mut pc = Vec::new();
-    let (replicate, shard) = if par.zero1 && par.dp > 1 {
-        if par.zero < 3 {
-            notes.push(format!(
-                "ZeRO-{} maps to FSDP (data_parallel_shard_degree), which shards parameters and gradients too (ZeRO-3)",
-                par.zero.max(1)
-            ));
-        }
-        // HSDP: shard within each replica, replicate across them.
-        (par.dp_replicate, par.dp / par.dp_replicate.max(1))
-    } else {
-        (par.dp, 1)
-    };
+    let (replicate, shard) = torchtitan_dp_degrees(plan, &mut notes);
     pc.push(format!("data_parallel_replicate_degree={replicate}"));
     pc.push(format!("data_parallel_shard_degree={shard}"));
     pc.push(format!("tensor_parallel_degree={}", par.tp));
@@ -95,49 +83,18 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
             "False"
         }
     ));
-    if par.precision != "bf16" {
-        notes.push(format!(
-            "precision '{}' is not set here: torchtitan's float8/mx/nvfp4 converters (model_registry(..., converters=[...])) differ from Transformer Engine's recipes the prediction assumed",
-            par.precision
-        ));
-    }
-    if par.tp_comm_overlap {
-        notes.push(
-            "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism (config.compile.enable_async_tensor_parallel, with torch.compile)".into(),
-        );
-    }
-    if par.overlap_grad_reduce {
-        notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
-    }
+    torchtitan_stack_notes(
+        plan,
+        "config.compile.enable_async_tensor_parallel",
+        &mut notes,
+    );
     pc.push(format!("pipeline_parallel_degree={}", par.pp));
     if par.pp > 1 {
-        let class = match torch_class(plan) {
-            Some(c) => c,
-            None => {
-                if matches!(sch, "pipedream" | "pipedream-2bw") {
-                    notes.push(format!(
-                        "schedule '{sch}' (asynchronous weight updates) is not expressible: torchtitan flushes every step; the CSV keeps the order of one step's micro-batches only"
-                    ));
-                }
-                let Some(path) = csv_path else {
-                    return Err(EmitError::NeedsCsvPath {
-                        schedule: sch.to_string(),
-                    });
-                };
-                if plan.schedule.placement != "loop" {
-                    notes.push(
-                        "V placement of a custom order is not expressible with a CSV: torchtitan places stages in a loop unless the schedule class is ZBVZeroBubble or DualPipeV".into(),
-                    );
-                }
-                schedule_csv = Some(csv::write(&plan.schedule_ir()?));
-                pc.push(format!("pipeline_parallel_schedule_csv={}", quoted(path)));
-                if par.chunks > 1 {
-                    "PipelineScheduleMulti"
-                } else {
-                    "PipelineScheduleSingle"
-                }
-            }
-        };
+        let (class, csv) = torchtitan_pipeline(plan, csv_path, &mut notes)?;
+        if let (Some(csv), Some(path)) = (csv, csv_path) {
+            schedule_csv = Some(csv);
+            pc.push(format!("pipeline_parallel_schedule_csv={}", quoted(path)));
+        }
         pc.push(format!("pipeline_parallel_schedule={}", quoted(class)));
         pc.push(format!(
             "num_pp_microbatches={}",
