@@ -6,6 +6,8 @@
 
 pub mod hardware;
 pub mod model;
+pub mod moe;
+pub mod moe_presets;
 pub mod profile;
 
 pub use hardware::Hardware;

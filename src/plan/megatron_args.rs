@@ -469,6 +469,9 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         tied_embeddings: !flags.has("--untie-embeddings-and-output-weights"),
         attention_head_dim: head_dim,
         seq_len_defaulted: false,
+        moe: None,
+        mla: None,
+        sliding_window: None,
     };
     model
         .check()

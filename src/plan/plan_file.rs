@@ -294,6 +294,9 @@ impl PlanModel {
             tied_embeddings: !self.untie_embeddings_and_output_weights,
             attention_head_dim: self.kv_channels,
             seq_len_defaulted: false,
+            moe: None,
+            mla: None,
+            sliding_window: None,
         }
     }
 }

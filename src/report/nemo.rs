@@ -152,6 +152,9 @@ impl NemoModel {
             tied_embeddings: !self.untie_embeddings_and_output_weights,
             attention_head_dim: None,
             seq_len_defaulted: false,
+            moe: None,
+            mla: None,
+            sliding_window: None,
         };
         m.check()?;
         Ok(m)

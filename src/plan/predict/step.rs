@@ -374,7 +374,7 @@ pub fn prediction_from(
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
         params: model.total_params(),
-        active_params: model.total_params(),
+        active_params: model.active_params(),
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
         fits: !step.too_big && tensor_peak <= overheads.tensor_budget_bytes(limit),
