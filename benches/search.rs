@@ -6,6 +6,11 @@
 //! candidates evaluated per second (every enumerated candidate is checked; the memory-feasible
 //! ones are ordered by a proven lower bound and simulated best first). The counts are printed
 //! once on stderr so the rates of each stage can be derived.
+//!
+//! `search_deepseek_v3_2048_h800` is `pplan search --gpus 2048 --model deepseek-v3 --hardware
+//! h800` (the bundled defaults otherwise: B = 3072), the mixture-of-experts case whose search
+//! also enumerates ep and etp; its counts are printed the same way and its time is quoted as a
+//! ratio to the same baseline.
 
 use pplan::inputs::hardware::Hardware;
 use pplan::inputs::model::Model;
@@ -20,7 +25,26 @@ fn main() {
         "default search: {} layouts, {} candidates evaluated, {} rejected by memory, {} feasible, {} simulated, {} pruned by the bound, {} schedules summarised",
         o.layouts, o.evaluated, o.memory_rejected, o.feasible, o.simulated, o.pruned, o.schedules_summarised
     );
+    let h800 = Hardware::bundled("h800").unwrap();
+    let v3 = Model::preset("deepseek-v3").unwrap();
+    let o = search(&SearchRequest::new(&v3, &h800, 2048, 3072), None).unwrap();
+    eprintln!(
+        "deepseek-v3 search: {} layouts, {} candidates evaluated, {} rejected by memory, {} feasible, {} simulated, {} pruned by the bound, {} schedules summarised; best fits: {}",
+        o.layouts, o.evaluated, o.memory_rejected, o.feasible, o.simulated, o.pruned, o.schedules_summarised,
+        o.results.first().is_some_and(|r| r.prediction.fits)
+    );
     divan::main();
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn search_deepseek_v3_2048_h800(bencher: divan::Bencher) {
+    let hw = Hardware::bundled("h800").unwrap();
+    let m = Model::preset("deepseek-v3").unwrap();
+    let req = SearchRequest::new(&m, &hw, 2048, 3072);
+    let evaluated = search(&req, None).unwrap().evaluated;
+    bencher
+        .counter(divan::counter::ItemsCount::new(evaluated as usize))
+        .bench(|| search(divan::black_box(&req), None).unwrap());
 }
 
 #[divan::bench(sample_count = 10, sample_size = 1)]

@@ -152,3 +152,34 @@ fn megatron_style_json_takes_megatrons_argument_names() {
 fn v3_attention() -> u64 {
     Model::preset("deepseek-v3").unwrap().attention_params()
 }
+
+fn hf(extra: &str) -> Result<Model, pplan::inputs::model::ModelError> {
+    let text = format!(
+        r#"{{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 2048{extra}}}"#
+    );
+    Model::from_json(&text, "c.json")
+}
+
+#[test]
+fn experts_are_read_not_refused_and_bad_fields_are_named() {
+    let m = hf(r#", "num_local_experts": 8, "num_experts_per_tok": 2"#).unwrap();
+    let moe = m.moe.as_ref().unwrap();
+    assert_eq!((moe.num_experts, moe.top_k, moe.expert_ffn), (8, 2, 128));
+    // 2 layers of 8 gated experts of 3 x 64 x 128 plus the 64 x 8 router, instead of one
+    // dense MLP (with its biases).
+    let dense = hf("").unwrap();
+    let expert = 3 * 64 * 128;
+    assert_eq!(
+        m.total_params() - dense.total_params(),
+        2 * (8 * expert + 64 * 8 - (expert + 128 + 64))
+    );
+    assert_eq!(m.total_params() - m.active_params(), 2 * 6 * expert);
+    let e = hf(r#", "num_local_experts": 8"#).unwrap_err().to_string();
+    assert!(e.contains("num_experts_per_tok"), "{e}");
+    let meg = r#"{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "ffn_hidden_size": 128, "seq_length": 128, "vocab_size": 100, "num_experts": 8,
+        "moe_router_topk": 9}"#;
+    let e = Model::from_json(meg, "m.json").unwrap_err().to_string();
+    assert!(e.contains("'moe_router_topk'"), "{e}");
+}

@@ -719,41 +719,10 @@ impl Model {
             ),
         ];
         if let Some(m) = &self.moe {
-            if m.layers.len() != self.num_layers as usize {
-                return Err(ModelError::Inconsistent(format!(
-                    "the MoE layer pattern has {} entries for {} layers",
-                    m.layers.len(),
-                    self.num_layers
-                )));
-            }
-            if m.top_k == 0 || m.top_k > m.num_experts || m.num_experts > 1 << 16 {
-                return Err(ModelError::Inconsistent(format!(
-                    "experts per token {} must be between 1 and the expert count {} (at most 65536)",
-                    m.top_k, m.num_experts
-                )));
-            }
-            if m.expert_ffn == 0 || m.expert_ffn > 1 << 22 || m.shared_ffn > 1 << 22 {
-                return Err(ModelError::Inconsistent(format!(
-                    "expert FFN width {} (shared {}) is outside 1..={}",
-                    m.expert_ffn,
-                    m.shared_ffn,
-                    1 << 22
-                )));
-            }
+            m.check(self.num_layers).map_err(ModelError::Inconsistent)?;
         }
         if let Some(a) = &self.mla {
-            let dims = [
-                a.q_lora_rank,
-                a.kv_lora_rank,
-                a.qk_rope_head_dim,
-                a.qk_nope_head_dim,
-                a.v_head_dim,
-            ];
-            if a.kv_lora_rank == 0 || dims.iter().any(|&d| d > 1 << 16) {
-                return Err(ModelError::Inconsistent(format!(
-                    "latent-attention dimensions {dims:?} must be at most 65536 and kv_lora_rank positive"
-                )));
-            }
+            a.check().map_err(ModelError::Inconsistent)?;
         }
         for (what, v, max) in limits {
             if v == 0 || v > max {
@@ -1001,28 +970,5 @@ mod tests {
             .moe
             .is_none());
         hf(r#", "layer_types": ["sliding_attention", "full_attention"]"#).unwrap();
-    }
-
-    #[test]
-    fn experts_are_read_not_refused() {
-        let m = hf(r#", "num_local_experts": 8, "num_experts_per_tok": 2"#).unwrap();
-        let moe = m.moe.as_ref().unwrap();
-        assert_eq!((moe.num_experts, moe.top_k, moe.expert_ffn), (8, 2, 128));
-        // 2 layers of 8 gated experts of 3 x 64 x 128 plus the 64 x 8 router, instead of one
-        // dense MLP (with its biases).
-        let dense = hf("").unwrap();
-        let expert = 3 * 64 * 128;
-        assert_eq!(
-            m.total_params() - dense.total_params(),
-            2 * (8 * expert + 64 * 8 - (expert + 128 + 64))
-        );
-        assert_eq!(m.total_params() - m.active_params(), 2 * 6 * expert);
-        let e = hf(r#", "num_local_experts": 8"#).unwrap_err().to_string();
-        assert!(e.contains("num_experts_per_tok"), "{e}");
-        let meg = r#"{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-            "ffn_hidden_size": 128, "seq_length": 128, "vocab_size": 100, "num_experts": 8,
-            "moe_router_topk": 9}"#;
-        let e = Model::from_json(meg, "m.json").unwrap_err().to_string();
-        assert!(e.contains("'moe_router_topk'"), "{e}");
     }
 }

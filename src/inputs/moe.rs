@@ -169,6 +169,52 @@ impl Moe {
     }
 }
 
+impl Moe {
+    /// Dimensions that must agree with the model's and stay in range.
+    pub fn check(&self, num_layers: u32) -> Result<(), String> {
+        if self.layers.len() != num_layers as usize {
+            return Err(format!(
+                "the MoE layer pattern has {} entries for {num_layers} layers",
+                self.layers.len()
+            ));
+        }
+        if self.top_k == 0 || self.top_k > self.num_experts || self.num_experts > 1 << 16 {
+            return Err(format!(
+                "experts per token {} must be between 1 and the expert count {} (at most 65536)",
+                self.top_k, self.num_experts
+            ));
+        }
+        if self.expert_ffn == 0 || self.expert_ffn > 1 << 22 || self.shared_ffn > 1 << 22 {
+            return Err(format!(
+                "expert FFN width {} (shared {}) is outside 1..={}",
+                self.expert_ffn,
+                self.shared_ffn,
+                1 << 22
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Mla {
+    /// Latent-attention dimensions in range.
+    pub fn check(&self) -> Result<(), String> {
+        let dims = [
+            self.q_lora_rank,
+            self.kv_lora_rank,
+            self.qk_rope_head_dim,
+            self.qk_nope_head_dim,
+            self.v_head_dim,
+        ];
+        if self.kv_lora_rank == 0 || dims.iter().any(|&d| d > 1 << 16) {
+            return Err(format!(
+                "latent-attention dimensions {dims:?} must be at most 65536 and kv_lora_rank positive"
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn mats(gated: bool) -> u64 {
     if gated {
         3

@@ -244,6 +244,8 @@ pub fn model_flops_per_token(model: &Model, hw: &Hardware) -> f64 {
             chunks: 1,
             sequence_parallel: false,
             recompute: Recompute::None,
+            ep: 1,
+            etp: 1,
         },
         stack: Stack::default(),
     };

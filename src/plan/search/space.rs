@@ -30,6 +30,11 @@ pub struct Pins {
     pub recompute: Option<Recompute>,
     pub sequence_parallel: Option<bool>,
     pub zero1: Option<bool>,
+    /// Expert-parallel size (MoE models; unpinned: every ep that divides the expert count and
+    /// t x cp x d / etp).
+    pub ep: Option<u64>,
+    /// Expert tensor-parallel size (MoE models; unpinned: 1 and t).
+    pub etp: Option<u64>,
 }
 
 /// One search.
@@ -108,6 +113,10 @@ pub struct Candidate {
     /// Even split, or the partitioner's balanced split (which then differs from the even one,
     /// except with `--partition balanced`).
     pub split: Split,
+    /// Expert-parallel size (1 for dense models).
+    pub ep: u64,
+    /// Expert tensor-parallel size (1 for dense models).
+    pub etp: u64,
 }
 
 fn schedule_index(s: ScheduleName) -> usize {
@@ -126,21 +135,7 @@ fn recompute_index(r: Recompute) -> usize {
 
 impl Candidate {
     /// The documented tie order after step time and peak memory.
-    pub fn tie_key(
-        &self,
-    ) -> (
-        u64,
-        u64,
-        u64,
-        u64,
-        u64,
-        usize,
-        u64,
-        usize,
-        bool,
-        bool,
-        Split,
-    ) {
+    pub fn tie_key(&self) -> TieKey {
         (
             self.pp,
             self.tp,
@@ -152,7 +147,7 @@ impl Candidate {
             recompute_index(self.recompute),
             self.sequence_parallel,
             self.zero1,
-            self.split,
+            (self.split, self.ep, self.etp),
         )
     }
 
@@ -168,6 +163,7 @@ impl Candidate {
             self.sequence_parallel,
             self.chunks,
             self.schedule.placement() == Placement::V,
+            (self.ep, self.etp),
         )
     }
 
@@ -202,6 +198,8 @@ impl Candidate {
         r.pp = self.pp;
         r.dp = Some(self.dp);
         r.cp = self.cp;
+        r.ep = self.ep;
+        r.etp = self.etp;
         r.global_batch = req.global_batch;
         r.micro_batch = self.micro_batch;
         r.schedule = Some(self.schedule);
@@ -217,11 +215,26 @@ impl Candidate {
     }
 }
 
+/// (p, t, cp, d, b, schedule index, v, recompute index, SP, ZeRO-1, (split, ep, etp)).
+pub type TieKey = (
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    usize,
+    u64,
+    usize,
+    bool,
+    bool,
+    (Split, u64, u64),
+);
+
 /// (schedule index, p, m, v).
 pub(super) type ScheduleKey = (usize, u64, u64, u64);
 
-/// (t, p, d, cp, b, recompute index, sequence parallel, v, V placement).
-pub(super) type BalanceKey = (u64, u64, u64, u64, u64, usize, bool, u64, bool);
+/// (t, p, d, cp, b, recompute index, sequence parallel, v, V placement, (ep, etp)).
+pub(super) type BalanceKey = (u64, u64, u64, u64, u64, usize, bool, u64, bool, (u64, u64));
 
 /// Balanced stage layer counts per [`BalanceKey`].
 pub(super) type Splits = BTreeMap<BalanceKey, Arc<[u32]>>;
@@ -609,6 +622,8 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
         ("--micro-batch", p.micro_batch),
         ("--chunks", p.chunks),
         ("--cp", p.cp),
+        ("--ep", p.ep),
+        ("--etp", p.etp),
     ] {
         if value == Some(0) {
             return Err(SearchError::Zero { flag, value: 0 });
@@ -628,6 +643,21 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
                     list(&divisors(req.gpus))
                 )));
             }
+        }
+    }
+    if req.model.moe.is_none() && (p.ep.is_some_and(|e| e > 1) || p.etp.is_some_and(|e| e > 1)) {
+        return Err(SearchError::Pin(format!(
+            "--ep and --etp above 1 need a mixture-of-experts model ({} is dense); valid: --ep 1 --etp 1",
+            req.model.name
+        )));
+    }
+    if let (Some(moe), Some(e)) = (&req.model.moe, p.ep) {
+        if moe.num_experts % e != 0 {
+            return Err(SearchError::Pin(format!(
+                "--ep {e} does not divide the model's {} experts; valid --ep: {}",
+                moe.num_experts,
+                list(&divisors(moe.num_experts))
+            )));
         }
     }
     if p.cp.is_some_and(|c| c > 1) && req.stack.attention != crate::cost::Attention::Flash {
@@ -734,7 +764,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     None if d > 1 => vec![false, true],
                     None => vec![false],
                 };
-                let variants = (recomputes.len() * sps.len() * zeros.len()) as u64;
+                let experts = expert_layouts(req, t, c, d);
+                let variants = (recomputes.len() * sps.len() * zeros.len() * experts.len()) as u64;
                 let bs = match pins.micro_batch {
                     Some(b) => vec![b],
                     None => divisors(per_replica),
@@ -794,20 +825,24 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             for &recompute in &recomputes {
                                 for &sp in &sps {
                                     for &z in &zeros {
-                                        out.push(Candidate {
-                                            tp: t,
-                                            pp: p,
-                                            dp: d,
-                                            cp: c,
-                                            micro_batch: b,
-                                            microbatches: m,
-                                            schedule: s,
-                                            chunks: v,
-                                            recompute,
-                                            sequence_parallel: sp,
-                                            zero1: z,
-                                            split: Split::Even,
-                                        });
+                                        for &(ep, etp) in &experts {
+                                            out.push(Candidate {
+                                                tp: t,
+                                                pp: p,
+                                                dp: d,
+                                                cp: c,
+                                                micro_batch: b,
+                                                microbatches: m,
+                                                schedule: s,
+                                                chunks: v,
+                                                recompute,
+                                                sequence_parallel: sp,
+                                                zero1: z,
+                                                split: Split::Even,
+                                                ep,
+                                                etp,
+                                            });
+                                        }
                                     }
                                 }
                             }
@@ -818,4 +853,37 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         }
     }
     (layouts, layouts_valid, evaluated, out)
+}
+
+/// The (ep, etp) pairs of a layout: (1, 1) for a dense model; for a MoE model every pinned or
+/// enumerated ep dividing the expert count, with etp 1 or t (pinned: as given), such that
+/// ep x etp divides the t x cp x d ranks of a stage (Megatron-Core carves the expert-parallel
+/// ranks from them).
+pub(super) fn expert_layouts(req: &SearchRequest, t: u64, c: u64, d: u64) -> Vec<(u64, u64)> {
+    let pins = &req.pins;
+    let Some(moe) = &req.model.moe else {
+        return vec![(1, 1)];
+    };
+    let ranks = t * c * d;
+    let etps: Vec<u64> = match pins.etp {
+        Some(x) => vec![x],
+        None if t > 1 => vec![1, t],
+        None => vec![1],
+    };
+    let mut out = Vec::new();
+    for etp in etps {
+        if ranks % etp != 0 {
+            continue;
+        }
+        let eps: Vec<u64> = match pins.ep {
+            Some(e) => vec![e],
+            None => divisors(ranks / etp),
+        };
+        for ep in eps {
+            if moe.num_experts % ep == 0 && ranks % (ep * etp) == 0 {
+                out.push((ep, etp));
+            }
+        }
+    }
+    out
 }

@@ -1,0 +1,233 @@
+//! The mixture-of-experts cost model (src/cost/moe.rs, docs/cost-model.md "Mixture of
+//! experts") against hand counts for small cases: all-to-all bytes and time, rows per expert,
+//! expert data-parallel size, expert parameters per rank, FLOPs, memory, and the refusals.
+
+use pplan::cost::{CostModel, Layout, Recompute, Stack};
+use pplan::inputs::moe::Moe;
+use pplan::inputs::{Hardware, Model};
+use pplan::plan::predict::{predict, PredictError, PredictRequest};
+
+/// 4 layers, h = 1024, 8 experts of 512, top-2, sequence 1024.
+fn small() -> Model {
+    let mut m = Model::preset("llama3-8b").unwrap();
+    m.num_layers = 4;
+    m.hidden_size = 1024;
+    m.num_heads = 8;
+    m.num_kv_heads = 8;
+    m.seq_len = 1024;
+    m.vocab_size = 1000;
+    m.moe = Some(Moe {
+        num_experts: 8,
+        top_k: 2,
+        expert_ffn: 512,
+        shared_ffn: 0,
+        layers: vec![true; 4],
+    });
+    m
+}
+
+fn cm<'a>(
+    m: &'a Model,
+    hw: &'a Hardware,
+    tp: u64,
+    dp: u64,
+    ep: u64,
+    stack: Stack,
+) -> CostModel<'a> {
+    CostModel {
+        model: m,
+        hw,
+        layout: Layout {
+            tp,
+            pp: 1,
+            dp,
+            cp: 1,
+            micro_batch: 1,
+            chunks: 1,
+            sequence_parallel: tp > 1,
+            recompute: Recompute::None,
+            ep,
+            etp: 1,
+        },
+        stack,
+    }
+}
+
+fn balanced() -> Stack {
+    Stack {
+        moe_imbalance: 1.0,
+        ..Stack::default()
+    }
+}
+
+#[test]
+fn all_to_all_bytes_are_tokens_times_top_k_times_hidden_times_two() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // 1024 tokens x top-2 x 1024 x 2 bytes, 3/4 of them to the other 3 ranks.
+    let c = cm(&m, &hw, 1, 4, 4, balanced());
+    assert_eq!(c.moe_a2a_bytes(), 1024.0 * 2.0 * 1024.0 * 2.0 * 3.0 / 4.0);
+    // With t = 2 (sequence parallel) each rank routes half the tokens.
+    let c2 = cm(&m, &hw, 2, 2, 4, balanced());
+    assert_eq!(c2.moe_a2a_bytes(), 512.0 * 2.0 * 1024.0 * 2.0 * 3.0 / 4.0);
+    // No expert parallelism: nothing leaves the rank.
+    assert_eq!(cm(&m, &hw, 1, 4, 1, balanced()).moe_a2a_bytes(), 0.0);
+}
+
+#[test]
+fn all_to_all_time_on_nvlink_and_across_nodes() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let per_peer = 1024.0 * 2.0 * 1024.0 * 2.0 / 4.0;
+    // ep = 4 inside the 8-GPU node: three peers' bytes over NVLink.
+    let c = cm(&m, &hw, 1, 4, 4, balanced());
+    let want = 3.0 * per_peer / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s;
+    assert!(
+        (c.moe_a2a_s() - want).abs() < 1e-12,
+        "{} vs {want}",
+        c.moe_a2a_s()
+    );
+    // ep = 8 over 8 experts of 16 ranks: peers 1..8 share the node, 8 are across the NICs;
+    // the two parts run at once.
+    let mut m16 = small();
+    m16.moe.as_mut().unwrap().num_experts = 16;
+    let c = cm(&m16, &hw, 1, 16, 16, balanced());
+    let per_peer = 1024.0 * 2.0 * 1024.0 * 2.0 / 16.0;
+    let nvl = 7.0 * per_peer / hw.nvlink_bytes_per_s();
+    let nic = 8.0 * per_peer / hw.nic_bytes_per_s_per_gpu(false);
+    let want = nvl.max(nic) + hw.node.nic_latency_s;
+    assert!((c.moe_a2a_s() - want).abs() < 1e-12);
+    // The imbalance factor scales the busiest rank's all-to-all.
+    let skew = cm(&m16, &hw, 1, 16, 16, Stack::default());
+    let want = (nvl.max(nic)) * 1.25 + hw.node.nic_latency_s;
+    assert!((skew.moe_a2a_s() - want).abs() < 1e-12);
+}
+
+#[test]
+fn rows_per_expert_expert_dp_and_parameters_per_rank() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // t = 2, d = 4: 8 ranks per stage; ep = 4 leaves an expert data-parallel group of 2.
+    let c = cm(&m, &hw, 2, 4, 4, balanced());
+    assert_eq!(c.expert_dp(), 2);
+    // The 4 ranks of a group route 512 tokens x top-2 each: 4096 rows over 8 experts, 512 for
+    // each of a rank's 2 local experts.
+    assert_eq!(c.moe_rows_per_expert(), 512.0);
+    let [up, down] = c.moe_expert_gemms();
+    assert_eq!((up.m, up.n, up.k, up.batch), (512.0, 1024.0, 1024.0, 2.0));
+    assert_eq!(
+        (down.m, down.n, down.k, down.batch),
+        (512.0, 1024.0, 512.0, 2.0)
+    );
+    // 2 experts x 3 x 1024 x 512 parameters per layer on each rank.
+    assert_eq!(
+        c.moe_rank_expert_params_per_layer(),
+        2.0 * 3.0 * 1024.0 * 512.0
+    );
+    let p = c.layers_rank_params(0, 4);
+    assert_eq!(p.expert, 4.0 * 2.0 * 3.0 * 1024.0 * 512.0);
+    // Dense part: attention, router and norms, split over t.
+    let dense = m.attention_params() + 1024 * 8 + 4 * 1024;
+    assert_eq!(p.dense, (4 * dense) as f64 / 2.0);
+    // ZeRO-1 shards the expert optimizer state over the expert data-parallel group (2).
+    let z = cm(
+        &m,
+        &hw,
+        2,
+        4,
+        4,
+        Stack {
+            zero1: true,
+            ..balanced()
+        },
+    );
+    let params = 1e6;
+    assert_eq!(
+        z.expert_state_bytes(params),
+        (4.0 * params + 12.0 * params / 2.0) as u64
+    );
+}
+
+#[test]
+fn flops_count_the_top_k_experts_per_token() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let c = cm(&m, &hw, 1, 1, 1, balanced());
+    let mut dense = m.clone();
+    dense.moe = None;
+    dense.ffn_hidden_size = 2 * 512; // two experts' worth of MLP per token
+    let d = cm(&dense, &hw, 1, 1, 1, balanced());
+    // Same as a dense MLP twice the expert width, plus the router's 2 s h E.
+    let router = 2.0 * 1024.0 * 1024.0 * 8.0;
+    let want = 4.0 * (d.layer_forward_flops() + router);
+    assert!((c.all_layers_forward_flops() / want - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn expert_gradients_reduce_over_their_own_group() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // ep x etp = all 8 ranks: no expert data parallelism, no reduction.
+    assert_eq!(
+        cm(&m, &hw, 2, 4, 4, balanced()).expert_grad_reduce_s(0.0),
+        0.0
+    );
+    let c = cm(&m, &hw, 1, 8, 8, balanced());
+    assert_eq!(c.expert_dp(), 1);
+    assert_eq!(c.expert_grad_reduce_s(1e9), 0.0);
+    // ep = 2 of 8 ranks in one node: 4 members, all on NVLink.
+    let c = cm(&m, &hw, 1, 8, 2, balanced());
+    assert_eq!(c.expert_dp(), 4);
+    let bytes = 1e9 * 2.0;
+    let want = 2.0
+        * pplan::cost::all_gather_s(bytes, 4, hw.nvlink_bytes_per_s(), hw.node.nvlink_latency_s);
+    assert!((c.expert_grad_reduce_s(1e9) - want).abs() < 1e-12);
+}
+
+#[test]
+fn predict_refuses_bad_expert_layouts_naming_the_flag() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let mut req = PredictRequest::new(&m, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    req.ep = 3;
+    match predict(&req) {
+        Err(e @ PredictError::ExpertParallel { .. }) => {
+            let s = e.to_string();
+            assert!(s.contains("--ep 3") && s.contains("1, 2, 4, 8"), "{s}");
+        }
+        other => panic!("{other:?}"),
+    }
+    req.ep = 8;
+    req.etp = 2;
+    assert!(predict(&req).unwrap_err().to_string().contains("--etp 2"));
+    let dense = Model::preset("llama3-8b").unwrap();
+    let mut req = PredictRequest::new(&dense, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    req.ep = 2;
+    assert!(predict(&req)
+        .unwrap_err()
+        .to_string()
+        .contains("dense model"));
+}
+
+#[test]
+fn moe_prediction_reports_active_parameters_and_its_layout() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let mut req = PredictRequest::new(&m, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    req.ep = 8;
+    let p = predict(&req).unwrap();
+    assert_eq!((p.ep, p.etp), (Some(8), Some(1)));
+    assert_eq!(p.params, m.total_params());
+    assert_eq!(p.active_params, m.active_params());
+    assert!(p.active_params < p.params);
+    // More expert parallelism: fewer expert weights per GPU.
+    req.ep = 1;
+    let p1 = predict(&req).unwrap();
+    assert!(p1.model_state_bytes > p.model_state_bytes);
+    // A dense prediction carries no ep/etp.
+    let dense = Model::preset("llama3-8b").unwrap();
+    let mut req = PredictRequest::new(&dense, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    let d = predict(&req).unwrap();
+    assert_eq!((d.ep, d.etp, d.active_params), (None, None, d.params));
+}
