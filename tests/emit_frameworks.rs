@@ -69,6 +69,8 @@ fn plan(
             pp: p as u64,
             dp,
             cp: 1,
+            ep: 1,
+            etp: 1,
             micro_batch: 2,
             global_batch: 2 * m as u64 * dp,
             chunks: v as u64,

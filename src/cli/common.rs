@@ -420,6 +420,10 @@ pub(crate) struct StackArgs {
     /// micro-batch's compute (Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe).
     #[arg(long, value_enum, default_value = "off")]
     pub(crate) moe_comm_overlap: OnOff,
+    /// Mixture of experts: how tokens are dispatched: alltoall (NCCL, one copy per expert) or
+    /// deepep (DeepEP / DeepSeek-V3: one copy per remote node, forwarded over NVLink).
+    #[arg(long, default_value = "alltoall")]
+    pub(crate) moe_dispatcher: String,
 }
 
 impl StackArgs {
@@ -451,6 +455,15 @@ impl StackArgs {
                 )));
             },
             moe_comm_overlap: self.moe_comm_overlap == OnOff::On,
+            moe_node_dedup: match self.moe_dispatcher.as_str() {
+                "alltoall" => false,
+                "deepep" => true,
+                other => {
+                    return Err(CliError::Input(format!(
+                        "--moe-dispatcher: unknown dispatcher '{other}' (valid: alltoall, deepep)"
+                    )))
+                }
+            },
             ..stack
         })
     }

@@ -63,26 +63,60 @@ impl CostModel<'_> {
 
     /// Time of one all-to-all of the busiest rank (its bytes scaled by `moe_imbalance`): the
     /// share of peers in the rank's NVLink domain over NVLink, the rest over the GPU's share
-    /// of the node's NICs, both at once; plus one latency per peer group.
+    /// of the node's NICs, both at once; plus one latency. With `moe_node_dedup` (DeepEP,
+    /// DeepSeek-V3's dispatch kernels) a token crosses the fabric once per remote domain that
+    /// holds one of its experts and is forwarded to the others there over NVLink
+    /// ([`CostModel::moe_remote_domains_per_token`]).
     pub fn moe_a2a_s(&self) -> f64 {
         let ep = self.ep();
         if ep <= 1 || self.model.moe.is_none() {
             return 0.0;
         }
         let etp = self.etp();
-        let bytes = self.moe_a2a_bytes() * self.stack.moe_imbalance / ((ep - 1) as f64);
-        // bytes is now what goes to each peer.
+        let rho = self.stack.moe_imbalance;
+        // Bytes to each peer.
+        let bytes = self.moe_a2a_bytes() * rho / ((ep - 1) as f64);
         let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
         let local = (per_domain / etp).clamp(1, ep);
         let remote = ep - local;
-        let nvl = bytes * (local - 1) as f64 / self.hw.nvlink_bytes_per_s();
         if remote == 0 {
-            return nvl + self.hw.node.nvlink_latency_s;
+            return bytes * (local - 1) as f64 / self.hw.nvlink_bytes_per_s()
+                + self.hw.node.nvlink_latency_s;
         }
         let span_nodes = (ep * etp).div_ceil(self.hw.node.gpus_per_node as u64);
         let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
-        let nic = bytes * remote as f64 / self.hw.nic_bytes_per_s_per_gpu(leaves);
-        nvl.max(nic) + self.hw.node.nic_latency_s
+        let nic_bw = self.hw.nic_bytes_per_s_per_gpu(leaves);
+        let (nvl_bytes, nic_bytes) = if self.stack.moe_node_dedup {
+            let token = 2.0 * self.model.hidden_size as f64 * rho;
+            let n = self.moe_tokens_per_rank();
+            (
+                bytes * (ep - 1) as f64,
+                n * token * self.moe_remote_domains_per_token(ep.div_ceil(local)),
+            )
+        } else {
+            (bytes * (local - 1) as f64, bytes * remote as f64)
+        };
+        (nvl_bytes / self.hw.nvlink_bytes_per_s()).max(nic_bytes / nic_bw)
+            + self.hw.node.nic_latency_s
+    }
+
+    /// Expected remote NVLink domains a token's top-k experts fall in when the experts are
+    /// spread evenly over `domains` domains of the expert-parallel group: `(G - 1)(1 - C(E -
+    /// E/G, k) / C(E, k))`, uniform routing.
+    pub fn moe_remote_domains_per_token(&self, domains: u64) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        if domains <= 1 {
+            return 0.0;
+        }
+        let e = moe.num_experts as f64;
+        let per = e / domains as f64;
+        let mut miss = 1.0;
+        for i in 0..moe.top_k {
+            miss *= ((e - per - i as f64) / (e - i as f64)).max(0.0);
+        }
+        (domains - 1) as f64 * (1.0 - miss)
     }
 
     /// The all-gather (dispatch) or reduce-scatter (combine) of routed tokens over the `etp`

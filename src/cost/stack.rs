@@ -218,6 +218,10 @@ pub struct Stack {
     /// (`--moe-comm-overlap`: Megatron-Core `--overlap-moe-expert-parallel-comm`, DeepSeek's
     /// DualPipe).
     pub moe_comm_overlap: bool,
+    /// Token dispatch that sends a token once per remote NVLink domain and forwards it there
+    /// over NVLink (`--moe-dispatcher deepep`: DeepEP, DeepSeek-V3's kernels) instead of one
+    /// copy per expert (`alltoall`, NCCL's all-to-all).
+    pub moe_node_dedup: bool,
 }
 
 impl Stack {
@@ -255,6 +259,7 @@ impl Default for Stack {
             overheads: Overheads::default(),
             moe_imbalance: DEFAULT_MOE_IMBALANCE,
             moe_comm_overlap: false,
+            moe_node_dedup: false,
         }
     }
 }

@@ -99,6 +99,15 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
     }
     pc.push(format!("pipeline_parallel_degree={}", par.pp));
+    if plan.model.moe.is_some() {
+        pc.push(format!("expert_parallel_degree={}", par.ep));
+        if par.etp > 1 {
+            notes.push(format!(
+                "expert tensor parallelism {} is not expressible in this torchtitan's ParallelismConfig (it has expert_parallel_degree only): experts are not tensor-parallel there",
+                par.etp
+            ));
+        }
+    }
     if par.pp > 1 {
         let class = match torch_class(plan) {
             Some(c) => c,

@@ -66,6 +66,10 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
         notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
     }
     parallelism.push(format!("pipeline_parallel_degree = {}", par.pp));
+    if plan.model.moe.is_some() {
+        parallelism.push(format!("expert_parallel_degree = {}", par.ep));
+        parallelism.push(format!("expert_tensor_parallel_degree = {}", par.etp));
+    }
     if par.pp > 1 {
         let class = match torch_class(plan) {
             Some(c) => c,
