@@ -231,3 +231,27 @@ fn moe_prediction_reports_active_parameters_and_its_layout() {
     let d = predict(&req).unwrap();
     assert_eq!((d.ep, d.etp, d.active_params), (None, None, d.params));
 }
+
+#[test]
+fn deepep_dispatch_crosses_the_fabric_once_per_remote_node() {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let mut m = small();
+    m.moe.as_mut().unwrap().num_experts = 16;
+    let stack = Stack {
+        moe_node_dedup: true,
+        ..balanced()
+    };
+    // ep = 16 over 2 nodes: a token's 2 experts miss the other node with probability
+    // C(8, 2) / C(16, 2) = 28 / 120, so it crosses the fabric 92/120 times on average.
+    let c = cm(&m, &hw, 1, 16, 16, stack);
+    let remote = 1.0 - 28.0 / 120.0;
+    assert!((c.moe_remote_domains_per_token(2) - remote).abs() < 1e-12);
+    let nic = 1024.0 * 2.0 * 1024.0 * remote / hw.nic_bytes_per_s_per_gpu(false);
+    // Every copy to another rank crosses NVLink once (directly or forwarded).
+    let nvl = 1024.0 * 2.0 * 1024.0 * 2.0 * 15.0 / 16.0 / hw.nvlink_bytes_per_s();
+    let want = nvl.max(nic) + hw.node.nic_latency_s;
+    assert!((c.moe_a2a_s() - want).abs() < 1e-12);
+    // Fewer fabric bytes than one copy per expert: 2 x 8/16 copies leave the node.
+    let plain = cm(&m, &hw, 1, 16, 16, balanced());
+    assert!(c.moe_a2a_s() < plain.moe_a2a_s());
+}
