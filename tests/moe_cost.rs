@@ -219,6 +219,13 @@ fn moe_prediction_reports_active_parameters_and_its_layout() {
     assert_eq!(p.params, m.total_params());
     assert_eq!(p.active_params, m.active_params());
     assert!(p.active_params < p.params);
+    // With ZeRO-1 the breakdown shards the experts' optimizer state over their own group (1
+    // here: ep = 8 of 8 ranks) and still adds up to the peak.
+    let mut z = req.clone();
+    z.stack.zero1 = true;
+    let pz = predict(&z).unwrap();
+    assert_eq!(pz.memory_breakdown.total(), pz.peak_memory_bytes);
+    assert!(pz.memory_breakdown.optimizer > p.memory_breakdown.optimizer / 8);
     // More expert parallelism: fewer expert weights per GPU.
     req.ep = 1;
     let p1 = predict(&req).unwrap();

@@ -23,6 +23,9 @@ pub struct StepCosts {
     pub stage_layers: Vec<u32>,
     /// Parameters held by each pipeline device (rounded up).
     pub device_params: Vec<u64>,
+    /// Of those, routed-expert parameters (mixture of experts; empty for dense models), whose
+    /// optimizer state ZeRO-1 shards over the expert data-parallel group.
+    pub device_expert_params: Vec<u64>,
 }
 
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
@@ -250,8 +253,9 @@ pub fn step_costs(
         .iter()
         .map(|&prm| ns(cm.optimizer_s(prm)))
         .collect();
+    let mut device_expert = Vec::new();
     if !stage_expert_params.is_empty() {
-        let mut device_expert = vec![0.0f64; p as usize];
+        device_expert = vec![0.0f64; p as usize];
         for (s, &e) in stage_expert_params.iter().enumerate() {
             device_expert[device_of(s as u64)] += e;
             grad_reduce_ns[s] =
@@ -296,6 +300,7 @@ pub fn step_costs(
         model_state_max_bytes,
         stage_layers,
         device_params: device_params.iter().map(|&p| p.ceil() as u64).collect(),
+        device_expert_params: device_expert.iter().map(|&p| p.ceil() as u64).collect(),
     })
 }
 
@@ -423,6 +428,29 @@ pub fn prediction_from(
         tensor_peak,
         overheads,
     );
+    // Mixture of experts: the experts' optimizer state is sharded over their own group.
+    let memory_breakdown = match step.device_expert_params.get(fullest) {
+        Some(&expert) if req.stack.zero1 => {
+            let cm_edp = cm.expert_dp();
+            let total = step.device_params.get(fullest).copied().unwrap_or(0);
+            let dense = total.saturating_sub(expert);
+            let opt = memory::OPTIMIZER_BYTES_PER_PARAM;
+            let optimizer = opt
+                .saturating_mul(dense)
+                .div_ceil((step.dp * req.cp).max(1))
+                .saturating_add(opt.saturating_mul(expert).div_ceil(cm_edp));
+            let state = memory_breakdown
+                .weights
+                .saturating_add(memory_breakdown.gradients)
+                .saturating_add(optimizer);
+            MemoryBreakdown {
+                optimizer,
+                activations: tensor_peak.saturating_sub(state),
+                ..memory_breakdown
+            }
+        }
+        _ => memory_breakdown,
+    };
     let limit = hw.gpu.memory_bytes;
     Prediction {
         step_time_s,
