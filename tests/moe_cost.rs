@@ -262,3 +262,43 @@ fn deepep_dispatch_crosses_the_fabric_once_per_remote_node() {
     let plain = cm(&m, &hw, 1, 16, 16, balanced());
     assert!(c.moe_a2a_s() < plain.moe_a2a_s());
 }
+
+#[test]
+fn each_layer_dispatches_and_combines_forward_and_backward() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // t = 1: the dense part has no tensor-parallel collectives, so the layer's in-layer
+    // communication is the MoE block's: one dispatch and one combine each way.
+    let c = cm(&m, &hw, 1, 8, 8, balanced());
+    let l = c.moe_layer();
+    let a2a = c.moe_a2a_s();
+    assert!(a2a > 0.0);
+    assert!((l.forward.tp_comm_s - 2.0 * a2a).abs() < 1e-15);
+    assert!((l.backward_input.tp_comm_s - 2.0 * a2a).abs() < 1e-15);
+    // Full recompute repeats the forward's two.
+    let mut full = c;
+    full.layout.recompute = Recompute::Full;
+    assert!((full.moe_layer().backward_input.tp_comm_s - 4.0 * a2a).abs() < 1e-15);
+    // With overlap, the all-to-alls hide under the layer's compute.
+    let mut ov = c;
+    ov.stack.moe_comm_overlap = true;
+    let lo = ov.moe_layer();
+    assert!(lo.forward.tp_comm_s < l.forward.tp_comm_s);
+    assert!((lo.forward.tp_comm_s + lo.forward.tp_hidden_s - 2.0 * a2a).abs() < 1e-15);
+}
+
+#[test]
+fn expert_tensor_parallelism_gathers_the_routed_tokens() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let mut c = cm(&m, &hw, 2, 4, 4, balanced());
+    assert_eq!(c.moe_etp_collective_s(), 0.0);
+    c.layout.etp = 2;
+    // 512 tokens x top-2 x 1024 x 2 bytes from each of the 2 etp ranks, all-gathered on
+    // NVLink: half of the 4 MiB gathered crosses the link.
+    let bytes = 512.0 * 2.0 * 1024.0 * 2.0 * 2.0;
+    let want = bytes / 2.0 / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s;
+    assert!((c.moe_etp_collective_s() - want).abs() < 1e-12);
+    // Each rank holds half of every local expert, whose GEMMs see twice the rows.
+    assert_eq!(c.expert_dp(), 1);
+    let [up, _] = c.moe_expert_gemms();
+    assert_eq!((up.m, up.n, up.batch), (1024.0, 512.0, 2.0));
+}

@@ -121,7 +121,7 @@ impl CostModel<'_> {
 
     /// The all-gather (dispatch) or reduce-scatter (combine) of routed tokens over the `etp`
     /// ranks that share an expert, on NVLink when they share a domain.
-    fn moe_etp_collective_s(&self) -> f64 {
+    pub fn moe_etp_collective_s(&self) -> f64 {
         let etp = self.etp();
         let Some(moe) = &self.model.moe else {
             return 0.0;
