@@ -15,6 +15,13 @@ use super::network::{all_gather_s, all_reduce_s, ranks_per_nvlink_domain};
 use super::stack::{CostModel, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::model::Model;
 
+/// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
+/// beside compute: DeepSeek-V3's technical report (arXiv 2412.19437, Sec. 3.2.2) dedicates 20
+/// of the H800's 132 SMs to them ("only 20 SMs are sufficient to fully utilize the bandwidths
+/// of IB and NVLink"); DeepEP's normal kernels take the same order (20-24 SMs). The compute
+/// that hides the all-to-all runs on the other 112.
+pub const MOE_COMM_SM_FRACTION: f64 = 20.0 / 132.0;
+
 /// Parameters one rank holds for a run of layers: the dense part (attention, dense or shared
 /// MLPs, router, norms; split over t) and the routed experts (split over ep and etp).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -255,11 +262,14 @@ impl CostModel<'_> {
             + lin(&down.weight_grad())
             + gemm_time_s(self.hw, &router.weight_grad());
         // With overlap (DualPipe, Megatron-Core's EP all-to-all overlap) another
-        // micro-batch's compute runs beside the all-to-all: only what outlasts it shows.
+        // micro-batch's compute runs beside the all-to-all: only what outlasts it shows, but
+        // that compute runs on the SMs the communication kernels leave it, so it takes
+        // 1 / (1 - f) as long while they run: f / (1 - f) of the hidden time is added.
         let split = |comm: f64, compute: f64| -> (f64, f64) {
             if self.stack.moe_comm_overlap {
                 let hidden = comm.min(compute);
-                (comm - hidden, hidden)
+                let slowed = hidden * MOE_COMM_SM_FRACTION / (1.0 - MOE_COMM_SM_FRACTION);
+                (comm - hidden + slowed, hidden - slowed)
             } else {
                 (comm, 0.0)
             }
