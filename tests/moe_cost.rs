@@ -302,3 +302,42 @@ fn expert_tensor_parallelism_gathers_the_routed_tokens() {
     let [up, _] = c.moe_expert_gemms();
     assert_eq!((up.m, up.n, up.batch), (1024.0, 512.0, 2.0));
 }
+
+#[test]
+fn sliding_window_layers_compute_only_their_band() {
+    let path = format!(
+        "{}/tests/data/hf/gpt-oss-120b.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let m = Model::load(&path).unwrap();
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let flash = Stack {
+        attention: pplan::cost::Attention::Flash,
+        ..balanced()
+    };
+    let full = cm(&m, &hw, 1, 8, 8, flash);
+    assert_eq!(m.uniform_window(), None);
+    let mut sliding = m.clone();
+    sliding
+        .sliding_window
+        .as_mut()
+        .unwrap()
+        .layers
+        .iter_mut()
+        .for_each(|x| *x = true);
+    assert_eq!(sliding.uniform_window(), Some(128));
+    let sw = cm(&sliding, &hw, 1, 8, 8, flash);
+    // Causal full attention computes (1 + 128/4096)/2 of the s^2 tiles; a 128-token window
+    // (128 + 128)/4096 of them.
+    let want = (256.0 / 4096.0) / ((1.0 + 128.0 / 4096.0) / 2.0);
+    let (f_full, b_full) = full.attention_core_s();
+    let (f_sw, b_sw) = sw.attention_core_s();
+    assert!((f_sw / f_full - want).abs() < 1e-12);
+    assert!((b_sw / b_full - want).abs() < 1e-12);
+    // A stage of 2 layers (one sliding, one full) costs one of each kind.
+    let kinds = full.layer_kinds();
+    let two = full.layers_block(0, 2);
+    let sum = kinds.moe_sliding.plus(kinds.moe);
+    assert!((two.forward.total_s() - sum.forward.total_s()).abs() < 1e-15);
+    assert!(kinds.moe_sliding.forward.total_s() < kinds.moe.forward.total_s());
+}

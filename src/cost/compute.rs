@@ -319,7 +319,12 @@ impl CostModel<'_> {
             }
             Attention::Flash => {
                 let s = self.model.seq_len as f64;
-                let causal = ((1.0 + FLASH_BLOCK_ROWS / s) / 2.0).min(1.0);
+                let mut causal = ((1.0 + FLASH_BLOCK_ROWS / s) / 2.0).min(1.0);
+                // A sliding-window layer (GPT-OSS): only the tiles of the band of w keys
+                // behind each query, `(w + B) / s` of them.
+                if let Some(w) = self.model.uniform_window() {
+                    causal = causal.min((w as f64 + FLASH_BLOCK_ROWS) / s);
+                }
                 let flops = (g[1].flops() + g[2].flops()) * causal;
                 let (ef, eb) = self.hw.attention_efficiency();
                 let peak = self.hw.gpu.peak_flops_per_s;

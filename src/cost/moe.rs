@@ -22,6 +22,42 @@ use crate::inputs::model::Model;
 /// that hides the all-to-all runs on the other 112.
 pub const MOE_COMM_SM_FRACTION: f64 = 20.0 / 132.0;
 
+/// One layer's costs for each kind of layer (see [`CostModel::layer_kinds`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerKinds {
+    pub dense: BlockCost,
+    pub moe: BlockCost,
+    pub dense_sliding: BlockCost,
+    pub moe_sliding: BlockCost,
+}
+
+impl LayerKinds {
+    /// Costs of layers `[first, first + n)` of `model`.
+    pub fn block(&self, model: &Model, first: usize, n: usize) -> BlockCost {
+        let mut counts = [0u64; 4];
+        for i in first..first + n {
+            let sliding = model
+                .sliding_window
+                .as_ref()
+                .is_some_and(|w| w.layers.get(i).copied().unwrap_or(false));
+            counts[model.is_moe_layer(i) as usize + 2 * sliding as usize] += 1;
+        }
+        let kinds = [self.dense, self.moe, self.dense_sliding, self.moe_sliding];
+        let mut c = BlockCost::default();
+        for (k, &count) in kinds.iter().zip(&counts) {
+            if count > 0 {
+                c = c.plus(k.scale(count as f64));
+            }
+        }
+        c
+    }
+
+    /// One layer's costs: layer `i` of `model`.
+    pub fn of(&self, model: &Model, i: usize) -> BlockCost {
+        self.block(model, i, 1)
+    }
+}
+
 /// Parameters one rank holds for a run of layers: the dense part (attention, dense or shared
 /// MLPs, router, norms; split over t) and the routed experts (split over ep and etp).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -327,17 +363,50 @@ impl CostModel<'_> {
     }
 
     /// Costs of `n` consecutive layers from layer `first`: dense layers cost [`CostModel::layer`],
-    /// MoE layers [`CostModel::moe_layer`].
+    /// MoE layers [`CostModel::moe_layer`], sliding-window layers with their window.
     pub fn layers_block(&self, first: usize, n: usize) -> BlockCost {
-        let Some(moe) = &self.model.moe else {
-            return self.layer().scale(n as f64);
+        self.layer_kinds().block(self.model, first, n)
+    }
+
+    /// The costs of each kind of layer the model has (dense or MoE, full or sliding-window
+    /// attention), each computed once.
+    pub fn layer_kinds(&self) -> LayerKinds {
+        let kind = |moe: bool, sliding: bool| -> BlockCost {
+            let mut m = self.model.clone();
+            if let Some(w) = m.sliding_window.as_mut() {
+                if sliding {
+                    w.layers.iter_mut().for_each(|x| *x = true);
+                } else {
+                    m.sliding_window = None;
+                }
+            }
+            let c = CostModel { model: &m, ..*self };
+            if moe {
+                c.moe_layer()
+            } else {
+                c.layer()
+            }
         };
-        let k = moe.count_in(first, n) as f64;
-        let mut c = self.moe_layer().scale(k);
-        if (n as f64) > k {
-            c = c.plus(self.layer().scale(n as f64 - k));
+        let has_moe = self.model.moe.is_some();
+        let has_window = self.model.sliding_window.is_some();
+        LayerKinds {
+            dense: kind(false, false),
+            moe: if has_moe {
+                kind(true, false)
+            } else {
+                BlockCost::default()
+            },
+            dense_sliding: if has_window {
+                kind(false, true)
+            } else {
+                BlockCost::default()
+            },
+            moe_sliding: if has_moe && has_window {
+                kind(true, true)
+            } else {
+                BlockCost::default()
+            },
         }
-        c
     }
 
     /// Parameters one rank holds for layers `[first, first + n)`.

@@ -763,6 +763,15 @@ impl Model {
         h * (q + kv) + q * h + (q + kv) + h
     }
 
+    /// The attention window when every layer attends within it (a per-layer-kind copy of a
+    /// model with sliding-window layers, as `cost::moe` makes them); `None` otherwise.
+    pub fn uniform_window(&self) -> Option<u64> {
+        self.sliding_window
+            .as_ref()
+            .filter(|w| w.layers.iter().all(|&x| x))
+            .map(|w| w.window)
+    }
+
     /// Whether layer `i` has a MoE block.
     pub fn is_moe_layer(&self, i: usize) -> bool {
         self.moe

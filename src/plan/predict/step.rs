@@ -110,10 +110,12 @@ pub fn step_costs(
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
     let params_embedding = (model.vocab_size * model.hidden_size) as f64 / req.tp as f64;
 
-    // Mixture of experts: one MoE layer's costs and activations, computed once.
-    let (moe_layer, moe_layer_act) = match &model.moe {
-        Some(_) => (cm.moe_layer(), cm.moe_layer_activation_bytes(layer_act)),
-        None => (BlockCost::default(), 0),
+    // Mixture of experts and sliding-window layers: each kind of layer's costs, computed
+    // once, and a MoE layer's activations.
+    let (kinds, moe_layer_act) = if model.moe.is_some() || model.sliding_window.is_some() {
+        (cm.layer_kinds(), cm.moe_layer_activation_bytes(layer_act))
+    } else {
+        (Default::default(), 0)
     };
     let mut too_big = false;
     let mut stages = Vec::with_capacity(num_stages as usize);
@@ -125,13 +127,13 @@ pub fn step_costs(
         let n = layers_of(s) as f64;
         let (mut c, mut act): (BlockCost, u64) = match prof {
             // Mixture of experts: MoE and dense layers cost differently (cost::moe).
-            None if model.moe.is_some() => {
+            None if model.moe.is_some() || model.sliding_window.is_some() => {
                 let k = model
                     .moe
                     .as_ref()
                     .map_or(0, |m| m.count_in(first_layer, layers_of(s) as usize));
                 (
-                    moe_layer.scale(k as f64).plus(layer.scale(n - k as f64)),
+                    kinds.block(model, first_layer, layers_of(s) as usize),
                     layer_act
                         .saturating_mul(layers_of(s) - k)
                         .saturating_add(moe_layer_act.saturating_mul(k)),
@@ -556,11 +558,9 @@ pub fn balance_problem(
     };
     let n = model.num_layers as usize;
     let mut compute: Vec<u64> = match prof {
-        None if model.moe.is_some() => {
-            let (dense, moe) = (fb_ns(cm.layer()), fb_ns(cm.moe_layer()));
-            (0..n)
-                .map(|i| if model.is_moe_layer(i) { moe } else { dense })
-                .collect()
+        None if model.moe.is_some() || model.sliding_window.is_some() => {
+            let kinds = cm.layer_kinds();
+            (0..n).map(|i| fb_ns(kinds.of(model, i))).collect()
         }
         None => vec![fb_ns(cm.layer()); n],
         Some(mp) => mp
