@@ -10,6 +10,11 @@
 //! `search_llama3_405b_16384_gpus_seq8192` is the beyond-3D case: `pplan search --gpus 16384
 //! --model llama3-405b --hardware h100-80gb --seq-len 8192 --attention flash`, which also
 //! enumerates context parallelism and the ZeRO stages 0-3.
+//!
+//! `search_deepseek_v3_2048_h800` is `pplan search --gpus 2048 --model deepseek-v3 --hardware
+//! h800` (the bundled defaults otherwise: B = 3072), the mixture-of-experts case whose search
+//! also enumerates ep and etp; its counts are printed the same way and its time is quoted as a
+//! ratio to the same baseline.
 
 use pplan::inputs::hardware::Hardware;
 use pplan::inputs::model::Model;
@@ -29,6 +34,14 @@ fn main() {
     eprintln!(
         "llama3-405b on 16384 h100-80gb, seq 8192, flash: {} layouts, {} candidates evaluated, {} feasible, {} simulated, {} pruned by the bound",
         o.layouts, o.evaluated, o.feasible, o.simulated, o.pruned
+    );
+    let h800 = Hardware::bundled("h800").unwrap();
+    let v3 = Model::preset("deepseek-v3").unwrap();
+    let o = search(&SearchRequest::new(&v3, &h800, 2048, 3072), None).unwrap();
+    eprintln!(
+        "deepseek-v3 search: {} layouts, {} candidates evaluated, {} rejected by memory, {} feasible, {} simulated, {} pruned by the bound, {} schedules summarised; best fits: {}",
+        o.layouts, o.evaluated, o.memory_rejected, o.feasible, o.simulated, o.pruned, o.schedules_summarised,
+        o.results.first().is_some_and(|r| r.prediction.fits)
     );
     divan::main();
 }
@@ -51,6 +64,17 @@ fn llama3_405b_request() -> (Model, Hardware, RequestFor) {
 fn search_llama3_405b_16384_gpus_seq8192(bencher: divan::Bencher) {
     let (m, hw, req) = llama3_405b_request();
     let req = req(&m, &hw);
+    let evaluated = search(&req, None).unwrap().evaluated;
+    bencher
+        .counter(divan::counter::ItemsCount::new(evaluated as usize))
+        .bench(|| search(divan::black_box(&req), None).unwrap());
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn search_deepseek_v3_2048_h800(bencher: divan::Bencher) {
+    let hw = Hardware::bundled("h800").unwrap();
+    let m = Model::preset("deepseek-v3").unwrap();
+    let req = SearchRequest::new(&m, &hw, 2048, 3072);
     let evaluated = search(&req, None).unwrap().evaluated;
     bencher
         .counter(divan::counter::ItemsCount::new(evaluated as usize))

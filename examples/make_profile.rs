@@ -53,6 +53,8 @@ fn main() {
             chunks: 1,
             sequence_parallel: false,
             recompute,
+            ep: 1,
+            etp: 1,
         },
         stack: Stack::default(),
     };

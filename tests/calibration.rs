@@ -76,6 +76,8 @@ fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, attention: Attention) -> CostM
             chunks: 1,
             sequence_parallel: true,
             recompute: Recompute::None,
+            ep: 1,
+            etp: 1,
         },
         stack: Stack {
             attention,

@@ -30,6 +30,8 @@ fn model() -> PlanModel {
         gated_mlp: true,
         untie_embeddings_and_output_weights: false,
         kv_channels: None,
+        moe: None,
+        mla: None,
     }
 }
 

@@ -49,6 +49,8 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
         chunks: 1,
         sequence_parallel: false,
         recompute: Recompute::None,
+        ep: 1,
+        etp: 1,
     };
     let cm = CostModel {
         model: &model,

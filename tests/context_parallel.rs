@@ -33,6 +33,8 @@ fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, tp: u64, cp: u64, stack: Stack
             chunks: 1,
             sequence_parallel: tp > 1,
             recompute: Recompute::None,
+            ep: 1,
+            etp: 1,
         },
         stack,
     }

@@ -76,6 +76,8 @@ fn plan(
             dp,
             cp,
             cp_comm: cp_comm.into(),
+            ep: 1,
+            etp: 1,
             micro_batch: 2,
             global_batch: 2 * m as u64 * dp,
             chunks: v as u64,

@@ -269,6 +269,8 @@ fn cost_model<'a>(model: &'a Model, hw: &'a Hardware, tp: u64, pp: u64, dp: u64)
             chunks: 1,
             sequence_parallel: false,
             recompute: Recompute::None,
+            ep: 1,
+            etp: 1,
         },
         stack: Stack::default(),
     }

@@ -86,6 +86,8 @@ fn cost_model<'a>(
             chunks: 1,
             sequence_parallel: false,
             recompute: Recompute::Full,
+            ep: 1,
+            etp: 1,
         },
         stack: Stack {
             zero,

@@ -41,6 +41,8 @@ fn main() {
             pp: p as u64,
             dp: 1,
             cp: 1,
+            ep: 1,
+            etp: 1,
             micro_batch: b as u64,
             global_batch: (b * m) as u64,
             chunks: v as u64,

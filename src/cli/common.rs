@@ -454,6 +454,18 @@ pub(crate) struct StackArgs {
     /// overlapped with the attention blocks) or all-gather (Megatron-Core --cp-comm-type).
     #[arg(long, default_value = "p2p")]
     pub(crate) cp_comm: String,
+    /// Mixture of experts: tokens on the busiest expert-parallel rank over the mean (>= 1);
+    /// scales the expert GEMMs and the all-to-all of each MoE layer.
+    #[arg(long, default_value_t = pplan::cost::stack::DEFAULT_MOE_IMBALANCE)]
+    pub(crate) moe_imbalance: f64,
+    /// Mixture of experts: overlap the token dispatch/combine all-to-alls with another
+    /// micro-batch's compute (Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) moe_comm_overlap: OnOff,
+    /// Mixture of experts: how tokens are dispatched: alltoall (NCCL, one copy per expert) or
+    /// deepep (DeepEP / DeepSeek-V3: one copy per remote node, forwarded over NVLink).
+    #[arg(long, default_value = "alltoall")]
+    pub(crate) moe_dispatcher: String,
 }
 
 impl StackArgs {
@@ -475,6 +487,26 @@ impl StackArgs {
                 .cp_comm
                 .parse()
                 .map_err(|e: String| CliError::Input(format!("--cp-comm: {e}")))?,
+            moe_imbalance: if self.moe_imbalance.is_finite()
+                && (1.0..=64.0).contains(&self.moe_imbalance)
+            {
+                self.moe_imbalance
+            } else {
+                return Err(CliError::Input(format!(
+                    "--moe-imbalance {}: valid values are 1 (perfectly balanced routing) to 64",
+                    self.moe_imbalance
+                )));
+            },
+            moe_comm_overlap: self.moe_comm_overlap == OnOff::On,
+            moe_node_dedup: match self.moe_dispatcher.as_str() {
+                "alltoall" => false,
+                "deepep" => true,
+                other => {
+                    return Err(CliError::Input(format!(
+                        "--moe-dispatcher: unknown dispatcher '{other}' (valid: alltoall, deepep)"
+                    )))
+                }
+            },
             ..stack
         })
     }

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub(crate) struct PredictArgs {
-    /// A bundled model (gpt-1.7b ... gpt-1t, gpt3-175b, llama3-8b, llama3-70b, llama3-405b) or a
-    /// Hugging Face config.json / Megatron-style JSON file.
+    /// A bundled model (gpt-1.7b ... gpt-1t, gpt3-175b, llama3-8b, llama3-70b, llama3-405b,
+    /// mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3) or a Hugging
+    /// Face config.json / Megatron-style JSON file.
     #[arg(long)]
     pub(crate) model: String,
     /// A bundled hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72) or
@@ -30,6 +31,13 @@ pub(crate) struct PredictArgs {
     /// --context-parallel-size; needs --attention flash).
     #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) cp: u64,
+    /// Expert-parallel size (mixture-of-experts models): the routed experts split over this
+    /// many ranks carved from tp x cp x dp (Megatron-Core --expert-model-parallel-size).
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub(crate) ep: u64,
+    /// Expert tensor-parallel size: 1 or --tp (Megatron-Core --expert-tensor-parallel-size).
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub(crate) etp: u64,
     /// Global batch size B in sequences.
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) global_batch: u64,
@@ -148,6 +156,8 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     req.pp = args.pp;
     req.dp = args.dp;
     req.cp = args.cp;
+    req.ep = args.ep;
+    req.etp = args.etp;
     req.global_batch = args.global_batch;
     req.micro_batch = args.micro_batch;
     req.schedule = schedule;
@@ -281,6 +291,13 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             println!("model_tflops_per_gpu {:.1}", pred.model_tflops_per_gpu);
             println!("mfu                  {:.3}", pred.mfu);
             println!("tokens_per_s         {:.0}", pred.tokens_per_s);
+            if let (Some(ep), Some(etp)) = (pred.ep, pred.etp) {
+                println!(
+                    "experts              ep={ep} etp={etp}; params {:.2}B total, {:.2}B active (MFU counts active)",
+                    pred.params as f64 / 1e9,
+                    pred.active_params as f64 / 1e9
+                );
+            }
             println!("bubble_fraction      {:.4}", pred.bubble_fraction);
             println!(
                 "peak_memory_bytes    {} ({:.1} GB of {:.1} GB)",

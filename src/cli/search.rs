@@ -42,6 +42,13 @@ pub(crate) struct PlanSearchArgs {
     /// that keeps t x cp inside an NVLink domain and splits the sequence evenly).
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) cp: Option<u64>,
+    /// Pin the expert-parallel size (mixture-of-experts models; unpinned: every size that
+    /// divides the expert count and tp x cp x dp / etp).
+    #[arg(long, value_parser = positive::<u64>)]
+    pub(crate) ep: Option<u64>,
+    /// Pin the expert tensor-parallel size (MoE models; unpinned: 1 and tp).
+    #[arg(long, value_parser = positive::<u64>)]
+    pub(crate) etp: Option<u64>,
     /// Pin the micro-batch size b.
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) micro_batch: Option<u64>,
@@ -103,6 +110,8 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         pp: args.pp,
         dp: args.dp,
         cp: args.cp,
+        ep: args.ep,
+        etp: args.etp,
         micro_batch: args.micro_batch,
         schedule: args
             .schedule
@@ -212,9 +221,18 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
             String::new()
         }
     };
+    // Expert-parallel columns only for a mixture-of-experts model.
+    let show_ep = o.results.iter().any(|r| r.prediction.ep.is_some());
+    let ep_col = |ep: &dyn std::fmt::Display, etp: &dyn std::fmt::Display| {
+        if show_ep {
+            format!(" {ep:>4} {etp:>3}")
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "{:>4} {:>4} {:>3} {:>5}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
-        "rank", "p", "t", "d", cp_col(&"cp"), "b", "m", "schedule", "v", "recompute", "SP", "ZeRO", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
+        "{:>4} {:>4} {:>3} {:>5}{}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
+        "rank", "p", "t", "d", cp_col(&"cp"), ep_col(&"ep", &"etp"), "b", "m", "schedule", "v", "recompute", "SP", "ZeRO", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
     );
     for r in &o.results {
         let p = &r.prediction;
@@ -228,12 +246,13 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
             }
         };
         println!(
-            "{:>4} {:>4} {:>3} {:>5}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
+            "{:>4} {:>4} {:>3} {:>5}{}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
             r.rank,
             p.pp,
             p.tp,
             p.dp,
             cp_col(&p.cp),
+            ep_col(&r.candidate.ep, &r.candidate.etp),
             p.micro_batch,
             p.microbatches,
             p.schedule,

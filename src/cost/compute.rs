@@ -118,6 +118,10 @@ impl Part {
             cp_hidden_s: self.cp_hidden_s + o.cp_hidden_s,
         }
     }
+    /// The two parts run one after the other.
+    pub fn plus(self, o: Part) -> Part {
+        self.add(o)
+    }
     fn scale(self, x: f64) -> Part {
         Part {
             gemm_s: self.gemm_s * x,
@@ -165,6 +169,9 @@ impl CostModel<'_> {
     /// QKV, attention scores, attention over values, output projection, MLP in, MLP out.
     pub fn layer_gemms(&self) -> [Gemm; 6] {
         let (b, s, h, a, f, t, dh) = self.dims();
+        if let Some(mla) = &self.model.mla {
+            return self.mla_layer_gemms(mla, f);
+        }
         // With context parallelism a rank's s / cp queries attend to the whole sequence.
         let s_kv = self.model.seq_len as f64;
         let kv = self.model.num_kv_heads as f64;
@@ -177,6 +184,29 @@ impl CostModel<'_> {
             g(s, s_kv, dh, b * a / t),
             g(s, dh, s_kv, b * a / t),
             g(b * s, h, q / t, 1.0),
+            g(b * s, mlp_in / t, h, 1.0),
+            g(b * s, h, f / t, 1.0),
+        ]
+    }
+
+    /// [`CostModel::layer_gemms`] with multi-head latent attention (DeepSeek-V2/V3): the four
+    /// projections into queries, the key/value latent and back up to keys and values are one
+    /// GEMM of `K = h` whose width gives their FLOPs exactly (`2 b s` per parameter); scores
+    /// over `qk_nope + qk_rope` head dimensions, values of `v_head_dim`, output projection from
+    /// `a v_head_dim`.
+    fn mla_layer_gemms(&self, mla: &crate::inputs::moe::Mla, f: f64) -> [Gemm; 6] {
+        let (b, s, h, a, _, t, _) = self.dims();
+        let s_kv = self.model.seq_len as f64;
+        let (dqk, dv) = (mla.qk_head_dim() as f64, mla.v_head_dim as f64);
+        let o = a * dv * h;
+        let proj = mla.params(self.model.hidden_size, self.model.num_heads) as f64 - o;
+        let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
+        let g = |m, n, k, batch| Gemm { m, n, k, batch };
+        [
+            g(b * s, proj / h / t, h, 1.0),
+            g(s, s_kv, dqk, b * a / t),
+            g(s, dv, s_kv, b * a / t),
+            g(b * s, h, a * dv / t, 1.0),
             g(b * s, mlp_in / t, h, 1.0),
             g(b * s, h, f / t, 1.0),
         ]
@@ -289,7 +319,12 @@ impl CostModel<'_> {
             }
             Attention::Flash => {
                 let s = self.model.seq_len as f64;
-                let causal = ((1.0 + FLASH_BLOCK_ROWS / s) / 2.0).min(1.0);
+                let mut causal = ((1.0 + FLASH_BLOCK_ROWS / s) / 2.0).min(1.0);
+                // A sliding-window layer (GPT-OSS): only the tiles of the band of w keys
+                // behind each query, `(w + B) / s` of them.
+                if let Some(w) = self.model.uniform_window() {
+                    causal = causal.min((w as f64 + FLASH_BLOCK_ROWS) / s);
+                }
                 let flops = (g[1].flops() + g[2].flops()) * causal;
                 let (ef, eb) = self.hw.attention_efficiency();
                 let peak = self.hw.gpu.peak_flops_per_s;
@@ -700,6 +735,8 @@ mod tests {
                 chunks: 1,
                 sequence_parallel: false,
                 recompute: Recompute::Full,
+                ep: 1,
+                etp: 1,
             },
             stack: Stack::default(),
         }

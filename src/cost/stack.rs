@@ -210,6 +210,11 @@ pub struct Layout {
     pub chunks: u64,
     pub sequence_parallel: bool,
     pub recompute: Recompute,
+    /// Expert-parallel size (mixture of experts): the routed experts split over `ep` ranks
+    /// carved from the t x cp x d ranks (Megatron-Core); 1 for dense models.
+    pub ep: u64,
+    /// Expert tensor-parallel size: each expert's FFN split over `etp` ranks; 1 for dense.
+    pub etp: u64,
 }
 
 /// The training stack: implementation choices of the framework that runs the step. The
@@ -265,6 +270,17 @@ pub struct Stack {
     pub rank_order: RankOrder,
     /// Memory beyond the tensors (CUDA context, NCCL, workspaces, allocator reserve).
     pub overheads: Overheads,
+    /// Tokens on the busiest expert-parallel rank over the mean (`--moe-imbalance`): scales
+    /// the expert GEMMs and the all-to-all of a MoE layer (docs/cost-model.md).
+    pub moe_imbalance: f64,
+    /// Token dispatch/combine all-to-alls overlapped with another micro-batch's compute
+    /// (`--moe-comm-overlap`: Megatron-Core `--overlap-moe-expert-parallel-comm`, DeepSeek's
+    /// DualPipe).
+    pub moe_comm_overlap: bool,
+    /// Token dispatch that sends a token once per remote NVLink domain and forwards it there
+    /// over NVLink (`--moe-dispatcher deepep`: DeepEP, DeepSeek-V3's kernels) instead of one
+    /// copy per expert (`alltoall`, NCCL's all-to-all).
+    pub moe_node_dedup: bool,
 }
 
 impl Stack {
@@ -301,9 +317,17 @@ impl Default for Stack {
             optimizer_bytes_per_param: 32.0,
             rank_order: RankOrder::TensorDataPipeline,
             overheads: Overheads::default(),
+            moe_imbalance: DEFAULT_MOE_IMBALANCE,
+            moe_comm_overlap: false,
+            moe_node_dedup: false,
         }
     }
 }
+
+/// Default `--moe-imbalance`: the training capacity factor of Switch Transformer (Fedus et al.
+/// 2022, JMLR, Sec. 2.2 and the capacity-factor tables: 1.25), i.e. the busiest expert-parallel
+/// rank taking 25 % more than its share of the routed tokens (docs/cost-model.md).
+pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
 
 /// Bytes per parameter per micro-batch that a fused weight-gradient GEMM moves in its
 /// epilogue: read and write the fp32 main gradient.

@@ -7,6 +7,8 @@
 pub mod hardware;
 pub mod json_path;
 pub mod model;
+pub mod moe;
+pub mod moe_presets;
 pub mod profile;
 
 pub use hardware::Hardware;

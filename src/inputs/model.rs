@@ -18,15 +18,18 @@
 //!   class: false for Llama, Mistral, Qwen2/3 and Phi-3 (their classes override it), true
 //!   otherwise (`PretrainedConfig`'s default; Gemma).
 //! - Mixture-of-experts keys (`num_local_experts`, `num_experts`, `n_routed_experts`,
-//!   `moe_intermediate_size`, ...), multi-latent attention (`q_lora_rank`, `kv_lora_rank`) and
-//!   hybrid or state-space layers (`layer_types` with a mamba or linear-attention layer,
-//!   `ssm_cfg`, `hybrid_override_pattern`, `mamba_*`, `ssm_*` keys) are refused with the key
-//!   named: pplan models dense transformers only, and a silently dense model would be wrong.
+//!   `moe_intermediate_size`, ...), multi-head latent attention (`kv_lora_rank`, ...) and
+//!   sliding-window layers are read by `inputs::moe`. Hybrid or state-space layers
+//!   (`layer_types` with a mamba or linear-attention layer, `ssm_cfg`,
+//!   `hybrid_override_pattern`, `mamba_*`, `ssm_*` keys) and MoE families whose config pplan
+//!   does not read (DBRX, Arctic, Grok-1) are refused with the key named: a silently dense
+//!   model would be wrong.
 //! - The training sequence length is not in a `config.json` (`max_position_embeddings` is the
 //!   longest context the positions support, 131,072 for Llama 3.1). Without `--seq-len` it is
 //!   [`DEFAULT_SEQ_LEN`] (4096), or `max_position_embeddings` when that is smaller, and
 //!   [`Model::seq_len_defaulted`] says so, so that the CLI can print it.
 
+use super::moe::{self, FieldError, Mla, Moe, SlidingWindow};
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +53,12 @@ pub struct Model {
     /// `seq_len` is [`DEFAULT_SEQ_LEN`] (capped by `max_position_embeddings`) because the file
     /// has no training sequence length (a Hugging Face config.json).
     pub seq_len_defaulted: bool,
+    /// Mixture-of-experts MLPs (None: every layer's MLP is dense, `ffn_hidden_size` wide).
+    pub moe: Option<Moe>,
+    /// Multi-head latent attention (DeepSeek-V2/V3) instead of multi-/grouped-query attention.
+    pub mla: Option<Mla>,
+    /// Sliding-window attention on some layers (GPT-OSS).
+    pub sliding_window: Option<SlidingWindow>,
 }
 
 /// The training sequence length of a Hugging Face config.json when `--seq-len` is not given
@@ -121,23 +130,6 @@ const UNGATED_FAMILIES: [&str; 11] = [
 /// `model_type`s whose config class defaults `tie_word_embeddings` to false.
 const UNTIED_BY_DEFAULT: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "phi3", "starcoder2"];
 
-/// Keys whose positive value means a mixture-of-experts model.
-const MOE_KEYS: [&str; 10] = [
-    "num_local_experts",
-    "num_experts",
-    "n_routed_experts",
-    "moe_num_experts",
-    "num_experts_per_tok",
-    "moe_intermediate_size",
-    "n_shared_experts",
-    "moe_layer_freq",
-    "moe_ffn_hidden_size",
-    "moe_router_topk",
-];
-
-/// Keys of multi-latent attention (DeepSeek-V2/V3), which changes every attention matrix.
-const MLA_KEYS: [&str; 3] = ["q_lora_rank", "kv_lora_rank", "multi_latent_attention"];
-
 /// Keys of hybrid state-space models (Jamba, Zamba, Nemotron-H, Falcon-H1, Mamba).
 const HYBRID_KEYS: [&str; 5] = [
     "ssm_cfg",
@@ -194,6 +186,14 @@ pub enum ModelError {
     },
     #[error("--model: {0}")]
     Inconsistent(String),
+    /// A mixture-of-experts, latent-attention or sliding-window field with a bad value.
+    #[error("--model: '{path}': field '{field}' must be {expected} (got {got})")]
+    BadMoeField {
+        path: String,
+        field: String,
+        expected: &'static str,
+        got: String,
+    },
 }
 
 /// (name, layers, hidden, heads, kv heads, ffn, vocab, seq, gated, tied)
@@ -337,7 +337,11 @@ pub const PRESETS: [Preset; 14] = [
 ];
 
 pub fn preset_names() -> Vec<&'static str> {
-    PRESETS.iter().map(|p| p.0).collect()
+    PRESETS
+        .iter()
+        .map(|p| p.0)
+        .chain(super::moe_presets::MOE_PRESET_NAMES)
+        .collect()
 }
 
 fn get_u64(
@@ -433,6 +437,15 @@ fn is_set(x: &Value) -> bool {
     }
 }
 
+fn field_error(path: &str, e: FieldError) -> ModelError {
+    ModelError::BadMoeField {
+        path: path.to_string(),
+        field: e.field,
+        expected: e.expected,
+        got: e.got,
+    }
+}
+
 /// Refuse a config that describes an architecture pplan would otherwise count as dense.
 fn refuse_unmodelled(v: &Value, path: &str) -> Result<(), ModelError> {
     let refuse = |key: &str, value: &Value, what: &'static str| ModelError::Unsupported {
@@ -444,20 +457,6 @@ fn refuse_unmodelled(v: &Value, path: &str) -> Result<(), ModelError> {
     let Some(obj) = v.as_object() else {
         return Ok(());
     };
-    for key in MOE_KEYS {
-        if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
-            return Err(refuse(
-                key,
-                x,
-                "a mixture-of-experts model (MoE is not modelled yet)",
-            ));
-        }
-    }
-    for key in MLA_KEYS {
-        if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
-            return Err(refuse(key, x, "multi-latent attention"));
-        }
-    }
     for key in HYBRID_KEYS {
         if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
             return Err(refuse(key, x, "a hybrid state-space (Mamba) model"));
@@ -492,16 +491,8 @@ fn refuse_unmodelled(v: &Value, path: &str) -> Result<(), ModelError> {
         }
     }
     if let Some(t) = obj.get("model_type").and_then(Value::as_str) {
-        let moe = t.contains("moe")
-            || [
-                "mixtral",
-                "deepseek_v2",
-                "deepseek_v3",
-                "dbrx",
-                "arctic",
-                "grok-1",
-            ]
-            .contains(&t);
+        // MoE families whose experts are not under keys pplan reads.
+        let moe = ["dbrx", "arctic", "grok-1"].contains(&t);
         let ssm = [
             "mamba",
             "mamba2",
@@ -518,7 +509,7 @@ fn refuse_unmodelled(v: &Value, path: &str) -> Result<(), ModelError> {
             return Err(refuse(
                 "model_type",
                 &obj["model_type"],
-                "a mixture-of-experts model (MoE is not modelled yet)",
+                "a mixture-of-experts family whose config layout pplan does not read (it reads Mixtral, Qwen-MoE, DeepSeek-V2/V3 and GPT-OSS configs)",
             ));
         }
         if ssm {
@@ -550,6 +541,28 @@ impl Model {
                 tied_embeddings: tied,
                 attention_head_dim: None,
                 seq_len_defaulted: false,
+                moe: None,
+                mla: None,
+                sliding_window: None,
+            })
+            .or_else(|| {
+                super::moe_presets::moe_preset(name).map(|p| Model {
+                    name: p.name.to_string(),
+                    num_layers: p.layers,
+                    hidden_size: p.hidden,
+                    num_heads: p.heads,
+                    num_kv_heads: p.kv_heads,
+                    ffn_hidden_size: p.ffn,
+                    vocab_size: p.vocab,
+                    seq_len: p.seq,
+                    gated_mlp: true,
+                    tied_embeddings: false,
+                    attention_head_dim: p.head_dim,
+                    seq_len_defaulted: false,
+                    moe: Some(p.moe),
+                    mla: p.mla,
+                    sliding_window: None,
+                })
             })
     }
 
@@ -634,6 +647,10 @@ impl Model {
                 tied_embeddings,
                 attention_head_dim: get_opt_u64(&v, "head_dim", path)?,
                 seq_len_defaulted: true,
+                moe: moe::moe_from_hf(&v, num_layers).map_err(|e| field_error(path, e))?,
+                mla: moe::mla_from_hf(&v).map_err(|e| field_error(path, e))?,
+                sliding_window: moe::sliding_from_hf(&v, num_layers)
+                    .map_err(|e| field_error(path, e))?,
             }
         } else if v.get("num_layers").is_some() {
             refuse_unmodelled(&v, path)?;
@@ -654,6 +671,14 @@ impl Model {
                     .unwrap_or(false),
                 attention_head_dim: get_opt_u64(&v, "kv_channels", path)?,
                 seq_len_defaulted: false,
+                moe: moe::moe_from_megatron(
+                    &v,
+                    num_layers,
+                    get_u64(&v, "ffn_hidden_size", path, f)?,
+                )
+                .map_err(|e| field_error(path, e))?,
+                mla: moe::mla_from_megatron(&v).map_err(|e| field_error(path, e))?,
+                sliding_window: None,
             }
         } else {
             return Err(ModelError::UnknownFormat {
@@ -693,6 +718,12 @@ impl Model {
                 1 << 22,
             ),
         ];
+        if let Some(m) = &self.moe {
+            m.check(self.num_layers).map_err(ModelError::Inconsistent)?;
+        }
+        if let Some(a) = &self.mla {
+            a.check().map_err(ModelError::Inconsistent)?;
+        }
         for (what, v, max) in limits {
             if v == 0 || v > max {
                 return Err(ModelError::Inconsistent(format!(
@@ -711,14 +742,79 @@ impl Model {
 
     /// Parameters of one transformer layer: attention (Q and O are heads x head_dim wide, K and
     /// V key/value heads x head_dim), MLP (2 or 3 matrices), biases and two layer norms.
+    /// With multi-head latent attention the attention part is [`Mla::params`]. For a MoE
+    /// model this is a dense layer (its MLP `ffn_hidden_size` wide); see
+    /// [`Model::layer_params`].
     pub fn params_per_layer(&self) -> u64 {
         let h = self.hidden_size;
-        let q = self.num_heads * self.head_dim();
-        let kv = 2 * self.num_kv_heads * self.head_dim();
-        let attn = h * (q + kv) + q * h + (q + kv) + h;
         let mlp_mats = if self.gated_mlp { 3 } else { 2 };
         let mlp = mlp_mats * h * self.ffn_hidden_size + self.ffn_hidden_size + h;
-        attn + mlp + 4 * h
+        self.attention_params() + mlp + 4 * h
+    }
+
+    /// Attention parameters of one layer (with biases, as counted since the first release).
+    pub fn attention_params(&self) -> u64 {
+        let h = self.hidden_size;
+        if let Some(mla) = &self.mla {
+            return mla.params(h, self.num_heads);
+        }
+        let q = self.num_heads * self.head_dim();
+        let kv = 2 * self.num_kv_heads * self.head_dim();
+        h * (q + kv) + q * h + (q + kv) + h
+    }
+
+    /// The attention window when every layer attends within it (a per-layer-kind copy of a
+    /// model with sliding-window layers, as `cost::moe` makes them); `None` otherwise.
+    pub fn uniform_window(&self) -> Option<u64> {
+        self.sliding_window
+            .as_ref()
+            .filter(|w| w.layers.iter().all(|&x| x))
+            .map(|w| w.window)
+    }
+
+    /// Whether layer `i` has a MoE block.
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        self.moe
+            .as_ref()
+            .is_some_and(|m| m.layers.get(i).copied().unwrap_or(false))
+    }
+
+    /// Parameters of layer `i`: [`Model::params_per_layer`] for a dense layer; attention, the
+    /// experts, shared experts, router and norms for a MoE layer.
+    pub fn layer_params(&self, i: usize) -> u64 {
+        match &self.moe {
+            Some(m) if self.is_moe_layer(i) => {
+                self.attention_params()
+                    + m.layer_params(self.hidden_size, self.gated_mlp)
+                    + 4 * self.hidden_size
+            }
+            _ => self.params_per_layer(),
+        }
+    }
+
+    /// Parameters of layer `i` one token uses (its top-k experts only).
+    pub fn layer_active_params(&self, i: usize) -> u64 {
+        match &self.moe {
+            Some(m) if self.is_moe_layer(i) => {
+                self.attention_params()
+                    + m.layer_active_params(self.hidden_size, self.gated_mlp)
+                    + 4 * self.hidden_size
+            }
+            _ => self.params_per_layer(),
+        }
+    }
+
+    /// Parameters one token uses: every dense weight, the top-k experts of each MoE layer,
+    /// and both embeddings (the convention of the Mixtral, Qwen3 and DeepSeek-V3 reports;
+    /// equal to [`Model::total_params`] for a dense model).
+    pub fn active_params(&self) -> u64 {
+        if self.moe.is_none() {
+            return self.total_params();
+        }
+        (0..self.num_layers as usize)
+            .map(|i| self.layer_active_params(i))
+            .sum::<u64>()
+            + self.embedding_params()
     }
 
     /// Embedding parameters (input, and output unless tied).
@@ -732,7 +828,13 @@ impl Model {
     }
 
     pub fn total_params(&self) -> u64 {
-        self.num_layers as u64 * self.params_per_layer() + self.embedding_params()
+        if self.moe.is_none() {
+            return self.num_layers as u64 * self.params_per_layer() + self.embedding_params();
+        }
+        (0..self.num_layers as usize)
+            .map(|i| self.layer_params(i))
+            .sum::<u64>()
+            + self.embedding_params()
     }
 }
 
@@ -856,11 +958,6 @@ mod tests {
     #[test]
     fn unmodelled_architectures_are_refused_with_the_key() {
         for (extra, key) in [
-            (r#", "num_local_experts": 8"#, "num_local_experts"),
-            (r#", "num_experts": 128"#, "num_experts"),
-            (r#", "n_routed_experts": 256"#, "n_routed_experts"),
-            (r#", "moe_intermediate_size": 768"#, "moe_intermediate_size"),
-            (r#", "kv_lora_rank": 512"#, "kv_lora_rank"),
             (r#", "ssm_cfg": {"d_state": 16}"#, "ssm_cfg"),
             (
                 r#", "hybrid_override_pattern": "M-M*""#,
@@ -871,24 +968,16 @@ mod tests {
                 r#", "layer_types": ["full_attention", "mamba"]"#,
                 "layer_types",
             ),
-            (r#", "model_type": "mixtral""#, "model_type"),
+            (r#", "model_type": "dbrx""#, "model_type"),
         ] {
             let e = hf(extra).unwrap_err().to_string();
-            assert!(
-                e.contains(&format!("'{key}'")) && e.contains("not model"),
-                "{e}"
-            );
+            assert!(e.contains(&format!("'{key}'")) && e.contains("not"), "{e}");
         }
-        assert!(hf(r#", "num_local_experts": 8"#)
-            .unwrap_err()
-            .to_string()
-            .contains("MoE is not modelled yet"));
         // Zero or null expert counts and attention-only layer types stay dense.
-        hf(r#", "num_experts": 0, "moe_intermediate_size": null"#).unwrap();
+        assert!(hf(r#", "num_experts": 0, "moe_intermediate_size": null"#)
+            .unwrap()
+            .moe
+            .is_none());
         hf(r#", "layer_types": ["sliding_attention", "full_attention"]"#).unwrap();
-        let meg = r#"{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-            "ffn_hidden_size": 128, "seq_length": 128, "vocab_size": 100, "num_experts": 8}"#;
-        let e = Model::from_json(meg, "m.json").unwrap_err().to_string();
-        assert!(e.contains("'num_experts'"), "{e}");
     }
 }

@@ -51,6 +51,10 @@ pub struct MegatronPlan {
     pub overlap_grad_reduce: bool,
     pub overlap_param_gather: bool,
     pub bf16: bool,
+    /// `--expert-model-parallel-size` (1 when absent).
+    pub ep: u64,
+    /// `--expert-tensor-parallel-size` (1 when absent).
+    pub etp: u64,
     /// Flags read but not used by pplan, in order of first appearance.
     pub ignored: Vec<String>,
 }
@@ -243,6 +247,19 @@ const USED: &[&str] = &[
     "--overlap-grad-reduce",
     "--overlap-param-gather",
     "--bf16",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq",
+    "--multi-latent-attention",
+    "--q-lora-rank",
+    "--kv-lora-rank",
+    "--qk-head-dim",
+    "--qk-pos-emb-head-dim",
+    "--v-head-dim",
 ];
 
 /// Transformer layers per stage of a Megatron-LM layout string (`Et|t*3|(t|)*2tL`: the
@@ -497,7 +514,21 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         tied_embeddings: !flags.has("--untie-embeddings-and-output-weights"),
         attention_head_dim: head_dim,
         seq_len_defaulted: false,
+        moe: None,
+        mla: None,
+        sliding_window: None,
     };
+    let mut model = model;
+    model.moe = moe_from_flags(&flags, model.num_layers, model.ffn_hidden_size)?;
+    if flags.has("--multi-latent-attention") {
+        model.mla = Some(crate::inputs::moe::Mla {
+            q_lora_rank: flags.num("--q-lora-rank")?.unwrap_or(0),
+            kv_lora_rank: flags.num("--kv-lora-rank")?.unwrap_or(32),
+            qk_nope_head_dim: flags.num("--qk-head-dim")?.unwrap_or(128),
+            qk_rope_head_dim: flags.num("--qk-pos-emb-head-dim")?.unwrap_or(64),
+            v_head_dim: flags.num("--v-head-dim")?.unwrap_or(128),
+        });
+    }
     model
         .check()
         .map_err(|e| flags.bad("model", &model.name, &e.to_string()))?;
@@ -544,8 +575,60 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         overlap_grad_reduce: flags.has("--overlap-grad-reduce"),
         overlap_param_gather: flags.has("--overlap-param-gather"),
         bf16: flags.has("--bf16"),
+        ep: flags.num("--expert-model-parallel-size")?.unwrap_or(1),
+        etp: flags.num("--expert-tensor-parallel-size")?.unwrap_or(1),
         ignored,
     })
+}
+
+/// The experts of `--num-experts` with Megatron-LM's defaults: `--moe-router-topk` 2,
+/// `--moe-ffn-hidden-size` the dense FFN size, `--moe-layer-freq` 1 (an integer N: every N-th
+/// layer from layer 0; or a 0/1 list `[1,0,...]`, one entry per layer).
+fn moe_from_flags(
+    flags: &Flags,
+    layers: u32,
+    ffn: u64,
+) -> Result<Option<crate::inputs::moe::Moe>, MegatronArgsError> {
+    let Some(num_experts) = flags.num("--num-experts")? else {
+        return Ok(None);
+    };
+    let n = layers as usize;
+    let freq = flags.str("--moe-layer-freq").unwrap_or("1");
+    let layers_pattern: Vec<bool> =
+        if let Ok(f) = freq.parse::<u64>() {
+            (0..n).map(|i| f > 0 && i as u64 % f == 0).collect()
+        } else {
+            let inner = freq
+                .trim()
+                .strip_prefix('[')
+                .and_then(|x| x.strip_suffix(']'))
+                .unwrap_or("x");
+            let bits: Option<Vec<bool>> = inner
+                .split(',')
+                .map(|b| match b.trim() {
+                    "0" => Some(false),
+                    "1" => Some(true),
+                    _ => None,
+                })
+                .collect();
+            match bits {
+                Some(b) if b.len() == n => b,
+                _ => return Err(flags.bad(
+                    "--moe-layer-freq",
+                    freq,
+                    "a positive integer or a 0/1 list with one entry per layer, such as [0,1,1,1]",
+                )),
+            }
+        };
+    Ok(Some(crate::inputs::moe::Moe {
+        num_experts,
+        top_k: flags.num("--moe-router-topk")?.unwrap_or(2),
+        expert_ffn: flags.num("--moe-ffn-hidden-size")?.unwrap_or(ffn),
+        shared_ffn: flags
+            .num("--moe-shared-expert-intermediate-size")?
+            .unwrap_or(0),
+        layers: layers_pattern,
+    }))
 }
 
 #[cfg(test)]

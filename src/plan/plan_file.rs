@@ -72,6 +72,38 @@ pub struct PlanModel {
     /// `--kv-channels`). Omitted otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_channels: Option<u64>,
+    /// Mixture of experts, in Megatron-LM's argument names (omitted for dense models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<PlanMoe>,
+    /// Multi-head latent attention, in Megatron-LM's argument names (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<PlanMla>,
+}
+
+/// The experts of a mixture-of-experts plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanMoe {
+    pub num_experts: u64,
+    pub moe_router_topk: u64,
+    pub moe_ffn_hidden_size: u64,
+    /// 0: no shared experts.
+    #[serde(default)]
+    pub moe_shared_expert_intermediate_size: u64,
+    /// One 0/1 entry per layer: 1 where the layer's MLP is a MoE block.
+    pub moe_layer_pattern: Vec<u8>,
+}
+
+/// Multi-head latent attention dimensions (Megatron-LM's names: `qk_head_dim` is the
+/// non-rotary part, `qk_pos_emb_head_dim` the rotary part; `q_lora_rank` 0 is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanMla {
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_head_dim: u64,
+    pub qk_pos_emb_head_dim: u64,
+    pub v_head_dim: u64,
 }
 
 /// The parallel layout.
@@ -92,6 +124,12 @@ pub struct Parallelism {
         skip_serializing_if = "is_default_cp_comm"
     )]
     pub cp_comm: String,
+    /// Expert-parallel size (mixture of experts; omitted when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ep: u64,
+    /// Expert tensor-parallel size (omitted when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub etp: u64,
     /// Sequences per micro-batch (b).
     pub micro_batch: u64,
     /// Sequences per optimizer step over all data-parallel replicas (B).
@@ -145,6 +183,8 @@ impl Parallelism {
             dp: 0,
             cp: 1,
             cp_comm: default_cp_comm(),
+            ep: 1,
+            etp: 1,
             micro_batch: 0,
             global_batch: 0,
             chunks: 0,
@@ -301,6 +341,20 @@ impl PlanModel {
             gated_mlp: m.gated_mlp,
             untie_embeddings_and_output_weights: !m.tied_embeddings,
             kv_channels: m.attention_head_dim,
+            moe: m.moe.as_ref().map(|x| PlanMoe {
+                num_experts: x.num_experts,
+                moe_router_topk: x.top_k,
+                moe_ffn_hidden_size: x.expert_ffn,
+                moe_shared_expert_intermediate_size: x.shared_ffn,
+                moe_layer_pattern: x.layers.iter().map(|&b| b as u8).collect(),
+            }),
+            mla: m.mla.map(|a| PlanMla {
+                q_lora_rank: a.q_lora_rank,
+                kv_lora_rank: a.kv_lora_rank,
+                qk_head_dim: a.qk_nope_head_dim,
+                qk_pos_emb_head_dim: a.qk_rope_head_dim,
+                v_head_dim: a.v_head_dim,
+            }),
         }
     }
 
@@ -320,6 +374,21 @@ impl PlanModel {
             tied_embeddings: !self.untie_embeddings_and_output_weights,
             attention_head_dim: self.kv_channels,
             seq_len_defaulted: false,
+            moe: self.moe.as_ref().map(|x| crate::inputs::moe::Moe {
+                num_experts: x.num_experts,
+                top_k: x.moe_router_topk,
+                expert_ffn: x.moe_ffn_hidden_size,
+                shared_ffn: x.moe_shared_expert_intermediate_size,
+                layers: x.moe_layer_pattern.iter().map(|&b| b != 0).collect(),
+            }),
+            mla: self.mla.map(|a| crate::inputs::moe::Mla {
+                q_lora_rank: a.q_lora_rank,
+                kv_lora_rank: a.kv_lora_rank,
+                qk_rope_head_dim: a.qk_pos_emb_head_dim,
+                qk_nope_head_dim: a.qk_head_dim,
+                v_head_dim: a.v_head_dim,
+            }),
+            sliding_window: None,
         }
     }
 }
@@ -394,6 +463,8 @@ pub fn plan_from_prediction(
             cp: pred.cp,
             // The prediction does not record the exchange; the caller sets it from the stack.
             cp_comm: default_cp_comm(),
+            ep: pred.ep.unwrap_or(1),
+            etp: pred.etp.unwrap_or(1),
             micro_batch: pred.micro_batch,
             global_batch: pred.global_batch,
             chunks: schedule.chunks() as u64,
@@ -774,6 +845,8 @@ mod tests {
                 pp: 2,
                 dp: 1,
                 cp: 1,
+                ep: 1,
+                etp: 1,
                 micro_batch: 1,
                 global_batch: 4,
                 chunks: 1,

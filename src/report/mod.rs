@@ -6,6 +6,7 @@
 
 pub mod compare;
 pub mod gantt;
+pub mod moe_modelzoo;
 pub mod nemo;
 pub mod torchtitan;
 pub mod trace;

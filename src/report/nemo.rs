@@ -152,6 +152,9 @@ impl NemoModel {
             tied_embeddings: !self.untie_embeddings_and_output_weights,
             attention_head_dim: None,
             seq_len_defaulted: false,
+            moe: None,
+            mla: None,
+            sliding_window: None,
         };
         m.check()?;
         Ok(m)
@@ -242,6 +245,8 @@ pub fn model_flops_per_token(model: &Model, hw: &Hardware) -> f64 {
             chunks: 1,
             sequence_parallel: false,
             recompute: Recompute::None,
+            ep: 1,
+            etp: 1,
         },
         stack: Stack::default(),
     };

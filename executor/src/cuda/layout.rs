@@ -256,6 +256,8 @@ pub(crate) mod tests_support {
                 gated_mlp: false,
                 untie_embeddings_and_output_weights: false,
                 kv_channels: None,
+                moe: None,
+                mla: None,
             },
             hardware: "h100-80gb".into(),
             parallelism: Parallelism {
@@ -264,6 +266,8 @@ pub(crate) mod tests_support {
                 pp: p as u64,
                 dp: 1,
                 cp: 1,
+                ep: 1,
+                etp: 1,
                 micro_batch: 2,
                 global_batch: 2 * m as u64,
                 chunks: (stages / p) as u64,

@@ -24,6 +24,8 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         gated_mlp: false,
         untie_embeddings_and_output_weights: false,
         kv_channels: None,
+        moe: None,
+        mla: None,
     }
 }
 
@@ -46,6 +48,8 @@ pub fn plan_with(name: ScheduleName, params: GenParams, layers: u32) -> Plan {
             pp: p as u64,
             dp: 1,
             cp: 1,
+            ep: 1,
+            etp: 1,
             micro_batch: 2,
             global_batch: 2 * params.microbatches as u64,
             chunks: v as u64,

@@ -87,6 +87,11 @@ pub fn megatron(plan: &Plan) -> Emitted {
             flag("--cp-comm-type", Some("allgather".into()));
         }
     }
+    // Mixture of experts: expert parallelism carved from tp x cp x dp, as pplan costs it.
+    if m.moe.is_some() {
+        flag("--expert-model-parallel-size", val(par.ep));
+        flag("--expert-tensor-parallel-size", val(par.etp));
+    }
     let counts: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
     if plan.schedule.placement != "loop" {
         notes.push(format!(
@@ -176,6 +181,40 @@ pub fn megatron(plan: &Plan) -> Emitted {
     }
     if m.untie_embeddings_and_output_weights {
         flag("--untie-embeddings-and-output-weights", None);
+    }
+    if let Some(moe) = &m.moe {
+        flag("--num-experts", val(moe.num_experts));
+        flag("--moe-router-topk", val(moe.moe_router_topk));
+        flag("--moe-ffn-hidden-size", val(moe.moe_ffn_hidden_size));
+        if moe.moe_shared_expert_intermediate_size > 0 {
+            flag(
+                "--moe-shared-expert-intermediate-size",
+                val(moe.moe_shared_expert_intermediate_size),
+            );
+        }
+        let pattern = crate::inputs::moe::Moe {
+            num_experts: moe.num_experts,
+            top_k: moe.moe_router_topk,
+            expert_ffn: moe.moe_ffn_hidden_size,
+            shared_ffn: moe.moe_shared_expert_intermediate_size,
+            layers: moe.moe_layer_pattern.iter().map(|&b| b != 0).collect(),
+        };
+        flag("--moe-layer-freq", Some(pattern.megatron_layer_freq()));
+        flag("--moe-grouped-gemm", None);
+        flag("--moe-token-dispatcher-type", Some("alltoall".into()));
+        assumed.push(
+            "the experts run as grouped GEMMs with the all-to-all token dispatcher (pplan's cost model); router load balancing, aux-loss coefficient and capacity are left at Megatron-LM's defaults",
+        );
+    }
+    if let Some(a) = &m.mla {
+        flag("--multi-latent-attention", None);
+        if a.q_lora_rank > 0 {
+            flag("--q-lora-rank", val(a.q_lora_rank));
+        }
+        flag("--kv-lora-rank", val(a.kv_lora_rank));
+        flag("--qk-head-dim", val(a.qk_head_dim));
+        flag("--qk-pos-emb-head-dim", val(a.qk_pos_emb_head_dim));
+        flag("--v-head-dim", val(a.v_head_dim));
     }
     // The model's vocabulary exactly, whatever the tokenizer's (which must not be larger):
     // without it Megatron-LM pads the tokenizer's size to a multiple of 128 x tp.
@@ -348,6 +387,8 @@ mod tests {
                 dp: 1,
                 cp: 1,
                 cp_comm: "p2p".into(),
+                ep: 1,
+                etp: 1,
                 micro_batch: 1,
                 global_batch: 3,
                 chunks: 1,

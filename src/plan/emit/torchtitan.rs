@@ -89,6 +89,15 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         &mut notes,
     );
     pc.push(format!("pipeline_parallel_degree={}", par.pp));
+    if plan.model.moe.is_some() {
+        pc.push(format!("expert_parallel_degree={}", par.ep));
+        if par.etp > 1 {
+            notes.push(format!(
+                "expert tensor parallelism {} is not expressible in this torchtitan's ParallelismConfig (it has expert_parallel_degree only): experts are not tensor-parallel there",
+                par.etp
+            ));
+        }
+    }
     if par.pp > 1 {
         let (class, csv) = torchtitan_pipeline(plan, csv_path, &mut notes)?;
         if let (Some(csv), Some(path)) = (csv, csv_path) {

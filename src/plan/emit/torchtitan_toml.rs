@@ -59,6 +59,10 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
     // The stack fields the prediction assumed that this config does not set.
     torchtitan_stack_notes(plan, "enable_async_tensor_parallel", &mut notes);
     parallelism.push(format!("pipeline_parallel_degree = {}", par.pp));
+    if plan.model.moe.is_some() {
+        parallelism.push(format!("expert_parallel_degree = {}", par.ep));
+        parallelism.push(format!("expert_tensor_parallel_degree = {}", par.etp));
+    }
     if par.pp > 1 {
         let (class, csv) = torchtitan_pipeline(plan, csv_path, &mut notes)?;
         if let (Some(csv), Some(path)) = (csv, csv_path) {

@@ -24,6 +24,9 @@ pub struct StepCosts {
     pub stage_layers: Vec<u32>,
     /// Parameters held by each pipeline device (rounded up).
     pub device_params: Vec<u64>,
+    /// Of those, routed-expert parameters (mixture of experts; empty for dense models), whose
+    /// optimizer state ZeRO-1 shards over the expert data-parallel group.
+    pub device_expert_params: Vec<u64>,
 }
 
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
@@ -47,6 +50,8 @@ pub fn step_costs(
         chunks: req.chunks,
         sequence_parallel: req.sequence_parallel,
         recompute: req.recompute,
+        ep: req.ep,
+        etp: req.etp,
     };
     let cm = CostModel {
         model,
@@ -107,13 +112,35 @@ pub fn step_costs(
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
     let params_embedding = (model.vocab_size * model.hidden_size) as f64 / req.tp as f64;
 
+    // Mixture of experts and sliding-window layers: each kind of layer's costs, computed
+    // once, and a MoE layer's activations.
+    let (kinds, moe_layer_act) = if model.moe.is_some() || model.sliding_window.is_some() {
+        (cm.layer_kinds(), cm.moe_layer_activation_bytes(layer_act))
+    } else {
+        (Default::default(), 0)
+    };
     let mut too_big = false;
     let mut stages = Vec::with_capacity(num_stages as usize);
     let mut tp_comm = Vec::with_capacity(num_stages as usize);
     let mut stage_params = Vec::with_capacity(num_stages as usize);
+    // Routed-expert parameters of each stage on one rank (mixture of experts only).
+    let mut stage_expert_params: Vec<f64> = Vec::new();
     for s in 0..num_stages {
         let n = layers_of(s) as f64;
         let (mut c, mut act): (BlockCost, u64) = match prof {
+            // Mixture of experts: MoE and dense layers cost differently (cost::moe).
+            None if model.moe.is_some() || model.sliding_window.is_some() => {
+                let k = model
+                    .moe
+                    .as_ref()
+                    .map_or(0, |m| m.count_in(first_layer, layers_of(s) as usize));
+                (
+                    kinds.block(model, first_layer, layers_of(s) as usize),
+                    layer_act
+                        .saturating_mul(layers_of(s) - k)
+                        .saturating_add(moe_layer_act.saturating_mul(k)),
+                )
+            }
             None => (layer.scale(n), layer_act.saturating_mul(layers_of(s))),
             Some(mp) => {
                 let run = &mp.layers[first_layer..first_layer + layers_of(s) as usize];
@@ -122,8 +149,13 @@ pub fn step_costs(
                 (profiled_block(run), sum.activation_bytes)
             }
         };
-        first_layer += layers_of(s) as usize;
         let mut params = params_layer * n;
+        if model.moe.is_some() {
+            let rp = cm.layers_rank_params(first_layer, layers_of(s) as usize);
+            params = rp.dense;
+            stage_expert_params.push(rp.expert);
+        }
+        first_layer += layers_of(s) as usize;
         if s == 0 {
             c = c.plus(embedding);
             act = act.saturating_add(embedding_act);
@@ -245,6 +277,38 @@ pub fn step_costs(
         .map(|&prm| state(prm))
         .max()
         .unwrap_or(0);
+    // Mixture of experts: the experts' weights, gradients and optimizer state (sharded over
+    // the expert data-parallel group), their own gradient reduction and optimizer step.
+    let mut static_bytes = static_bytes;
+    let mut model_state_max_bytes = model_state_max_bytes;
+    let mut grad_reduce_ns: Vec<u64> = stage_params
+        .iter()
+        .map(|&prm| ns(cm.step_grad_reduce_s(prm)))
+        .collect();
+    let mut optimizer_ns: Vec<u64> = device_params
+        .iter()
+        .map(|&prm| ns(cm.optimizer_s(prm)))
+        .collect();
+    let mut device_expert = Vec::new();
+    if !stage_expert_params.is_empty() {
+        device_expert = vec![0.0f64; p as usize];
+        for (s, &e) in stage_expert_params.iter().enumerate() {
+            device_expert[device_of(s as u64)] += e;
+            grad_reduce_ns[s] =
+                ns(cm.step_grad_reduce_s(stage_params[s]) + cm.expert_grad_reduce_s(e));
+        }
+        let extra_weights = |prm: f64| (prm.ceil() as u64).saturating_mul(extra);
+        let mut state_max = 0u64;
+        for (d, &e) in device_expert.iter().enumerate() {
+            let extra = cm.expert_state_bytes(e).saturating_add(extra_weights(e));
+            static_bytes[d] = static_bytes[d].saturating_add(extra).min(1 << 60);
+            optimizer_ns[d] = ns(cm.optimizer_s(device_params[d]) + cm.expert_optimizer_s(e));
+            let dense_state = state(device_params[d]);
+            state_max = state_max.max(dense_state.saturating_add(extra));
+            device_params[d] += e;
+        }
+        model_state_max_bytes = state_max;
+    }
     let costs = Costs {
         stages,
         send_forward_ns: send.clone(),
@@ -252,19 +316,13 @@ pub fn step_costs(
         static_bytes,
         tensor_parallel: tp_comm,
         blocking_sends: req.stack.blocking_p2p,
-        grad_reduce_ns: stage_params
-            .iter()
-            .map(|&prm| ns(cm.step_grad_reduce_s(prm)))
-            .collect(),
+        grad_reduce_ns,
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
         grad_reduce_buckets: stage_params
             .iter()
             .map(|&prm| grad_reduce_buckets(prm, dp * req.cp))
             .collect(),
-        optimizer_ns: device_params
-            .iter()
-            .map(|&prm| ns(cm.optimizer_s(prm)))
-            .collect(),
+        optimizer_ns,
     };
     Ok(StepCosts {
         costs,
@@ -274,6 +332,7 @@ pub fn step_costs(
         model_state_max_bytes,
         stage_layers,
         device_params: device_params.iter().map(|&p| p.ceil() as u64).collect(),
+        device_expert_params: device_expert.iter().map(|&p| p.ceil() as u64).collect(),
     })
 }
 
@@ -364,6 +423,8 @@ pub fn prediction_from(
             chunks: req.chunks,
             sequence_parallel: req.sequence_parallel,
             recompute: req.recompute,
+            ep: req.ep,
+            etp: req.etp,
         },
         stack: req.stack,
     };
@@ -376,8 +437,16 @@ pub fn prediction_from(
         Recompute::Selective => cm.attention_core_flops() / req.micro_batch as f64,
         Recompute::Full => layer_fwd,
     };
-    let model_flops = samples * 3.0 * (layers as f64 * layer_fwd + logit_fwd);
-    let hardware_flops = model_flops + samples * layers as f64 * recompute_per_layer;
+    let layers_fwd = match &model.moe {
+        None => layers as f64 * layer_fwd,
+        Some(_) => cm.all_layers_forward_flops() / req.micro_batch as f64,
+    };
+    let model_flops = samples * 3.0 * (layers_fwd + logit_fwd);
+    let recomputed = match (&model.moe, req.recompute) {
+        (Some(_), Recompute::Full) => layers_fwd,
+        _ => layers as f64 * recompute_per_layer,
+    };
+    let hardware_flops = model_flops + samples * recomputed;
     let per_gpu = |flops: f64| flops / step_time_s / req.gpus as f64 / 1e12;
     // The fullest device: its simulated tensor peak, then what the GPU holds around it.
     let overheads = &req.stack.overheads;
@@ -397,6 +466,29 @@ pub fn prediction_from(
         tensor_peak,
         overheads,
     );
+    // Mixture of experts: the experts' optimizer state is sharded over their own group.
+    let memory_breakdown = match step.device_expert_params.get(fullest) {
+        Some(&expert) if req.stack.zero == crate::cost::Zero::Optimizer => {
+            let cm_edp = cm.expert_dp();
+            let total = step.device_params.get(fullest).copied().unwrap_or(0);
+            let dense = total.saturating_sub(expert);
+            let opt = memory::OPTIMIZER_BYTES_PER_PARAM;
+            let optimizer = opt
+                .saturating_mul(dense)
+                .div_ceil(cm_shard_ranks(req, step.dp))
+                .saturating_add(opt.saturating_mul(expert).div_ceil(cm_edp));
+            let state = memory_breakdown
+                .weights
+                .saturating_add(memory_breakdown.gradients)
+                .saturating_add(optimizer);
+            MemoryBreakdown {
+                optimizer,
+                activations: tensor_peak.saturating_sub(state),
+                ..memory_breakdown
+            }
+        }
+        _ => memory_breakdown,
+    };
     let limit = hw.gpu.memory_bytes;
     Prediction {
         step_time_s,
@@ -414,7 +506,7 @@ pub fn prediction_from(
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
         params: model.total_params(),
-        active_params: model.total_params(),
+        active_params: model.active_params(),
         bubble_fraction: result.bubble_fraction,
         peak_memory_bytes,
         fits: !step.too_big && tensor_peak <= overheads.tensor_budget_bytes(limit),
@@ -440,6 +532,8 @@ pub fn prediction_from(
         model_state_bytes: step.model_state_max_bytes,
         split: split_label(req, &step.stage_layers).to_string(),
         stage_layers: step.stage_layers,
+        ep: model.moe.as_ref().map(|_| req.ep),
+        etp: model.moe.as_ref().map(|_| req.etp),
         timeline: result.timeline,
     }
 }
@@ -486,6 +580,8 @@ pub fn balance_problem(
             chunks: req.chunks,
             sequence_parallel: req.sequence_parallel,
             recompute: req.recompute,
+            ep: req.ep,
+            etp: req.etp,
         },
         stack: req.stack,
     };
@@ -501,6 +597,10 @@ pub fn balance_problem(
     };
     let n = model.num_layers as usize;
     let mut compute: Vec<u64> = match prof {
+        None if model.moe.is_some() || model.sliding_window.is_some() => {
+            let kinds = cm.layer_kinds();
+            (0..n).map(|i| fb_ns(kinds.of(model, i))).collect()
+        }
         None => vec![fb_ns(cm.layer()); n],
         Some(mp) => mp
             .layers

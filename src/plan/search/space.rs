@@ -33,6 +33,11 @@ pub struct Pins {
     pub zero: Option<Zero>,
     /// HSDP replicas (unpinned: 1); applied to candidates with ZeRO >= 1 whose d it divides.
     pub dp_replicate: Option<u64>,
+    /// Expert-parallel size (MoE models; unpinned: every ep that divides the expert count and
+    /// t x cp x d / etp).
+    pub ep: Option<u64>,
+    /// Expert tensor-parallel size (MoE models; unpinned: 1 and t).
+    pub etp: Option<u64>,
 }
 
 /// One search.
@@ -113,6 +118,10 @@ pub struct Candidate {
     /// Even split, or the partitioner's balanced split (which then differs from the even one,
     /// except with `--partition balanced`).
     pub split: Split,
+    /// Expert-parallel size (1 for dense models).
+    pub ep: u64,
+    /// Expert tensor-parallel size (1 for dense models).
+    pub etp: u64,
 }
 
 fn schedule_index(s: ScheduleName) -> usize {
@@ -144,7 +153,7 @@ impl Candidate {
             self.sequence_parallel,
             self.zero,
             self.dp_replicate,
-            self.split,
+            (self.split, self.ep, self.etp),
         )
     }
 
@@ -160,6 +169,7 @@ impl Candidate {
             self.sequence_parallel,
             self.chunks,
             self.schedule.placement() == Placement::V,
+            (self.ep, self.etp),
         )
     }
 
@@ -186,7 +196,7 @@ impl Candidate {
             recompute_index(self.recompute),
             self.sequence_parallel,
             self.zero,
-            self.split,
+            (self.split, self.ep, self.etp),
             self.schedule.placement() == Placement::V,
         )
     }
@@ -208,6 +218,8 @@ impl Candidate {
         r.pp = self.pp;
         r.dp = Some(self.dp);
         r.cp = self.cp;
+        r.ep = self.ep;
+        r.etp = self.etp;
         r.global_batch = req.global_batch;
         r.micro_batch = self.micro_batch;
         r.schedule = Some(self.schedule);
@@ -225,7 +237,7 @@ impl Candidate {
 }
 
 /// The documented tie order: p, t, cp, d, b, schedule, v, recompute, SP, ZeRO, replicas,
-/// split.
+/// (split, ep, etp).
 pub type TieKey = (
     u64,
     u64,
@@ -238,26 +250,26 @@ pub type TieKey = (
     bool,
     Zero,
     u64,
-    Split,
+    (Split, u64, u64),
 );
 
-/// ((t, p, d, cp, replicas), (b, v), recompute index, sequence parallel, ZeRO, split, V
-/// placement).
+/// ((t, p, d, cp, replicas), (b, v), recompute index, sequence parallel, ZeRO, (split, ep,
+/// etp), V placement).
 pub(super) type CostKey = (
     (u64, u64, u64, u64, u64),
     (u64, u64),
     usize,
     bool,
     Zero,
-    Split,
+    (Split, u64, u64),
     bool,
 );
 
 /// (schedule index, p, m, v).
 pub(super) type ScheduleKey = (usize, u64, u64, u64);
 
-/// (t, p, d, cp, b, recompute index, sequence parallel, v, V placement).
-pub(super) type BalanceKey = (u64, u64, u64, u64, u64, usize, bool, u64, bool);
+/// (t, p, d, cp, b, recompute index, sequence parallel, v, V placement, (ep, etp)).
+pub(super) type BalanceKey = (u64, u64, u64, u64, u64, usize, bool, u64, bool, (u64, u64));
 
 /// Balanced stage layer counts per [`BalanceKey`].
 pub(super) type Splits = BTreeMap<BalanceKey, Arc<[u32]>>;
@@ -645,6 +657,8 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
         ("--micro-batch", p.micro_batch),
         ("--chunks", p.chunks),
         ("--cp", p.cp),
+        ("--ep", p.ep),
+        ("--etp", p.etp),
     ] {
         if value == Some(0) {
             return Err(SearchError::Zero { flag, value: 0 });
@@ -664,6 +678,21 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
                     list(&divisors(req.gpus))
                 )));
             }
+        }
+    }
+    if req.model.moe.is_none() && (p.ep.is_some_and(|e| e > 1) || p.etp.is_some_and(|e| e > 1)) {
+        return Err(SearchError::Pin(format!(
+            "--ep and --etp above 1 need a mixture-of-experts model ({} is dense); valid: --ep 1 --etp 1",
+            req.model.name
+        )));
+    }
+    if let (Some(moe), Some(e)) = (&req.model.moe, p.ep) {
+        if moe.num_experts % e != 0 {
+            return Err(SearchError::Pin(format!(
+                "--ep {e} does not divide the model's {} experts; valid --ep: {}",
+                moe.num_experts,
+                list(&divisors(moe.num_experts))
+            )));
         }
     }
     if p.cp.is_some_and(|c| c > 1) && req.stack.attention != crate::cost::Attention::Flash {
@@ -771,6 +800,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                 // ranks above its ZeRO-1 twin.
                 let zeros: Vec<Zero> = match pins.zero {
                     Some(z) => vec![z],
+                    // Experts' sharded gradients and weights are not costed: MoE stays at 1.
+                    None if d * c > 1 && model.moe.is_some() => vec![Zero::Optimizer],
                     None if d * c > 1 => vec![Zero::Optimizer, Zero::Gradients, Zero::Full],
                     None => vec![Zero::Off],
                 };
@@ -779,7 +810,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     Some(r) if z.shards_optimizer() && d % r == 0 => r,
                     _ => 1,
                 };
-                let variants = (recomputes.len() * sps.len() * zeros.len()) as u64;
+                let experts = expert_layouts(req, t, c, d);
+                let variants = (recomputes.len() * sps.len() * zeros.len() * experts.len()) as u64;
                 let bs = match pins.micro_batch {
                     Some(b) => vec![b],
                     None => divisors(per_replica),
@@ -839,21 +871,25 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             for &recompute in &recomputes {
                                 for &sp in &sps {
                                     for &z in &zeros {
-                                        out.push(Candidate {
-                                            tp: t,
-                                            pp: p,
-                                            dp: d,
-                                            cp: c,
-                                            micro_batch: b,
-                                            microbatches: m,
-                                            schedule: s,
-                                            chunks: v,
-                                            recompute,
-                                            sequence_parallel: sp,
-                                            zero: z,
-                                            dp_replicate: replicas(z),
-                                            split: Split::Even,
-                                        });
+                                        for &(ep, etp) in &experts {
+                                            out.push(Candidate {
+                                                tp: t,
+                                                pp: p,
+                                                dp: d,
+                                                cp: c,
+                                                micro_batch: b,
+                                                microbatches: m,
+                                                schedule: s,
+                                                chunks: v,
+                                                recompute,
+                                                sequence_parallel: sp,
+                                                zero: z,
+                                                dp_replicate: replicas(z),
+                                                split: Split::Even,
+                                                ep,
+                                                etp,
+                                            });
+                                        }
                                     }
                                 }
                             }
@@ -864,4 +900,37 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         }
     }
     (layouts, layouts_valid, evaluated, out)
+}
+
+/// The (ep, etp) pairs of a layout: (1, 1) for a dense model; for a MoE model every pinned or
+/// enumerated ep dividing the expert count, with etp 1 or t (pinned: as given), such that
+/// ep x etp divides the t x cp x d ranks of a stage (Megatron-Core carves the expert-parallel
+/// ranks from them).
+pub(super) fn expert_layouts(req: &SearchRequest, t: u64, c: u64, d: u64) -> Vec<(u64, u64)> {
+    let pins = &req.pins;
+    let Some(moe) = &req.model.moe else {
+        return vec![(1, 1)];
+    };
+    let ranks = t * c * d;
+    let etps: Vec<u64> = match pins.etp {
+        Some(x) => vec![x],
+        None if t > 1 => vec![1, t],
+        None => vec![1],
+    };
+    let mut out = Vec::new();
+    for etp in etps {
+        if ranks % etp != 0 {
+            continue;
+        }
+        let eps: Vec<u64> = match pins.ep {
+            Some(e) => vec![e],
+            None => divisors(ranks / etp),
+        };
+        for ep in eps {
+            if moe.num_experts % ep == 0 && ranks % (ep * etp) == 0 {
+                out.push((ep, etp));
+            }
+        }
+    }
+    out
 }

@@ -1,0 +1,540 @@
+//! Mixture of experts: the cost of a MoE layer (router, token dispatch and combine as
+//! all-to-all, grouped expert GEMMs, shared experts), expert parallelism (`ep`) and expert
+//! tensor parallelism (`etp`) as Megatron-Core lays them out, the expert weights' memory and
+//! their gradient reduction over the expert data-parallel group. Formulas and sources:
+//! docs/cost-model.md, "Mixture of experts".
+//!
+//! Layout (Megatron-Core `parallel_state`, expert rank order etp-ep-edp-pp over the same GPUs
+//! as tp-cp-dp-pp): the `ep x etp` ranks of one expert group are consecutive, carved from the
+//! t x cp x d ranks of a pipeline stage; the expert data-parallel size is
+//! `edp = t cp d / (ep etp)`.
+
+use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
+use super::memory;
+use super::network::{all_gather_s, all_reduce_s, ranks_per_nvlink_domain};
+use super::stack::{CostModel, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
+use crate::inputs::model::Model;
+
+/// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
+/// beside compute: DeepSeek-V3's technical report (arXiv 2412.19437, Sec. 3.2.2) dedicates 20
+/// of the H800's 132 SMs to them ("only 20 SMs are sufficient to fully utilize the bandwidths
+/// of IB and NVLink"); DeepEP's normal kernels take the same order (20-24 SMs). The compute
+/// that hides the all-to-all runs on the other 112.
+pub const MOE_COMM_SM_FRACTION: f64 = 20.0 / 132.0;
+
+/// One layer's costs for each kind of layer (see [`CostModel::layer_kinds`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerKinds {
+    pub dense: BlockCost,
+    pub moe: BlockCost,
+    pub dense_sliding: BlockCost,
+    pub moe_sliding: BlockCost,
+}
+
+impl LayerKinds {
+    /// Costs of layers `[first, first + n)` of `model`.
+    pub fn block(&self, model: &Model, first: usize, n: usize) -> BlockCost {
+        let mut counts = [0u64; 4];
+        for i in first..first + n {
+            let sliding = model
+                .sliding_window
+                .as_ref()
+                .is_some_and(|w| w.layers.get(i).copied().unwrap_or(false));
+            counts[model.is_moe_layer(i) as usize + 2 * sliding as usize] += 1;
+        }
+        let kinds = [self.dense, self.moe, self.dense_sliding, self.moe_sliding];
+        let mut c = BlockCost::default();
+        for (k, &count) in kinds.iter().zip(&counts) {
+            if count > 0 {
+                c = c.plus(k.scale(count as f64));
+            }
+        }
+        c
+    }
+
+    /// One layer's costs: layer `i` of `model`.
+    pub fn of(&self, model: &Model, i: usize) -> BlockCost {
+        self.block(model, i, 1)
+    }
+}
+
+/// Parameters one rank holds for a run of layers: the dense part (attention, dense or shared
+/// MLPs, router, norms; split over t) and the routed experts (split over ep and etp).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RankParams {
+    pub dense: f64,
+    pub expert: f64,
+}
+
+impl CostModel<'_> {
+    fn ep(&self) -> u64 {
+        self.layout.ep.max(1)
+    }
+
+    fn etp(&self) -> u64 {
+        self.layout.etp.max(1)
+    }
+
+    /// Expert data-parallel size: `t cp d / (ep etp)` (at least 1).
+    pub fn expert_dp(&self) -> u64 {
+        let l = self.layout;
+        (l.tp * l.cp.max(1) * l.dp / (self.ep() * self.etp())).max(1)
+    }
+
+    /// Tokens of one micro-batch that one rank routes: `b s / (cp t)` (the MoE block runs in
+    /// the sequence-parallel region, which Megatron-Core requires with tensor parallelism).
+    pub fn moe_tokens_per_rank(&self) -> f64 {
+        let (b, s, _, _, _, t, _) = self.dims();
+        b * s / t
+    }
+
+    /// Bytes one rank sends to the other ranks of its expert-parallel group in one dispatch
+    /// (or one combine) of one layer and micro-batch, balanced routing: each of its `n` tokens
+    /// goes to `k` experts, `2 h` bytes each (BF16), and `(ep - 1)/ep` of them live elsewhere.
+    pub fn moe_a2a_bytes(&self) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        let ep = self.ep() as f64;
+        self.moe_tokens_per_rank()
+            * moe.top_k as f64
+            * self.model.hidden_size as f64
+            * 2.0
+            * (ep - 1.0)
+            / ep
+    }
+
+    /// Time of one all-to-all of the busiest rank (its bytes scaled by `moe_imbalance`): the
+    /// share of peers in the rank's NVLink domain over NVLink, the rest over the GPU's share
+    /// of the node's NICs, both at once; plus one latency. With `moe_node_dedup` (DeepEP,
+    /// DeepSeek-V3's dispatch kernels) a token crosses the fabric once per remote domain that
+    /// holds one of its experts and is forwarded to the others there over NVLink
+    /// ([`CostModel::moe_remote_domains_per_token`]).
+    pub fn moe_a2a_s(&self) -> f64 {
+        let ep = self.ep();
+        if ep <= 1 || self.model.moe.is_none() {
+            return 0.0;
+        }
+        let etp = self.etp();
+        let rho = self.stack.moe_imbalance;
+        // Bytes to each peer.
+        let bytes = self.moe_a2a_bytes() * rho / ((ep - 1) as f64);
+        let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
+        let local = (per_domain / etp).clamp(1, ep);
+        let remote = ep - local;
+        if remote == 0 {
+            return bytes * (local - 1) as f64 / self.hw.nvlink_bytes_per_s()
+                + self.hw.node.nvlink_latency_s;
+        }
+        let span_nodes = (ep * etp).div_ceil(self.hw.node.gpus_per_node as u64);
+        let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
+        let nic_bw = self.hw.nic_bytes_per_s_per_gpu(leaves);
+        let (nvl_bytes, nic_bytes) = if self.stack.moe_node_dedup {
+            let token = 2.0 * self.model.hidden_size as f64 * rho;
+            let n = self.moe_tokens_per_rank();
+            (
+                bytes * (ep - 1) as f64,
+                n * token * self.moe_remote_domains_per_token(ep.div_ceil(local)),
+            )
+        } else {
+            (bytes * (local - 1) as f64, bytes * remote as f64)
+        };
+        (nvl_bytes / self.hw.nvlink_bytes_per_s()).max(nic_bytes / nic_bw)
+            + self.hw.node.nic_latency_s
+    }
+
+    /// Expected remote NVLink domains a token's top-k experts fall in when the experts are
+    /// spread evenly over `domains` domains of the expert-parallel group: `(G - 1)(1 - C(E -
+    /// E/G, k) / C(E, k))`, uniform routing.
+    pub fn moe_remote_domains_per_token(&self, domains: u64) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        if domains <= 1 {
+            return 0.0;
+        }
+        let e = moe.num_experts as f64;
+        let per = e / domains as f64;
+        let mut miss = 1.0;
+        for i in 0..moe.top_k {
+            miss *= ((e - per - i as f64) / (e - i as f64)).max(0.0);
+        }
+        (domains - 1) as f64 * (1.0 - miss)
+    }
+
+    /// The all-gather (dispatch) or reduce-scatter (combine) of routed tokens over the `etp`
+    /// ranks that share an expert, on NVLink when they share a domain.
+    pub fn moe_etp_collective_s(&self) -> f64 {
+        let etp = self.etp();
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        if etp <= 1 {
+            return 0.0;
+        }
+        let bytes = self.moe_tokens_per_rank()
+            * moe.top_k as f64
+            * self.model.hidden_size as f64
+            * 2.0
+            * etp as f64
+            * self.stack.moe_imbalance;
+        let (bw, lat) = if etp <= ranks_per_nvlink_domain(self.hw, self.layout.tp) {
+            (self.hw.nvlink_bytes_per_s(), self.hw.node.nvlink_latency_s)
+        } else {
+            (
+                self.hw.nic_bytes_per_s_per_gpu(true),
+                self.hw.node.nic_latency_s,
+            )
+        };
+        all_gather_s(bytes, etp, bw, lat)
+    }
+
+    /// Rows each local expert multiplies on the busiest rank: `n k etp ep / E x imbalance`.
+    pub fn moe_rows_per_expert(&self) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        self.moe_tokens_per_rank() * moe.top_k as f64 * (self.etp() * self.ep()) as f64
+            / moe.num_experts as f64
+            * self.stack.moe_imbalance
+    }
+
+    /// The grouped GEMMs of the routed experts on one rank, forward: `E/ep` experts, each
+    /// `(rows x h) . (h x (2) f_e/etp)` then `(rows x f_e/etp) . (f_e/etp x h)`.
+    pub fn moe_expert_gemms(&self) -> [Gemm; 2] {
+        let Some(moe) = &self.model.moe else {
+            return [Gemm {
+                m: 0.0,
+                n: 0.0,
+                k: 0.0,
+                batch: 0.0,
+            }; 2];
+        };
+        let h = self.model.hidden_size as f64;
+        let f = moe.expert_ffn as f64 / self.etp() as f64;
+        let up = if self.model.gated_mlp { 2.0 * f } else { f };
+        let local = (moe.num_experts / self.ep()).max(1) as f64;
+        let m = self.moe_rows_per_expert();
+        [
+            Gemm {
+                m,
+                n: up,
+                k: h,
+                batch: local,
+            },
+            Gemm {
+                m,
+                n: h,
+                k: f,
+                batch: local,
+            },
+        ]
+    }
+
+    /// The router of one rank: scores `(n x h) . (h x E)`, plus softmax/sigmoid and top-k over
+    /// the fp32 scores (read and write 4 bytes per score, twice).
+    fn moe_router(&self) -> (Gemm, f64) {
+        let e = self.model.moe.as_ref().map_or(0, |m| m.num_experts) as f64;
+        let n = self.moe_tokens_per_rank();
+        (
+            Gemm {
+                m: n,
+                n: e,
+                k: self.model.hidden_size as f64,
+                batch: 1.0,
+            },
+            2.0 * 8.0 * n * e,
+        )
+    }
+
+    /// The same cost model with the MoE block replaced by its shared experts as a dense MLP
+    /// (`ffn_hidden_size` = the shared width, 0 without shared experts): attention, norms,
+    /// residuals and the tensor-parallel collectives of a MoE layer.
+    pub fn moe_dense_part_model(&self) -> Model {
+        let mut m = self.model.clone();
+        m.ffn_hidden_size = m.moe.as_ref().map_or(m.ffn_hidden_size, |x| x.shared_ffn);
+        m.moe = None;
+        m
+    }
+
+    /// One MoE layer for one micro-batch on one rank: the dense part (attention, shared
+    /// experts) from [`CostModel::layer`], plus the router, the permutation of the routed
+    /// tokens, dispatch and combine all-to-alls (and the etp all-gather/reduce-scatter), and
+    /// the grouped expert GEMMs, all on the busiest rank. Full recompute repeats the forward.
+    pub fn moe_layer(&self) -> BlockCost {
+        let dense_model = self.moe_dense_part_model();
+        let dense = CostModel {
+            model: &dense_model,
+            ..*self
+        }
+        .layer();
+        let Some(moe) = &self.model.moe else {
+            return dense;
+        };
+        let hbm = self.hw.hbm_bytes_per_s();
+        let h = self.model.hidden_size as f64;
+        let lin = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision);
+        let [up, down] = self.moe_expert_gemms();
+        let (router, router_bytes) = self.moe_router();
+        let rows = self.moe_rows_per_expert() * up.batch;
+        let f = moe.expert_ffn as f64 / self.etp() as f64;
+        // Permute before the experts and un-permute after (read and write 2 bytes per
+        // element of the routed rows), and the activation (SwiGLU 6 / 10 bytes per element,
+        // GeLU 4 / 6, as for the dense MLP).
+        let (act_f, act_b) = if self.model.gated_mlp {
+            (6.0, 10.0)
+        } else {
+            (4.0, 6.0)
+        };
+        let permute = 2.0 * 4.0 * rows * h;
+        let fwd_mem = permute + act_f * rows * f + router_bytes;
+        let bwd_mem = permute + act_b * rows * f + router_bytes;
+        let comm = 2.0 * (self.moe_a2a_s() + self.moe_etp_collective_s());
+        let fwd_gemm = lin(&up) + lin(&down) + gemm_time_s(self.hw, &router);
+        let bwd_in_gemm = lin(&up.input_grad())
+            + lin(&down.input_grad())
+            + gemm_time_s(self.hw, &router.input_grad());
+        let bwd_w_gemm = lin(&up.weight_grad())
+            + lin(&down.weight_grad())
+            + gemm_time_s(self.hw, &router.weight_grad());
+        // With overlap (DualPipe, Megatron-Core's EP all-to-all overlap) another
+        // micro-batch's compute runs beside the all-to-all: only what outlasts it shows, but
+        // that compute runs on the SMs the communication kernels leave it, so it takes
+        // 1 / (1 - f) as long while they run: f / (1 - f) of the hidden time is added.
+        let split = |comm: f64, compute: f64| -> (f64, f64) {
+            if self.stack.moe_comm_overlap {
+                let hidden = comm.min(compute);
+                let slowed = hidden * MOE_COMM_SM_FRACTION / (1.0 - MOE_COMM_SM_FRACTION);
+                (comm - hidden + slowed, hidden - slowed)
+            } else {
+                (comm, 0.0)
+            }
+        };
+        let fwd_compute = dense.forward.total_s() + fwd_gemm + fwd_mem / hbm;
+        let (f_exp, f_hid) = split(comm, fwd_compute);
+        let forward = Part {
+            gemm_s: fwd_gemm,
+            memory_s: fwd_mem / hbm,
+            tp_comm_s: f_exp,
+            tp_hidden_s: f_hid,
+            cp_comm_s: 0.0,
+            cp_hidden_s: 0.0,
+        };
+        let bwd_compute = dense.backward_input.total_s() + bwd_in_gemm + bwd_mem / hbm;
+        let (b_exp, b_hid) = split(comm, bwd_compute);
+        let mut backward_input = Part {
+            gemm_s: bwd_in_gemm,
+            memory_s: bwd_mem / hbm,
+            tp_comm_s: b_exp,
+            tp_hidden_s: b_hid,
+            cp_comm_s: 0.0,
+            cp_hidden_s: 0.0,
+        };
+        if self.layout.recompute == Recompute::Full {
+            backward_input = backward_input.plus(forward);
+        }
+        // Expert weight gradients accumulate into their fp32 main gradients like the dense
+        // ones (fused epilogue or a kernel of its own).
+        let expert_params = self.moe_rank_expert_params_per_layer();
+        let acc = if self.stack.grad_accumulation_fusion {
+            (expert_params * FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm - bwd_w_gemm).max(0.0)
+        } else {
+            expert_params * self.stack.grad_accumulation_bytes_per_param / hbm
+        };
+        let backward_weight = Part {
+            gemm_s: bwd_w_gemm,
+            memory_s: acc,
+            ..Part::default()
+        };
+        dense.plus(BlockCost {
+            forward,
+            backward_input,
+            backward_weight,
+        })
+    }
+
+    /// Routed-expert parameters one rank holds per MoE layer: `E/ep` experts, `1/etp` of each.
+    pub fn moe_rank_expert_params_per_layer(&self) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        let per_expert = moe.expert_params(self.model.hidden_size, self.model.gated_mlp) as f64;
+        (moe.num_experts / self.ep()).max(1) as f64 * per_expert / self.etp() as f64
+    }
+
+    /// Costs of `n` consecutive layers from layer `first`: dense layers cost [`CostModel::layer`],
+    /// MoE layers [`CostModel::moe_layer`], sliding-window layers with their window.
+    pub fn layers_block(&self, first: usize, n: usize) -> BlockCost {
+        self.layer_kinds().block(self.model, first, n)
+    }
+
+    /// The costs of each kind of layer the model has (dense or MoE, full or sliding-window
+    /// attention), each computed once.
+    pub fn layer_kinds(&self) -> LayerKinds {
+        let kind = |moe: bool, sliding: bool| -> BlockCost {
+            let mut m = self.model.clone();
+            if let Some(w) = m.sliding_window.as_mut() {
+                if sliding {
+                    w.layers.iter_mut().for_each(|x| *x = true);
+                } else {
+                    m.sliding_window = None;
+                }
+            }
+            let c = CostModel { model: &m, ..*self };
+            if moe {
+                c.moe_layer()
+            } else {
+                c.layer()
+            }
+        };
+        let has_moe = self.model.moe.is_some();
+        let has_window = self.model.sliding_window.is_some();
+        LayerKinds {
+            dense: kind(false, false),
+            moe: if has_moe {
+                kind(true, false)
+            } else {
+                BlockCost::default()
+            },
+            dense_sliding: if has_window {
+                kind(false, true)
+            } else {
+                BlockCost::default()
+            },
+            moe_sliding: if has_moe && has_window {
+                kind(true, true)
+            } else {
+                BlockCost::default()
+            },
+        }
+    }
+
+    /// Parameters one rank holds for layers `[first, first + n)`.
+    pub fn layers_rank_params(&self, first: usize, n: usize) -> RankParams {
+        let t = self.layout.tp as f64;
+        let Some(moe) = &self.model.moe else {
+            return RankParams {
+                dense: self.model.params_per_layer() as f64 / t * n as f64,
+                expert: 0.0,
+            };
+        };
+        let k = moe.count_in(first, n);
+        let h = self.model.hidden_size;
+        let moe_dense = self.model.attention_params()
+            + moe.shared_params(h, self.model.gated_mlp)
+            + moe.router_params(h)
+            + 4 * h;
+        RankParams {
+            dense: (k * moe_dense + (n as u64 - k) * self.model.params_per_layer()) as f64 / t,
+            expert: k as f64 * self.moe_rank_expert_params_per_layer(),
+        }
+    }
+
+    /// Forward FLOPs of all layers for one micro-batch (all ranks), MoE layers counting the
+    /// top-k experts each token uses (not the imbalance): the FLOPs MFU is computed from.
+    pub fn all_layers_forward_flops(&self) -> f64 {
+        let l = self.model.num_layers as f64;
+        let Some(moe) = &self.model.moe else {
+            return l * self.layer_forward_flops();
+        };
+        let dense_model = self.moe_dense_part_model();
+        let moe_dense = CostModel {
+            model: &dense_model,
+            ..*self
+        }
+        .layer_forward_flops();
+        let (b, s) = (self.layout.micro_batch as f64, self.model.seq_len as f64);
+        let h = self.model.hidden_size as f64;
+        let mats = if self.model.gated_mlp { 3.0 } else { 2.0 };
+        let routed = b
+            * s
+            * 2.0
+            * (moe.top_k as f64 * mats * h * moe.expert_ffn as f64 + h * moe.num_experts as f64);
+        let k = moe.num_moe_layers() as f64;
+        k * (moe_dense + routed) + (l - k) * self.layer_forward_flops()
+    }
+
+    /// Expert gradients reduced over the expert data-parallel group (`edp` ranks, `ep x etp`
+    /// apart): hierarchical when several share an NVLink domain, else a ring over the NICs.
+    /// With ZeRO-1 and `--overlap-param-gather`, only the reduce-scatter half stays in the step.
+    pub fn expert_grad_reduce_s(&self, params: f64) -> f64 {
+        let edp = self.expert_dp();
+        if edp <= 1 || params <= 0.0 {
+            return 0.0;
+        }
+        let bytes = params * self.stack.grad_reduce_bytes_per_param;
+        let stride = self.ep() * self.etp();
+        let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
+        let local = if stride >= per_domain {
+            1
+        } else {
+            (per_domain / stride).clamp(1, edp)
+        };
+        let domains = edp.div_ceil(local);
+        let span_nodes = (stride * edp).div_ceil(self.hw.node.gpus_per_node as u64);
+        let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
+        let intra = 2.0
+            * all_gather_s(
+                bytes,
+                local,
+                self.hw.nvlink_bytes_per_s(),
+                self.hw.node.nvlink_latency_s,
+            );
+        let inter = all_reduce_s(
+            bytes / local as f64,
+            domains,
+            self.hw.nic_bytes_per_s_per_gpu(leaves),
+            self.hw.node.nic_latency_s,
+        );
+        let full = intra + inter;
+        if self.stack.zero.shards_optimizer() && self.stack.overlap_param_gather {
+            full / 2.0
+        } else {
+            full
+        }
+    }
+
+    /// The optimizer step over a rank's expert parameters; ZeRO-1 shards it over the expert
+    /// data-parallel group.
+    pub fn expert_optimizer_s(&self, params: f64) -> f64 {
+        let shard = if self.stack.zero.shards_optimizer() {
+            self.expert_dp() as f64
+        } else {
+            1.0
+        };
+        params * self.stack.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
+    }
+
+    /// Weights, gradients and optimizer state of a rank's expert parameters (sharded over the
+    /// expert data-parallel group as deep as the ZeRO stage says).
+    pub fn expert_state_bytes(&self, params: f64) -> u64 {
+        memory::model_state_bytes(params.ceil() as u64, self.expert_dp(), self.stack.zero)
+    }
+
+    /// Activations of one MoE layer for one micro-batch on the busiest rank, given a dense
+    /// layer's (`dense_layer_bytes`, Korthikanti et al. 2022 Table 2, whose MLP keeps
+    /// `16 sbh / t` of intermediates for its `4h`-wide hidden layer): those intermediates
+    /// replaced by the routed rows' permuted input and combined output (2 x 2 h bytes), the
+    /// experts' up-projection and activation outputs (2 x (2) f_e/etp and 2 f_e/etp bytes per
+    /// row), and the shared experts' (the same per token, `/t`). Unchanged with full
+    /// recompute (only the layer input is kept).
+    pub fn moe_layer_activation_bytes(&self, dense_layer_bytes: u64) -> u64 {
+        let Some(moe) = &self.model.moe else {
+            return dense_layer_bytes;
+        };
+        if self.layout.recompute == Recompute::Full {
+            return dense_layer_bytes;
+        }
+        let (b, s, h, _, _, t, _) = self.dims();
+        let sbh = s * b * h;
+        let [up, _] = self.moe_expert_gemms();
+        let rows = self.moe_rows_per_expert() * up.batch;
+        let f = moe.expert_ffn as f64 / self.etp() as f64;
+        let routed = rows * (4.0 * h + 2.0 * up.n + 2.0 * f);
+        let fs = moe.shared_ffn as f64 / t;
+        let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
+        let shared = b * s * (2.0 * up_s + 2.0 * fs);
+        let bytes = dense_layer_bytes as f64 - 16.0 * sbh / t + routed + shared;
+        bytes.max(0.0).ceil() as u64
+    }
+}

@@ -1,0 +1,344 @@
+//! The mixture-of-experts cost model (src/cost/moe.rs, docs/cost-model.md "Mixture of
+//! experts") against hand counts for small cases: all-to-all bytes and time, rows per expert,
+//! expert data-parallel size, expert parameters per rank, FLOPs, memory, and the refusals.
+
+use pplan::cost::{CostModel, Layout, Recompute, Stack};
+use pplan::inputs::moe::Moe;
+use pplan::inputs::{Hardware, Model};
+use pplan::plan::predict::{predict, PredictError, PredictRequest};
+
+/// 4 layers, h = 1024, 8 experts of 512, top-2, sequence 1024.
+fn small() -> Model {
+    let mut m = Model::preset("llama3-8b").unwrap();
+    m.num_layers = 4;
+    m.hidden_size = 1024;
+    m.num_heads = 8;
+    m.num_kv_heads = 8;
+    m.seq_len = 1024;
+    m.vocab_size = 1000;
+    m.moe = Some(Moe {
+        num_experts: 8,
+        top_k: 2,
+        expert_ffn: 512,
+        shared_ffn: 0,
+        layers: vec![true; 4],
+    });
+    m
+}
+
+fn cm<'a>(
+    m: &'a Model,
+    hw: &'a Hardware,
+    tp: u64,
+    dp: u64,
+    ep: u64,
+    stack: Stack,
+) -> CostModel<'a> {
+    CostModel {
+        model: m,
+        hw,
+        layout: Layout {
+            tp,
+            pp: 1,
+            dp,
+            cp: 1,
+            dp_replicate: 1,
+            micro_batch: 1,
+            chunks: 1,
+            sequence_parallel: tp > 1,
+            recompute: Recompute::None,
+            ep,
+            etp: 1,
+        },
+        stack,
+    }
+}
+
+fn balanced() -> Stack {
+    Stack {
+        moe_imbalance: 1.0,
+        ..Stack::default()
+    }
+}
+
+#[test]
+fn all_to_all_bytes_are_tokens_times_top_k_times_hidden_times_two() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // 1024 tokens x top-2 x 1024 x 2 bytes, 3/4 of them to the other 3 ranks.
+    let c = cm(&m, &hw, 1, 4, 4, balanced());
+    assert_eq!(c.moe_a2a_bytes(), 1024.0 * 2.0 * 1024.0 * 2.0 * 3.0 / 4.0);
+    // With t = 2 (sequence parallel) each rank routes half the tokens.
+    let c2 = cm(&m, &hw, 2, 2, 4, balanced());
+    assert_eq!(c2.moe_a2a_bytes(), 512.0 * 2.0 * 1024.0 * 2.0 * 3.0 / 4.0);
+    // No expert parallelism: nothing leaves the rank.
+    assert_eq!(cm(&m, &hw, 1, 4, 1, balanced()).moe_a2a_bytes(), 0.0);
+}
+
+#[test]
+fn all_to_all_time_on_nvlink_and_across_nodes() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let per_peer = 1024.0 * 2.0 * 1024.0 * 2.0 / 4.0;
+    // ep = 4 inside the 8-GPU node: three peers' bytes over NVLink.
+    let c = cm(&m, &hw, 1, 4, 4, balanced());
+    let want = 3.0 * per_peer / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s;
+    assert!(
+        (c.moe_a2a_s() - want).abs() < 1e-12,
+        "{} vs {want}",
+        c.moe_a2a_s()
+    );
+    // ep = 8 over 8 experts of 16 ranks: peers 1..8 share the node, 8 are across the NICs;
+    // the two parts run at once.
+    let mut m16 = small();
+    m16.moe.as_mut().unwrap().num_experts = 16;
+    let c = cm(&m16, &hw, 1, 16, 16, balanced());
+    let per_peer = 1024.0 * 2.0 * 1024.0 * 2.0 / 16.0;
+    let nvl = 7.0 * per_peer / hw.nvlink_bytes_per_s();
+    let nic = 8.0 * per_peer / hw.nic_bytes_per_s_per_gpu(false);
+    let want = nvl.max(nic) + hw.node.nic_latency_s;
+    assert!((c.moe_a2a_s() - want).abs() < 1e-12);
+    // The imbalance factor scales the busiest rank's all-to-all.
+    let skew = cm(&m16, &hw, 1, 16, 16, Stack::default());
+    let want = (nvl.max(nic)) * 1.25 + hw.node.nic_latency_s;
+    assert!((skew.moe_a2a_s() - want).abs() < 1e-12);
+}
+
+#[test]
+fn rows_per_expert_expert_dp_and_parameters_per_rank() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // t = 2, d = 4: 8 ranks per stage; ep = 4 leaves an expert data-parallel group of 2.
+    let c = cm(&m, &hw, 2, 4, 4, balanced());
+    assert_eq!(c.expert_dp(), 2);
+    // The 4 ranks of a group route 512 tokens x top-2 each: 4096 rows over 8 experts, 512 for
+    // each of a rank's 2 local experts.
+    assert_eq!(c.moe_rows_per_expert(), 512.0);
+    let [up, down] = c.moe_expert_gemms();
+    assert_eq!((up.m, up.n, up.k, up.batch), (512.0, 1024.0, 1024.0, 2.0));
+    assert_eq!(
+        (down.m, down.n, down.k, down.batch),
+        (512.0, 1024.0, 512.0, 2.0)
+    );
+    // 2 experts x 3 x 1024 x 512 parameters per layer on each rank.
+    assert_eq!(
+        c.moe_rank_expert_params_per_layer(),
+        2.0 * 3.0 * 1024.0 * 512.0
+    );
+    let p = c.layers_rank_params(0, 4);
+    assert_eq!(p.expert, 4.0 * 2.0 * 3.0 * 1024.0 * 512.0);
+    // Dense part: attention, router and norms, split over t.
+    let dense = m.attention_params() + 1024 * 8 + 4 * 1024;
+    assert_eq!(p.dense, (4 * dense) as f64 / 2.0);
+    // ZeRO-1 shards the expert optimizer state over the expert data-parallel group (2).
+    let z = cm(
+        &m,
+        &hw,
+        2,
+        4,
+        4,
+        Stack {
+            zero: pplan::cost::Zero::Optimizer,
+            ..balanced()
+        },
+    );
+    let params = 1e6;
+    assert_eq!(
+        z.expert_state_bytes(params),
+        (4.0 * params + 12.0 * params / 2.0) as u64
+    );
+}
+
+#[test]
+fn flops_count_the_top_k_experts_per_token() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let c = cm(&m, &hw, 1, 1, 1, balanced());
+    let mut dense = m.clone();
+    dense.moe = None;
+    dense.ffn_hidden_size = 2 * 512; // two experts' worth of MLP per token
+    let d = cm(&dense, &hw, 1, 1, 1, balanced());
+    // Same as a dense MLP twice the expert width, plus the router's 2 s h E.
+    let router = 2.0 * 1024.0 * 1024.0 * 8.0;
+    let want = 4.0 * (d.layer_forward_flops() + router);
+    assert!((c.all_layers_forward_flops() / want - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn expert_gradients_reduce_over_their_own_group() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // ep x etp = all 8 ranks: no expert data parallelism, no reduction.
+    assert_eq!(
+        cm(&m, &hw, 2, 4, 4, balanced()).expert_grad_reduce_s(0.0),
+        0.0
+    );
+    let c = cm(&m, &hw, 1, 8, 8, balanced());
+    assert_eq!(c.expert_dp(), 1);
+    assert_eq!(c.expert_grad_reduce_s(1e9), 0.0);
+    // ep = 2 of 8 ranks in one node: 4 members, all on NVLink.
+    let c = cm(&m, &hw, 1, 8, 2, balanced());
+    assert_eq!(c.expert_dp(), 4);
+    let bytes = 1e9 * 2.0;
+    let want = 2.0
+        * pplan::cost::all_gather_s(bytes, 4, hw.nvlink_bytes_per_s(), hw.node.nvlink_latency_s);
+    assert!((c.expert_grad_reduce_s(1e9) - want).abs() < 1e-12);
+}
+
+#[test]
+fn predict_refuses_bad_expert_layouts_naming_the_flag() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let mut req = PredictRequest::new(&m, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    req.ep = 3;
+    match predict(&req) {
+        Err(e @ PredictError::ExpertParallel { .. }) => {
+            let s = e.to_string();
+            assert!(s.contains("--ep 3") && s.contains("1, 2, 4, 8"), "{s}");
+        }
+        other => panic!("{other:?}"),
+    }
+    req.ep = 8;
+    req.etp = 2;
+    assert!(predict(&req).unwrap_err().to_string().contains("--etp 2"));
+    let dense = Model::preset("llama3-8b").unwrap();
+    let mut req = PredictRequest::new(&dense, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    req.ep = 2;
+    assert!(predict(&req)
+        .unwrap_err()
+        .to_string()
+        .contains("dense model"));
+}
+
+#[test]
+fn moe_prediction_reports_active_parameters_and_its_layout() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let mut req = PredictRequest::new(&m, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    req.ep = 8;
+    let p = predict(&req).unwrap();
+    assert_eq!((p.ep, p.etp), (Some(8), Some(1)));
+    assert_eq!(p.params, m.total_params());
+    assert_eq!(p.active_params, m.active_params());
+    assert!(p.active_params < p.params);
+    // With ZeRO-1 the breakdown shards the experts' optimizer state over their own group (1
+    // here: ep = 8 of 8 ranks) and still adds up to the peak.
+    let mut z = req.clone();
+    z.stack.zero = pplan::cost::Zero::Optimizer;
+    let pz = predict(&z).unwrap();
+    assert_eq!(pz.memory_breakdown.total(), pz.peak_memory_bytes);
+    assert!(pz.memory_breakdown.optimizer > p.memory_breakdown.optimizer / 8);
+    // More expert parallelism: fewer expert weights per GPU.
+    req.ep = 1;
+    let p1 = predict(&req).unwrap();
+    assert!(p1.model_state_bytes > p.model_state_bytes);
+    // A dense prediction carries no ep/etp.
+    let dense = Model::preset("llama3-8b").unwrap();
+    let mut req = PredictRequest::new(&dense, &hw);
+    req.gpus = 8;
+    req.global_batch = 16;
+    let d = predict(&req).unwrap();
+    assert_eq!((d.ep, d.etp, d.active_params), (None, None, d.params));
+}
+
+#[test]
+fn deepep_dispatch_crosses_the_fabric_once_per_remote_node() {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let mut m = small();
+    m.moe.as_mut().unwrap().num_experts = 16;
+    let stack = Stack {
+        moe_node_dedup: true,
+        ..balanced()
+    };
+    // ep = 16 over 2 nodes: a token's 2 experts miss the other node with probability
+    // C(8, 2) / C(16, 2) = 28 / 120, so it crosses the fabric 92/120 times on average.
+    let c = cm(&m, &hw, 1, 16, 16, stack);
+    let remote = 1.0 - 28.0 / 120.0;
+    assert!((c.moe_remote_domains_per_token(2) - remote).abs() < 1e-12);
+    let nic = 1024.0 * 2.0 * 1024.0 * remote / hw.nic_bytes_per_s_per_gpu(false);
+    // Every copy to another rank crosses NVLink once (directly or forwarded).
+    let nvl = 1024.0 * 2.0 * 1024.0 * 2.0 * 15.0 / 16.0 / hw.nvlink_bytes_per_s();
+    let want = nvl.max(nic) + hw.node.nic_latency_s;
+    assert!((c.moe_a2a_s() - want).abs() < 1e-12);
+    // Fewer fabric bytes than one copy per expert: 2 x 8/16 copies leave the node.
+    let plain = cm(&m, &hw, 1, 16, 16, balanced());
+    assert!(c.moe_a2a_s() < plain.moe_a2a_s());
+}
+
+#[test]
+fn each_layer_dispatches_and_combines_forward_and_backward() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    // t = 1: the dense part has no tensor-parallel collectives, so the layer's in-layer
+    // communication is the MoE block's: one dispatch and one combine each way.
+    let c = cm(&m, &hw, 1, 8, 8, balanced());
+    let l = c.moe_layer();
+    let a2a = c.moe_a2a_s();
+    assert!(a2a > 0.0);
+    assert!((l.forward.tp_comm_s - 2.0 * a2a).abs() < 1e-15);
+    assert!((l.backward_input.tp_comm_s - 2.0 * a2a).abs() < 1e-15);
+    // Full recompute repeats the forward's two.
+    let mut full = c;
+    full.layout.recompute = Recompute::Full;
+    assert!((full.moe_layer().backward_input.tp_comm_s - 4.0 * a2a).abs() < 1e-15);
+    // With overlap, the all-to-alls hide under the layer's compute.
+    let mut ov = c;
+    ov.stack.moe_comm_overlap = true;
+    let lo = ov.moe_layer();
+    assert!(lo.forward.tp_comm_s < l.forward.tp_comm_s);
+    assert!((lo.forward.tp_comm_s + lo.forward.tp_hidden_s - 2.0 * a2a).abs() < 1e-15);
+}
+
+#[test]
+fn expert_tensor_parallelism_gathers_the_routed_tokens() {
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let mut c = cm(&m, &hw, 2, 4, 4, balanced());
+    assert_eq!(c.moe_etp_collective_s(), 0.0);
+    c.layout.etp = 2;
+    // 512 tokens x top-2 x 1024 x 2 bytes from each of the 2 etp ranks, all-gathered on
+    // NVLink: half of the 4 MiB gathered crosses the link.
+    let bytes = 512.0 * 2.0 * 1024.0 * 2.0 * 2.0;
+    let want = bytes / 2.0 / hw.nvlink_bytes_per_s() + hw.node.nvlink_latency_s;
+    assert!((c.moe_etp_collective_s() - want).abs() < 1e-12);
+    // Each rank holds half of every local expert, whose GEMMs see twice the rows.
+    assert_eq!(c.expert_dp(), 1);
+    let [up, _] = c.moe_expert_gemms();
+    assert_eq!((up.m, up.n, up.batch), (1024.0, 512.0, 2.0));
+}
+
+#[test]
+fn sliding_window_layers_compute_only_their_band() {
+    let path = format!(
+        "{}/tests/data/hf/gpt-oss-120b.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let m = Model::load(&path).unwrap();
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let flash = Stack {
+        attention: pplan::cost::Attention::Flash,
+        ..balanced()
+    };
+    let full = cm(&m, &hw, 1, 8, 8, flash);
+    assert_eq!(m.uniform_window(), None);
+    let mut sliding = m.clone();
+    sliding
+        .sliding_window
+        .as_mut()
+        .unwrap()
+        .layers
+        .iter_mut()
+        .for_each(|x| *x = true);
+    assert_eq!(sliding.uniform_window(), Some(128));
+    let sw = cm(&sliding, &hw, 1, 8, 8, flash);
+    // Causal full attention computes (1 + 128/4096)/2 of the s^2 tiles; a 128-token window
+    // (128 + 128)/4096 of them.
+    let want = (256.0 / 4096.0) / ((1.0 + 128.0 / 4096.0) / 2.0);
+    let (f_full, b_full) = full.attention_core_s();
+    let (f_sw, b_sw) = sw.attention_core_s();
+    assert!((f_sw / f_full - want).abs() < 1e-12);
+    assert!((b_sw / b_full - want).abs() < 1e-12);
+    // A stage of 2 layers (one sliding, one full) costs one of each kind.
+    let kinds = full.layer_kinds();
+    let two = full.layers_block(0, 2);
+    let sum = kinds.moe_sliding.plus(kinds.moe);
+    assert!((two.forward.total_s() - sum.forward.total_s()).abs() < 1e-15);
+    assert!(kinds.moe_sliding.forward.total_s() < kinds.moe.forward.total_s());
+}
