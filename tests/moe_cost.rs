@@ -216,7 +216,7 @@ fn moe_prediction_reports_active_parameters_and_its_layout() {
     req.global_batch = 16;
     req.ep = 8;
     let p = predict(&req).unwrap();
-    assert_eq!((p.ep, p.etp), (Some(8), Some(1)));
+    assert_eq!((p.ep, p.etp), (8, 1));
     assert_eq!(p.params, m.total_params());
     assert_eq!(p.active_params, m.active_params());
     assert!(p.active_params < p.params);
@@ -237,7 +237,7 @@ fn moe_prediction_reports_active_parameters_and_its_layout() {
     req.gpus = 8;
     req.global_batch = 16;
     let d = predict(&req).unwrap();
-    assert_eq!((d.ep, d.etp, d.active_params), (None, None, d.params));
+    assert_eq!((d.ep, d.etp, d.active_params), (1, 1, d.params));
 }
 
 #[test]

@@ -69,7 +69,7 @@ fn the_comparison_is_the_same_flop_count_over_the_predicted_step() {
         assert!(
             (c.error - (c.predicted_tflops_per_gpu / c.row.tflops_per_gpu - 1.0)).abs() < 1e-12
         );
-        assert_eq!(c.prediction.ep, Some(c.row.ep));
+        assert_eq!(c.prediction.ep, c.row.ep);
     }
     // Deterministic: the table is the same on every run.
     assert_eq!(

@@ -291,7 +291,8 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             println!("model_tflops_per_gpu {:.1}", pred.model_tflops_per_gpu);
             println!("mfu                  {:.3}", pred.mfu);
             println!("tokens_per_s         {:.0}", pred.tokens_per_s);
-            if let (Some(ep), Some(etp)) = (pred.ep, pred.etp) {
+            if pred.active_params < pred.params {
+                let (ep, etp) = (pred.ep, pred.etp);
                 println!(
                     "experts              ep={ep} etp={etp}; params {:.2}B total, {:.2}B active (MFU counts active)",
                     pred.params as f64 / 1e9,

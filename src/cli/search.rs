@@ -222,7 +222,10 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
         }
     };
     // Expert-parallel columns only for a mixture-of-experts model.
-    let show_ep = o.results.iter().any(|r| r.prediction.ep.is_some());
+    let show_ep = o
+        .results
+        .iter()
+        .any(|r| r.prediction.active_params < r.prediction.params || r.prediction.ep > 1);
     let ep_col = |ep: &dyn std::fmt::Display, etp: &dyn std::fmt::Display| {
         if show_ep {
             format!(" {ep:>4} {etp:>3}")

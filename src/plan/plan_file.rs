@@ -463,8 +463,8 @@ pub fn plan_from_prediction(
             cp: pred.cp,
             // The prediction does not record the exchange; the caller sets it from the stack.
             cp_comm: default_cp_comm(),
-            ep: pred.ep.unwrap_or(1),
-            etp: pred.etp.unwrap_or(1),
+            ep: pred.ep,
+            etp: pred.etp,
             micro_batch: pred.micro_batch,
             global_batch: pred.global_batch,
             chunks: schedule.chunks() as u64,

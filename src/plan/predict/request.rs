@@ -180,12 +180,10 @@ pub struct Prediction {
     /// `even` when `stage_layers` is the even split, `balanced` when the partitioner's
     /// split differs from it, `custom` for any other given split.
     pub split: String,
-    /// Expert-parallel size; absent for dense models (their outputs are unchanged).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ep: Option<u64>,
-    /// Expert tensor-parallel size; absent for dense models.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub etp: Option<u64>,
+    /// Expert-parallel size (1 for dense models).
+    pub ep: u64,
+    /// Expert tensor-parallel size (1 for dense models).
+    pub etp: u64,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
 }

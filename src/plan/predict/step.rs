@@ -532,8 +532,8 @@ pub fn prediction_from(
         model_state_bytes: step.model_state_max_bytes,
         split: split_label(req, &step.stage_layers).to_string(),
         stage_layers: step.stage_layers,
-        ep: model.moe.as_ref().map(|_| req.ep),
-        etp: model.moe.as_ref().map(|_| req.etp),
+        ep: req.ep,
+        etp: req.etp,
         timeline: result.timeline,
     }
 }
