@@ -11,7 +11,7 @@
 
 use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
 use super::memory;
-use super::network::{all_gather_s, all_reduce_s, ranks_per_nvlink_domain};
+use super::network::{all_gather_s, ranks_per_nvlink_domain};
 use super::stack::{CostModel, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::model::Model;
 
@@ -470,23 +470,9 @@ impl CostModel<'_> {
         } else {
             (per_domain / stride).clamp(1, edp)
         };
-        let domains = edp.div_ceil(local);
         let span_nodes = (stride * edp).div_ceil(self.hw.node.gpus_per_node as u64);
         let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
-        let intra = 2.0
-            * all_gather_s(
-                bytes,
-                local,
-                self.hw.nvlink_bytes_per_s(),
-                self.hw.node.nvlink_latency_s,
-            );
-        let inter = all_reduce_s(
-            bytes / local as f64,
-            domains,
-            self.hw.nic_bytes_per_s_per_gpu(leaves),
-            self.hw.node.nic_latency_s,
-        );
-        let full = intra + inter;
+        let full = self.hierarchical_all_reduce_s(bytes, edp, local, leaves);
         if self.stack.zero.shards_optimizer() && self.stack.overlap_param_gather {
             full / 2.0
         } else {

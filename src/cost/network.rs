@@ -195,17 +195,34 @@ impl CostModel<'_> {
         } else {
             (per_domain / stride).clamp(1, dp)
         };
-        let local = local_cp * local_dp;
-        let domains = members.div_ceil(local);
         let (first_node, last_node) = (self.node_of(first), self.node_of(last));
         let leaves = first_node / self.hw.network.nodes_per_leaf_switch as u64
             != last_node / self.hw.network.nodes_per_leaf_switch as u64;
-        let nvl = self.hw.nvlink_bytes_per_s();
-        let nvl_lat = self.hw.node.nvlink_latency_s;
-        let intra = 2.0 * all_gather_s(bytes, local, nvl, nvl_lat);
+        self.hierarchical_all_reduce_s(bytes, members, local_cp * local_dp, leaves)
+    }
+
+    /// All-reduce of `bytes` per rank over `members` ranks of which `local` share each NVLink
+    /// domain: reduce-scatter over NVLink among the local ones, all-reduce of the `1/local`
+    /// shard across the domains over the NICs (through the spine when `leaves`), all-gather
+    /// over NVLink.
+    pub(super) fn hierarchical_all_reduce_s(
+        &self,
+        bytes: f64,
+        members: u64,
+        local: u64,
+        leaves: bool,
+    ) -> f64 {
+        let local = local.clamp(1, members.max(1));
+        let intra = 2.0
+            * all_gather_s(
+                bytes,
+                local,
+                self.hw.nvlink_bytes_per_s(),
+                self.hw.node.nvlink_latency_s,
+            );
         let inter = all_reduce_s(
             bytes / local as f64,
-            domains,
+            members.div_ceil(local),
             self.hw.nic_bytes_per_s_per_gpu(leaves),
             self.hw.node.nic_latency_s,
         );

@@ -3,7 +3,7 @@
 //! before anything is costed.
 
 use crate::cost::memory::MemoryBreakdown;
-use crate::cost::{Attention, Recompute, Stack};
+use crate::cost::{Attention, Layout, Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::inputs::profile::LayerProfile;
@@ -108,6 +108,25 @@ impl<'a> PredictRequest<'a> {
             partition: Split::Even,
             ep: 1,
             etp: 1,
+        }
+    }
+}
+
+impl PredictRequest<'_> {
+    /// The parallel layout of this request with data-parallel size `dp` (from [`check`]).
+    pub fn layout(&self, dp: u64) -> Layout {
+        Layout {
+            tp: self.tp,
+            pp: self.pp,
+            dp,
+            cp: self.cp,
+            dp_replicate: self.dp_replicate,
+            micro_batch: self.micro_batch,
+            chunks: self.chunks,
+            sequence_parallel: self.sequence_parallel,
+            recompute: self.recompute,
+            ep: self.ep,
+            etp: self.etp,
         }
     }
 }

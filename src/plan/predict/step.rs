@@ -4,7 +4,7 @@
 use super::request::*;
 use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, ActDims, MemoryBreakdown};
-use crate::cost::{BlockCost, CostModel, Layout, Part, Recompute};
+use crate::cost::{BlockCost, CostModel, Part, Recompute};
 use crate::inputs::profile::{sum_layers, ProfiledLayer};
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::schedule::ir::Placement;
@@ -40,19 +40,7 @@ pub fn step_costs(
 ) -> Result<StepCosts, PredictError> {
     let model = req.model;
     let p = req.pp;
-    let layout = Layout {
-        tp: req.tp,
-        pp: p,
-        dp,
-        cp: req.cp,
-        dp_replicate: req.dp_replicate,
-        micro_batch: req.micro_batch,
-        chunks: req.chunks,
-        sequence_parallel: req.sequence_parallel,
-        recompute: req.recompute,
-        ep: req.ep,
-        etp: req.etp,
-    };
+    let layout = req.layout(dp);
     let cm = CostModel {
         model,
         hw: req.hardware,
@@ -336,11 +324,6 @@ pub fn step_costs(
     })
 }
 
-/// Ranks the sharded state of `req` is split over: d cp over the HSDP replicas.
-fn cm_shard_ranks(req: &PredictRequest, dp: u64) -> u64 {
-    (dp.max(1) * req.cp.max(1) / req.dp_replicate.max(1)).max(1)
-}
-
 /// Gradient buckets of a stage with `params` parameters on one rank: Megatron-Core's
 /// distributed data parallelism reduces gradients in buckets of `max(40M, 1M x d)` parameters
 /// (`DistributedDataParallel.__init__`, `bucket_size` when `--ddp-bucket-size` is unset).
@@ -413,19 +396,7 @@ pub fn prediction_from(
     let cm = CostModel {
         model,
         hw,
-        layout: Layout {
-            tp: req.tp,
-            pp: req.pp,
-            dp: step.dp,
-            cp: req.cp,
-            dp_replicate: req.dp_replicate,
-            micro_batch: req.micro_batch,
-            chunks: req.chunks,
-            sequence_parallel: req.sequence_parallel,
-            recompute: req.recompute,
-            ep: req.ep,
-            etp: req.etp,
-        },
+        layout: req.layout(step.dp),
         stack: req.stack,
     };
     let step_time_s = result.makespan_ns as f64 / 1e9;
@@ -460,7 +431,7 @@ pub fn prediction_from(
     let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
     let memory_breakdown = MemoryBreakdown::new(
         step.device_params.get(fullest).copied().unwrap_or(0),
-        cm_shard_ranks(req, step.dp),
+        cm.shard_ranks(),
         req.stack.zero,
         req.stack.low_precision_weight_bytes_per_param(),
         tensor_peak,
@@ -475,7 +446,7 @@ pub fn prediction_from(
             let opt = memory::OPTIMIZER_BYTES_PER_PARAM;
             let optimizer = opt
                 .saturating_mul(dense)
-                .div_ceil(cm_shard_ranks(req, step.dp))
+                .div_ceil(cm.shard_ranks())
                 .saturating_add(opt.saturating_mul(expert).div_ceil(cm_edp));
             let state = memory_breakdown
                 .weights
@@ -570,19 +541,7 @@ pub fn balance_problem(
     let cm = CostModel {
         model,
         hw: req.hardware,
-        layout: Layout {
-            tp: req.tp,
-            pp: p,
-            dp,
-            cp: req.cp,
-            dp_replicate: req.dp_replicate,
-            micro_batch: req.micro_batch,
-            chunks: req.chunks,
-            sequence_parallel: req.sequence_parallel,
-            recompute: req.recompute,
-            ep: req.ep,
-            etp: req.etp,
-        },
+        layout: req.layout(dp),
         stack: req.stack,
     };
     let prof = match req.profile {
