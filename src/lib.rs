@@ -8,13 +8,14 @@
 //! |---|---|---|
 //! | 4 | [`report`] | Gantt charts, Chrome traces, predicted-vs-measured comparison, published runs |
 //! | 3 | [`plan`] | predict, configuration search, partitioner, schedule search, plan file, emit |
-//! | 2 | [`sim`], [`cost`] | the discrete-event engine; compute, network and memory models |
+//! | 2 | [`sim`], [`cost`], [`measured`] | the discrete-event engine; compute, network and memory models; measured traces and logs read into pplan's terms |
 //! | 1 | [`schedule`], [`inputs`] | the schedule as data; model, hardware and layer-profile inputs |
 //!
 //! The most used types are re-exported here.
 
 pub mod cost;
 pub mod inputs;
+pub mod measured;
 pub mod plan;
 pub mod report;
 pub mod schedule;

@@ -18,15 +18,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("inputs", &[]),
     ("sim", &["schedule"]),
     ("cost", &["inputs"]),
-    ("plan", &["schedule", "inputs", "sim", "cost"]),
-    ("report", &["schedule", "inputs", "sim", "cost", "plan"]),
+    ("measured", &["schedule"]),
+    ("plan", &["schedule", "inputs", "sim", "cost", "measured"]),
+    (
+        "report",
+        &["schedule", "inputs", "sim", "cost", "plan", "measured"],
+    ),
     (
         "lib",
-        &["schedule", "inputs", "sim", "cost", "plan", "report"],
+        &[
+            "schedule", "inputs", "sim", "cost", "measured", "plan", "report",
+        ],
     ),
     (
         "bin",
-        &["schedule", "inputs", "sim", "cost", "plan", "report", "lib"],
+        &[
+            "schedule", "inputs", "sim", "cost", "measured", "plan", "report", "lib",
+        ],
     ),
 ];
 
