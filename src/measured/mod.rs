@@ -7,6 +7,7 @@
 
 pub mod breakdown;
 pub mod classify;
+pub mod json_stream;
 pub mod kineto;
 pub mod load;
 pub mod logs;
