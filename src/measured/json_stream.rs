@@ -22,6 +22,9 @@ pub struct TopLevel {
     pub events: usize,
 }
 
+/// The per-event callback.
+type OnEvent<'a> = dyn FnMut(&[u8], usize) -> Result<(), MeasuredError> + 'a;
+
 struct Scanner<'f, R> {
     r: R,
     file: &'f str,
@@ -155,7 +158,7 @@ impl<'f, R: BufRead> Scanner<'f, R> {
     /// The elements of an array whose `[` is next.
     fn array(
         &mut self,
-        on_event: &mut dyn FnMut(&[u8], usize) -> Result<(), MeasuredError>,
+        on_event: &mut OnEvent<'_>,
     ) -> Result<usize, MeasuredError> {
         self.expect(b'[', "'[' (the event array)")?;
         let mut buf = Vec::with_capacity(1024);
