@@ -10,3 +10,4 @@ pub mod schedule_search;
 pub mod search;
 pub mod simulate;
 pub mod validate;
+pub mod validate_measured;

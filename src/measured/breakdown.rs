@@ -149,7 +149,8 @@ fn step_figures(r: &RankTrace, step: u32) -> Figures {
             .iter()
             .filter(|k| k.class == c)
             .map(|k| k.dur_ns() as f64 * ns)
-            .sum()
+            .sum::<f64>()
+            + 0.0
     };
     let compute = iv(&|c| c.is_compute());
     let compute_len = union_len(compute.clone());

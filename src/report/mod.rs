@@ -6,6 +6,7 @@
 
 pub mod compare;
 pub mod gantt;
+pub mod measured;
 pub mod moe_modelzoo;
 pub mod nemo;
 pub mod torchtitan;

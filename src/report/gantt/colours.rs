@@ -16,6 +16,8 @@ pub(super) fn kind_rgb(kind: Kind) -> Rgb {
     }
 }
 
+/// Measured GPU compute kernels (Okabe–Ito vermillion).
+pub(super) const KERNEL_RGB: Rgb = (213, 94, 0);
 pub(super) const TRANSFER_RGB: Rgb = (150, 150, 150);
 /// Idle time in aggregated charts: a light red, so bubbles stand out from the white page.
 pub(super) const BUBBLE_RGB: Rgb = (250, 212, 212);

@@ -266,6 +266,7 @@ fn draw_aggregated<DB: DrawingBackend>(
         .filter(|s| visible(s, layout.window_ns))
         .filter_map(|s| {
             let rgb = match s.stream {
+                Stream::Compute if layout.kernel_view => KERNEL_RGB,
                 Stream::Compute => aggregated_rgb(s.action.kind),
                 Stream::Send | Stream::Recv if layout.transfer_lanes => TRANSFER_RGB,
                 Stream::Send | Stream::Recv => return None,

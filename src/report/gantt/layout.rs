@@ -89,6 +89,8 @@ pub(super) struct PlacedLegendItem {
 }
 
 pub(super) struct Layout {
+    /// Draw compute boxes as measured kernels ([`GanttOptions::kernel_view`]).
+    pub(super) kernel_view: bool,
     pub(super) width_px: u32,
     pub(super) height_px: u32,
     pub(super) plot_x0: i32,
@@ -264,7 +266,8 @@ impl Layout {
         };
         // Aggregate when fewer than half of the visible compute boxes have room for their
         // micro-batch number in the smallest label font.
-        let aggregated = match opts.aggregate {
+        let aggregated = opts.kernel_view
+            || match opts.aggregate {
             Aggregate::Always => true,
             Aggregate::Never => false,
             Aggregate::Auto => {
@@ -382,7 +385,13 @@ impl Layout {
 
         // Legend entries: only what the chart shows, so the legend explains every colour in it.
         let mut items = Vec::new();
-        if aggregated {
+        if opts.kernel_view {
+            items.push(LegendItem {
+                swatches: vec![KERNEL_RGB],
+                label: "GPU compute kernels (measured, merged)".to_string(),
+                outlined: false,
+            });
+        } else if aggregated {
             aggregated_kind_items(&kinds_present, &mut items);
         }
         for kind in Kind::ALL {
@@ -409,14 +418,23 @@ impl Layout {
             });
         }
         if any_collective {
-            for (rgb, label) in [
-                (
-                    TENSOR_PARALLEL_RGB,
+            let labels = if opts.kernel_view {
+                [
+                    "tensor-parallel collectives",
+                    "data-parallel collectives",
+                    "other communication (pipeline, context, expert, unattributed)",
+                ]
+            } else {
+                [
                     "tensor-parallel collectives (inside compute)",
-                ),
-                (DATA_PARALLEL_RGB, "data-parallel gradient reduction"),
-                (OPTIMIZER_RGB, "optimizer step"),
-            ] {
+                    "data-parallel gradient reduction",
+                    "optimizer step",
+                ]
+            };
+            for (rgb, label) in [TENSOR_PARALLEL_RGB, DATA_PARALLEL_RGB, OPTIMIZER_RGB]
+                .into_iter()
+                .zip(labels)
+            {
                 items.push(LegendItem {
                     swatches: vec![rgb],
                     label: format!("{label} (thin lane: coll)"),
@@ -492,6 +510,7 @@ impl Layout {
         }
 
         Ok(Layout {
+            kernel_view: opts.kernel_view,
             width_px,
             height_px,
             plot_x0,

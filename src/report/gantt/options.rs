@@ -36,6 +36,10 @@ pub struct GanttOptions {
     pub window_ns: Option<(u64, u64)>,
     /// When to draw the aggregated form of a chart with too many actions to label.
     pub aggregate: Aggregate,
+    /// A measured GPU timeline rather than a schedule: compute boxes are merged GPU kernels in
+    /// one colour (always aggregated), and the collective lane's colours name communication
+    /// dimensions (tensor-parallel, data-parallel, other).
+    pub kernel_view: bool,
 }
 
 /// The aggregated form of a chart: no per-box text or outlines, adjacent boxes of one colour
@@ -64,6 +68,7 @@ impl Default for GanttOptions {
             pipeline_devices: 0,
             window_ns: None,
             aggregate: Aggregate::Auto,
+            kernel_view: false,
         }
     }
 }
