@@ -39,8 +39,10 @@ fn is_pplan_trace(path: &Path) -> bool {
     match std::fs::read(path) {
         Ok(b) => {
             let t = b.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(&b);
-            matches!(t.iter().find(|c| !c.is_ascii_whitespace()), Some(b'{' | b'['))
-                && !t.windows(5).any(|w| w == b"\"cat\"")
+            matches!(
+                t.iter().find(|c| !c.is_ascii_whitespace()),
+                Some(b'{' | b'[')
+            ) && !t.windows(5).any(|w| w == b"\"cat\"")
         }
         Err(_) => true,
     }
@@ -132,10 +134,7 @@ pub(crate) fn print_comparison(c: &pplan::report::compare::Comparison) {
     println!("predicted {} vs measured {}", c.predicted, c.measured);
     println!(
         "steps: predicted {} ({} skipped), measured {} ({} skipped as warm-up)",
-        c.steps_predicted,
-        c.steps_skipped_predicted,
-        c.steps_measured,
-        c.steps_skipped_measured
+        c.steps_predicted, c.steps_skipped_predicted, c.steps_measured, c.steps_skipped_measured
     );
     println!(
         "step time      predicted {:.6} s  measured {:.6} s  error {:+.2}%",
@@ -149,9 +148,7 @@ pub(crate) fn print_comparison(c: &pplan::report::compare::Comparison) {
     );
     println!(
         "actions        {} matched, {} only predicted, {} only measured",
-        c.actions_matched,
-        c.actions_unmatched.predicted_only,
-        c.actions_unmatched.measured_only
+        c.actions_matched, c.actions_unmatched.predicted_only, c.actions_unmatched.measured_only
     );
     println!(
         "duration error mean |e| {:.2}%  signed mean {:+.2}%",

@@ -46,10 +46,6 @@ pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
     let events;
     let prediction = if let Some(path) = &args.predicted {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::Input(format!("cannot read --predicted file '{file}': {e}")))?;
-        events = pplan::report::compare::parse_events(&text, &file)
-            .map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
         let pm = pplan::measured::load::load(std::slice::from_ref(path), None)
             .map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
         if pm.source != Source::Pplan {
@@ -58,6 +54,10 @@ pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
                 pm.source.as_str()
             ));
         }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::Input(format!("cannot read --predicted file '{file}': {e}")))?;
+        events = pplan::report::compare::parse_events(&text, &file)
+            .map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
         let pb = breakdown(&pm, None).map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
         Some(Prediction::Trace {
             file,
@@ -67,7 +67,11 @@ pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
         })
     } else {
         plan.as_ref().map(|p| Prediction::Plan {
-            file: args.plan.as_ref().map(|x| x.display().to_string()).unwrap_or_default(),
+            file: args
+                .plan
+                .as_ref()
+                .map(|x| x.display().to_string())
+                .unwrap_or_default(),
             plan: p,
         })
     };
@@ -108,7 +112,11 @@ fn measured_gantt(m: &Measured, r: &ValidateReport, path: &Path) -> Result<(), C
             ))
         })?;
     let ms = timeline.makespan_ns as f64 / 1e6;
-    let (unit, ns_per_unit) = if ms >= 1000.0 { ("s", 1e9) } else { ("ms", 1e6) };
+    let (unit, ns_per_unit) = if ms >= 1000.0 {
+        ("s", 1e9)
+    } else {
+        ("ms", 1e6)
+    };
     let opts = GanttOptions {
         title: format!(
             "measured: {}, step {} of each rank{}",
@@ -152,7 +160,11 @@ fn print_figures_row(label: &str, f: &Figures) {
 }
 
 fn print_report(r: &ValidateReport) {
-    println!("measured: {} ({})", r.source.as_str(), r.measured_files.join(", "));
+    println!(
+        "measured: {} ({})",
+        r.source.as_str(),
+        r.measured_files.join(", ")
+    );
     if let Some(p) = &r.predicted {
         println!("predicted: {p}");
     }
@@ -164,7 +176,16 @@ fn print_report(r: &ValidateReport) {
         println!();
         println!(
             "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
-            "rank", "step_s", "compute_s", "gemm_s", "attn_s", "other_s", "comm_s", "exposed_s", "idle_s", "bubble"
+            "rank",
+            "step_s",
+            "compute_s",
+            "gemm_s",
+            "attn_s",
+            "other_s",
+            "comm_s",
+            "exposed_s",
+            "idle_s",
+            "bubble"
         );
         for (rank, f) in &b.per_rank {
             print_figures_row(&rank.to_string(), f);
@@ -194,7 +215,10 @@ fn print_report(r: &ValidateReport) {
     }
     if !r.metrics.is_empty() {
         println!();
-        println!("{:<26} {:>14} {:>14} {:>10}", "metric", "predicted", "measured", "error");
+        println!(
+            "{:<26} {:>14} {:>14} {:>10}",
+            "metric", "predicted", "measured", "error"
+        );
         for m in &r.metrics {
             let err = match (m.error, m.error_kind) {
                 (Some(e), "difference") => format!("{:+.4}", e),
@@ -221,7 +245,9 @@ fn print_report(r: &ValidateReport) {
                 s.forward_ms_measured,
                 s.backward_ms_predicted,
                 s.backward_ms_measured,
-                s.error.map(|e| format!("{:+.2}%", e * 100.0)).unwrap_or_else(|| "-".into())
+                s.error
+                    .map(|e| format!("{:+.2}%", e * 100.0))
+                    .unwrap_or_else(|| "-".into())
             );
         }
     }

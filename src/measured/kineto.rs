@@ -166,9 +166,15 @@ fn annotated(name: &str) -> Option<Annotated> {
     a.trim().parse::<Action>().ok().map(Annotated::Action)
 }
 
-/// Microseconds (Chrome trace units) → integer nanoseconds, refusing what is not a time.
+/// Microseconds (Chrome trace units) → integer nanoseconds, refusing what is not a time. The
+/// whole microseconds and the fraction are converted apart: absolute Kineto timestamps
+/// (~1.7e15 µs) times 1000 would exceed f64's exact integers and round to 256 ns.
 fn to_ns(us: f64) -> Option<i64> {
-    (us.is_finite() && us.abs() < 9e15).then(|| (us * 1000.0).round() as i64)
+    if !(us.is_finite() && us.abs() < 9e15) {
+        return None;
+    }
+    let whole = us.trunc();
+    Some(whole as i64 * 1000 + ((us - whole) * 1000.0).round() as i64)
 }
 
 #[derive(Default)]
@@ -217,16 +223,17 @@ impl Collect {
             }
         }
         let bad = |what: &str| {
-            MeasuredError::new(
-                file,
-                format!("traceEvents[{index}] ('{name}'): {what}"),
-            )
+            MeasuredError::new(file, format!("traceEvents[{index}] ('{name}'): {what}"))
         };
         let (Some(ts), Some(dur)) = (e.ts, e.dur) else {
-            return Err(bad("a complete event (\"ph\": \"X\") needs numeric `ts` and `dur` (microseconds)"));
+            return Err(bad(
+                "a complete event (\"ph\": \"X\") needs numeric `ts` and `dur` (microseconds)",
+            ));
         };
         let (Some(start_ns), Some(dur_ns)) = (to_ns(ts), to_ns(dur)) else {
-            return Err(bad(&format!("ts {ts} / dur {dur}: expected finite microseconds")));
+            return Err(bad(&format!(
+                "ts {ts} / dur {dur}: expected finite microseconds"
+            )));
         };
         if dur_ns < 0 {
             return Err(bad(&format!("dur {dur}: expected >= 0")));

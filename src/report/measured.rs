@@ -6,7 +6,7 @@
 use crate::measured::breakdown::{Breakdown, LogSummary};
 use crate::measured::timeline::{Measured, Source};
 use crate::plan::plan_file::Plan;
-use crate::report::compare::{compare, Comparison, CompareError, CompareOptions};
+use crate::report::compare::{compare, CompareError, CompareOptions, Comparison};
 use crate::report::trace::{TraceArgs, TraceEvent};
 use crate::schedule::ir::{Action, Kind};
 use crate::sim::{Span, Stream, Timeline};
@@ -144,10 +144,7 @@ fn stage_rows(pred: &Breakdown, meas: &Breakdown) -> Vec<StageRow> {
         .iter()
         .filter_map(|m| {
             let p = pred.stages.iter().find(|p| p.stage == m.stage)?;
-            let (sp, sm) = (
-                p.forward_ms + p.backward_ms,
-                m.forward_ms + m.backward_ms,
-            );
+            let (sp, sm) = (p.forward_ms + p.backward_ms, m.forward_ms + m.backward_ms);
             Some(StageRow {
                 stage: m.stage,
                 forward_ms_predicted: p.forward_ms,
@@ -199,8 +196,15 @@ pub fn validate_measured(
             report.predicted = Some(file.clone());
             if let Some(mb) = &mb {
                 let (p, m) = (&pb.mean, &mb.mean);
-                report.metrics.push(metric("step_time", "s", Some(p.step_time_s), Some(m.step_time_s)));
-                report.metrics.push(metric("compute", "s", Some(p.compute_s), Some(m.compute_s)));
+                report.metrics.push(metric(
+                    "step_time",
+                    "s",
+                    Some(p.step_time_s),
+                    Some(m.step_time_s),
+                ));
+                report
+                    .metrics
+                    .push(metric("compute", "s", Some(p.compute_s), Some(m.compute_s)));
                 report.metrics.push(metric(
                     "communication_exposed",
                     "s",
@@ -220,8 +224,12 @@ pub fn validate_measured(
                         Some(get(m)),
                     ));
                 }
-                report.metrics.push(metric("idle", "s", Some(p.idle_s), Some(m.idle_s)));
-                report.metrics.push(metric("bubble", "fraction", Some(p.bubble), Some(m.bubble)));
+                report
+                    .metrics
+                    .push(metric("idle", "s", Some(p.idle_s), Some(m.idle_s)));
+                report
+                    .metrics
+                    .push(metric("bubble", "fraction", Some(p.bubble), Some(m.bubble)));
                 report.stages = stage_rows(&pb, mb);
                 let meas_events = measured_action_events(measured, plan);
                 if !meas_events.is_empty() {
@@ -244,9 +252,12 @@ pub fn validate_measured(
                     ));
                 }
             } else if let Some(l) = &lg {
-                report
-                    .metrics
-                    .push(metric("step_time", "s", Some(pb.mean.step_time_s), l.step_time_s));
+                report.metrics.push(metric(
+                    "step_time",
+                    "s",
+                    Some(pb.mean.step_time_s),
+                    l.step_time_s,
+                ));
             }
             report.predicted_breakdown = Some(pb);
         }
@@ -259,13 +270,35 @@ pub fn validate_measured(
                 return Ok(report);
             };
             if let Some(mb) = &mb {
-                report.metrics.push(metric("step_time", "s", Some(pp.step_time_s), Some(mb.mean.step_time_s)));
-                report.metrics.push(metric("bubble", "fraction", Some(pp.bubble_fraction), Some(mb.mean.bubble)));
+                report.metrics.push(metric(
+                    "step_time",
+                    "s",
+                    Some(pp.step_time_s),
+                    Some(mb.mean.step_time_s),
+                ));
+                report.metrics.push(metric(
+                    "bubble",
+                    "fraction",
+                    Some(pp.bubble_fraction),
+                    Some(mb.mean.bubble),
+                ));
             }
             if let Some(l) = &lg {
-                report.metrics.push(metric("step_time", "s", Some(pp.step_time_s), l.step_time_s));
-                report.metrics.push(metric("tflops_per_gpu", "TFLOP/s", Some(pp.tflops_per_gpu), l.tflops_per_gpu));
-                report.metrics.push(metric("mfu", "fraction", Some(pp.mfu), l.mfu));
+                report.metrics.push(metric(
+                    "step_time",
+                    "s",
+                    Some(pp.step_time_s),
+                    l.step_time_s,
+                ));
+                report.metrics.push(metric(
+                    "tflops_per_gpu",
+                    "TFLOP/s",
+                    Some(pp.tflops_per_gpu),
+                    l.tflops_per_gpu,
+                ));
+                report
+                    .metrics
+                    .push(metric("mfu", "fraction", Some(pp.mfu), l.mfu));
                 report.metrics.push(metric(
                     "peak_memory",
                     "bytes",
@@ -308,7 +341,12 @@ pub fn measured_timeline(m: &Measured, step: u32) -> Option<(Timeline, Vec<Strin
                 .iter()
                 .filter(move |k| k.step == s)
                 .map(|k| k.start_ns)
-                .chain(r.actions.iter().filter(move |a| a.step == s).map(|a| a.start_ns))
+                .chain(
+                    r.actions
+                        .iter()
+                        .filter(move |a| a.step == s)
+                        .map(|a| a.start_ns),
+                )
         })
         .min()?;
     let filler = Action::new(0, Kind::F, 0);

@@ -268,27 +268,28 @@ impl Layout {
         // micro-batch number in the smallest label font.
         let aggregated = opts.kernel_view
             || match opts.aggregate {
-            Aggregate::Always => true,
-            Aggregate::Never => false,
-            Aggregate::Auto => {
-                let plot_px = (width_px as i32 - margin_left_px - MARGIN_RIGHT_PX).max(1) as f64;
-                let smallest = BOX_FONT_PX[BOX_FONT_PX.len() - 1];
-                // Label widths by number of digits (measured once per length).
-                let mut by_digits = [0i32; 11];
-                let labelled = visible_compute
-                    .iter()
-                    .filter(|&&(d, mb)| {
-                        let text = mb.to_string();
-                        let w = &mut by_digits[text.len().min(10)];
-                        if *w == 0 {
-                            *w = text_width(smallest, &text).max(1);
-                        }
-                        *w as f64 + BOX_TEXT_PAD_PX <= d as f64 / axis_ns as f64 * plot_px
-                    })
-                    .count();
-                2 * labelled < visible_compute.len()
-            }
-        };
+                Aggregate::Always => true,
+                Aggregate::Never => false,
+                Aggregate::Auto => {
+                    let plot_px =
+                        (width_px as i32 - margin_left_px - MARGIN_RIGHT_PX).max(1) as f64;
+                    let smallest = BOX_FONT_PX[BOX_FONT_PX.len() - 1];
+                    // Label widths by number of digits (measured once per length).
+                    let mut by_digits = [0i32; 11];
+                    let labelled = visible_compute
+                        .iter()
+                        .filter(|&&(d, mb)| {
+                            let text = mb.to_string();
+                            let w = &mut by_digits[text.len().min(10)];
+                            if *w == 0 {
+                                *w = text_width(smallest, &text).max(1);
+                            }
+                            *w as f64 + BOX_TEXT_PAD_PX <= d as f64 / axis_ns as f64 * plot_px
+                        })
+                        .count();
+                    2 * labelled < visible_compute.len()
+                }
+            };
         // Aggregated charts print each device's bubble right of its row: room for "100.0%".
         let margin_right_px = if aggregated && p > 0 {
             MARGIN_RIGHT_PX.max(text_width(LABEL_FONT_PX, "bubble 100.0%") + 16)
