@@ -61,7 +61,7 @@ pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
         let pb = breakdown(&pm, None).map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
         Some(Prediction::Trace {
             file,
-            breakdown: pb,
+            breakdown: Box::new(pb),
             events: &events,
             plan: plan.as_ref(),
         })

@@ -62,7 +62,7 @@ pub enum Prediction<'a> {
     /// for the action-by-action comparison.
     Trace {
         file: String,
-        breakdown: Breakdown,
+        breakdown: Box<Breakdown>,
         events: &'a [TraceEvent],
         /// A plan of the run, to map measured ranks to pipeline devices.
         plan: Option<&'a Plan>,
@@ -259,7 +259,7 @@ pub fn validate_measured(
                     l.step_time_s,
                 ));
             }
-            report.predicted_breakdown = Some(pb);
+            report.predicted_breakdown = Some(*pb);
         }
         Some(Prediction::Plan { file, plan }) => {
             report.predicted = Some(file.clone());
