@@ -486,3 +486,83 @@ fn log_bad_inputs() {
         &["line 2", "'mfu'", "a percentage"],
     );
 }
+
+// ---------------------------------------------------------------- never panic
+
+mod never_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every real log line, each possibly cut short and with a few characters replaced: the
+    /// log reader returns Ok or Err, never panics.
+    fn real_lines() -> Vec<String> {
+        [
+            "logs/megatron_ling_v2.log",
+            "logs/megatron_issue60_v100.log",
+            "logs/torchtitan_pr2389.log",
+            "logs/torchtitan_pr364_wps.log",
+        ]
+        .iter()
+        .flat_map(|f| log(f).lines().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn logs_never_panic(
+            picks in prop::collection::vec((0usize..64, 0usize..400, any::<u32>(), any::<char>()), 1..6)
+        ) {
+            let lines = real_lines();
+            let mut text = String::new();
+            for (i, cut, at, c) in picks {
+                let line = &lines[i % lines.len()];
+                let mut chars: Vec<char> = line.chars().collect();
+                if !chars.is_empty() {
+                    let n = chars.len();
+                    chars[at as usize % n] = c;
+                    chars.truncate(cut.max(1).min(n));
+                }
+                text.extend(chars);
+                text.push('\n');
+            }
+            let sniffed = sniff(&text);
+            match read_log(&text, "fuzz.log") {
+                Ok((source, its)) => {
+                    prop_assert_eq!(Some(source), sniffed);
+                    prop_assert!(!its.is_empty());
+                    for it in &its {
+                        prop_assert!(text.contains(&it.iteration.to_string()));
+                        prop_assert!(it.mfu.is_none_or(f64::is_finite));
+                    }
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("fuzz.log: "), "{}", e),
+            }
+        }
+
+        #[test]
+        fn nsys_never_panics(flips in prop::collection::vec((any::<u32>(), any::<u8>()), 1..8)) {
+            let mut bytes =
+                std::fs::read(data("nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite")).unwrap();
+            let n = bytes.len();
+            for (at, b) in flips {
+                bytes[at as usize % n] = b;
+            }
+            let path = scratch("flipped.sqlite");
+            std::fs::write(&path, &bytes).unwrap();
+            match nsys::read(&path, "flipped.sqlite") {
+                Ok(ranks) => {
+                    for r in &ranks {
+                        prop_assert!(r.kernels.windows(2).all(|w| w[0].start_ns <= w[1].start_ns));
+                        for k in &r.kernels {
+                            prop_assert!(k.end_ns >= k.start_ns);
+                            prop_assert!((k.name as usize) < r.names.len());
+                        }
+                    }
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("flipped.sqlite: "), "{}", e),
+            }
+        }
+    }
+}
