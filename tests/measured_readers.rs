@@ -428,6 +428,23 @@ fn megatron_validation_is_skipped() {
     );
 }
 
+/// SYNTHETIC prefixes: real Megatron-LM lines as torchrun (`[default0]:`) and srun (`0: `)
+/// prefix them.
+#[test]
+fn launcher_prefixes() {
+    let real = log("logs/megatron_ling_v2.log");
+    let lines: Vec<&str> = real.lines().collect();
+    let text = format!(
+        "[default0]:{}\n0: {}\n[default0]:{}\n",
+        lines[0], lines[1], lines[2]
+    );
+    assert_eq!(sniff(&text), Some(Source::MegatronLog));
+    let (_, its) = read_log(&text, "prefixed.log").unwrap();
+    assert_eq!(its.iter().map(|i| i.iteration).collect::<Vec<_>>(), [1, 2]);
+    assert!(close(its[1].step_time_s, 11.182));
+    assert_eq!(its[0].memory_bytes, Some(66802 * 1024 * 1024));
+}
+
 #[test]
 fn log_bad_inputs() {
     assert_err(
