@@ -1,15 +1,319 @@
-//! Megatron-LM iteration lines and torchtitan step lines. (Being written.)
+//! Megatron-LM iteration lines and torchtitan step lines: the per-iteration figures a training
+//! log prints (docs/validate.md, "Readers: Nsight Systems and logs").
+//!
+//! Megatron-LM (`training_log` in megatron/training/training.py) prints, on the last rank,
+//!
+//! ```text
+//!  [2025-09-05 16:08:25] iteration        2/    2000 | consumed samples: 256 | elapsed time per
+//!  iteration (ms): 11182.0 | throughput per GPU (TFLOP/s/GPU): 128.2 | ... | global batch size:
+//!  128 | lm loss: 2.688647E+00 | ...
+//! ```
+//!
+//! (one line; older versions have no timestamp and no throughput) and, from `report_memory`,
+//! `[Rank 0] (after 1 iterations) memory (MB) | allocated: ... | max reserved: 66802.0`.
+//!
+//! torchtitan (`MetricsProcessor.log` in torchtitan/components/metrics.py) prints, on every
+//! logged rank, `step: 5  loss:  7.07623  grad_norm: 46.5000  memory: 66.91GiB(37.51%)  tps:
+//! 10,007  tflops: 313.36  mfu: 13.93%`, coloured with ANSI escape codes unless colour printing
+//! is off; older versions print `wps:` for `tps:` and no `grad_norm` or `tflops`.
+//!
+//! Launcher prefixes (`0: `, `[default0]:`, `[rank0]:`) are ignored: the fields are found
+//! anywhere in a line. Lines that are neither are skipped, and so are validation lines
+//! (Megatron's `validation loss at iteration N`, torchtitan's `validate step: N`).
 
 use super::timeline::{LogIteration, MeasuredError, Source};
 
-/// Which framework wrote this log, from its lines; `None` when neither.
+const NOTHING_FOUND: &str = "no Megatron-LM iteration lines ('iteration N/M | ... | elapsed time \
+     per iteration (ms): T | ...') nor torchtitan step lines ('step: N  loss: L  ...  tps: T  ...') \
+     found; pass the training's stdout/stderr log";
+
+/// Which framework wrote this log, from its first iteration or step line; `None` when neither.
 pub fn sniff(text: &str) -> Option<Source> {
-    let _ = text;
-    None
+    text.lines().find_map(|raw| {
+        let line = strip_ansi(raw);
+        if megatron_iteration(&line).is_some() {
+            Some(Source::MegatronLog)
+        } else if titan_step(&line).is_some() {
+            Some(Source::TorchtitanLog)
+        } else {
+            None
+        }
+    })
 }
 
-/// Read every iteration line of a log.
+/// Read every iteration line of a log, in file order. The first recognised line decides the
+/// framework; lines of the other framework are then skipped. An iteration number seen before
+/// (torchtitan prints the same step on every logged rank) keeps its first line.
+///
+/// Megatron-LM's memory line (`memory (MB) | ... | max reserved: M`) gives `memory_bytes`
+/// (M × 2^20) of the iteration it names (`after N iterations`) when that iteration was read,
+/// else of the last iteration read before it; several such lines (one per data-parallel rank
+/// 0) keep the largest. `max reserved` is the caching allocator's peak, the figure closest to
+/// what nvidia-smi shows as used (without the CUDA context).
 pub fn read(text: &str, file: &str) -> Result<(Source, Vec<LogIteration>), MeasuredError> {
-    let _ = text;
-    Err(MeasuredError::new(file, "logs are not read yet"))
+    if text.trim().is_empty() {
+        return Err(MeasuredError::new(
+            file,
+            format!("the log is empty: {NOTHING_FOUND}"),
+        ));
+    }
+    let err = |line_no: usize, field: &str, value: &str, expected: &str| {
+        MeasuredError::new(
+            file,
+            format!("line {line_no}: field '{field}' is '{value}', not {expected}"),
+        )
+    };
+    let mut source: Option<Source> = None;
+    let mut iterations: Vec<LogIteration> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = strip_ansi(raw);
+        if source != Some(Source::TorchtitanLog) {
+            if let Some(fields) = megatron_iteration(&line) {
+                source = Some(Source::MegatronLog);
+                let it = megatron_fields(&fields).map_err(|(f, v, e)| err(line_no, f, v, e))?;
+                push_new(&mut iterations, it);
+                continue;
+            }
+            if source == Some(Source::MegatronLog) {
+                if let Some((after, reserved)) = megatron_memory(&line) {
+                    let mib = reserved
+                        .map_err(|v| err(line_no, "max reserved", v, "a number of megabytes"))?;
+                    let bytes = (mib * 1024.0 * 1024.0).round() as u64;
+                    let target = after
+                        .and_then(|n| iterations.iter().rposition(|it| it.iteration == n))
+                        .or_else(|| iterations.len().checked_sub(1));
+                    if let Some(t) = target {
+                        let m = &mut iterations[t].memory_bytes;
+                        *m = Some(m.map_or(bytes, |old| old.max(bytes)));
+                    }
+                }
+                continue;
+            }
+        }
+        if source != Some(Source::MegatronLog) {
+            if let Some(fields) = titan_step(&line) {
+                source = Some(Source::TorchtitanLog);
+                let it = titan_fields(&fields).map_err(|(f, v, e)| err(line_no, f, v, e))?;
+                push_new(&mut iterations, it);
+            }
+        }
+    }
+    match source {
+        Some(s) => Ok((s, iterations)),
+        None => Err(MeasuredError::new(file, NOTHING_FOUND)),
+    }
+}
+
+fn push_new(iterations: &mut Vec<LogIteration>, it: LogIteration) {
+    if !iterations.iter().any(|old| old.iteration == it.iteration) {
+        iterations.push(it);
+    }
+}
+
+/// The line without ANSI escape sequences (`ESC [ ... final-byte`, and lone `ESC x`).
+fn strip_ansi(line: &str) -> String {
+    if !line.contains('\x1b') {
+        return line.to_string();
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters and intermediates, then one final byte in '@'..='~'.
+            for d in chars.by_ref() {
+                if ('@'..='~').contains(&d) {
+                    break;
+                }
+            }
+        } else {
+            chars.next();
+        }
+    }
+    out
+}
+
+/// A field that could not be read: (field name, text, what was expected).
+type FieldError<'a> = (&'a str, &'a str, &'static str);
+
+const ELAPSED: &str = "elapsed time per iteration (ms)";
+
+/// A Megatron-LM training iteration line split into `(key, value)` fields, the first being
+/// `("iteration", "N")`; `None` for any other line.
+fn megatron_iteration(line: &str) -> Option<Vec<(&str, &str)>> {
+    if !line.contains(ELAPSED) {
+        return None;
+    }
+    let mut segments = line.split('|');
+    let head = segments.next()?;
+    // `... iteration      100/   50000 `: the last "iteration" of the first segment.
+    let at = head.rfind("iteration")?;
+    let (number, total) = head[at + "iteration".len()..].split_once('/')?;
+    let number = number.trim();
+    if number.is_empty()
+        || !number.bytes().all(|b| b.is_ascii_digit())
+        || !total.trim().bytes().all(|b| b.is_ascii_digit())
+        || head[..at].to_ascii_lowercase().contains("validation")
+    {
+        return None;
+    }
+    let mut fields = vec![("iteration", number)];
+    fields.extend(segments.filter_map(|s| {
+        let (k, v) = s.split_once(':')?;
+        Some((k.trim(), v.trim()))
+    }));
+    Some(fields)
+}
+
+fn megatron_fields<'a>(fields: &[(&'a str, &'a str)]) -> Result<LogIteration, FieldError<'a>> {
+    let mut it = LogIteration::default();
+    let mut elapsed = None;
+    for &(key, value) in fields {
+        match key {
+            "iteration" => it.iteration = int(key, value)?,
+            ELAPSED => elapsed = Some(float(key, value)?),
+            "throughput per GPU (TFLOP/s/GPU)" => it.tflops_per_gpu = Some(float(key, value)?),
+            "global batch size" => it.global_batch = Some(int(key, value)?),
+            "lm loss" => it.loss = Some(float(key, value)?),
+            _ => {}
+        }
+    }
+    it.step_time_s = elapsed.map(|ms| ms / 1000.0);
+    Ok(it)
+}
+
+/// A Megatron-LM memory report: the iteration it names (`after N iterations`) and its
+/// `max reserved` in MB (the unparsed text when it is not a number). `None` for other lines.
+fn megatron_memory(line: &str) -> Option<(Option<u64>, Result<f64, &str>)> {
+    let at = line.find("memory (MB)")?;
+    let reserved = line[at..].split('|').find_map(|s| {
+        let (k, v) = s.split_once(':')?;
+        (k.trim() == "max reserved").then(|| v.trim())
+    })?;
+    let after = line[..at].find("after ").and_then(|a| {
+        let rest = &line[a + "after ".len()..at];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    });
+    let value = reserved
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or(reserved);
+    Some((after, value))
+}
+
+/// A torchtitan training step line split into `(key, value)` fields from `step:` on; `None`
+/// for any other line, validation steps included.
+fn titan_step(line: &str) -> Option<Vec<(&str, &str)>> {
+    let at = line.find("step:")?;
+    if line[..at].trim_end().ends_with("validate") {
+        return None;
+    }
+    let mut fields = Vec::new();
+    let mut tokens = line[at..].split_whitespace();
+    while let Some(token) = tokens.next() {
+        if let Some(key) = token.strip_suffix(':') {
+            if let Some(value) = tokens.next() {
+                fields.push((key, value));
+            }
+        }
+    }
+    let step_ok = fields.first().is_some_and(|&(k, v)| {
+        k == "step" && !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())
+    });
+    let has_rate = fields.iter().any(|&(k, _)| k == "tps" || k == "wps");
+    (step_ok && has_rate).then_some(fields)
+}
+
+fn titan_fields<'a>(fields: &[(&'a str, &'a str)]) -> Result<LogIteration, FieldError<'a>> {
+    let mut it = LogIteration::default();
+    for &(key, value) in fields {
+        match key {
+            "step" => it.iteration = int(key, value)?,
+            "loss" => it.loss = Some(float(key, value)?),
+            "tps" | "wps" => {
+                it.tokens_per_s_per_gpu = Some(
+                    float(key, &value.replace(',', ""))
+                        .map_err(|_| (key, value, "a number of tokens per second (e.g. 6,123)"))?,
+                )
+            }
+            "tflops" => {
+                it.tflops_per_gpu = Some(
+                    float(key, &value.replace(',', ""))
+                        .map_err(|_| (key, value, "a number of TFLOP/s (e.g. 354.56)"))?,
+                )
+            }
+            "mfu" if value == "N/A" => {}
+            "mfu" => {
+                let pct = value.strip_suffix('%').ok_or((
+                    key,
+                    value,
+                    "a percentage (e.g. 35.85%) or N/A",
+                ))?;
+                it.mfu = Some(
+                    float(key, pct).map_err(|_| (key, value, "a percentage (e.g. 35.85%)"))?
+                        / 100.0,
+                );
+            }
+            "memory" => {
+                // `35.21GiB(37.05%)`: the peak reserved memory and its share of the device.
+                let gib = value.split_once("GiB").map(|(g, _)| g).ok_or((
+                    key,
+                    value,
+                    "a size in GiB (e.g. 35.21GiB(37.05%))",
+                ))?;
+                let gib = float(key, gib)
+                    .map_err(|_| (key, value, "a size in GiB (e.g. 35.21GiB(37.05%))"))?;
+                it.memory_bytes = Some((gib * (1u64 << 30) as f64).round() as u64);
+            }
+            _ => {}
+        }
+    }
+    Ok(it)
+}
+
+fn float<'a>(key: &'a str, value: &'a str) -> Result<f64, FieldError<'a>> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or((key, value, "a number"))
+}
+
+fn int<'a>(key: &'a str, value: &'a str) -> Result<u64, FieldError<'a>> {
+    value
+        .parse::<u64>()
+        .map_err(|_| (key, value, "a non-negative integer"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ansi_codes_are_stripped() {
+        // torchtitan's colours (torchtitan/tools/utils.py `Color`) around a step line.
+        let s = strip_ansi("\x1b[31mstep:  1  \x1b[38;2;54;234;195mmemory: 1.00GiB(1.00%)\x1b[39m");
+        assert_eq!(s, "step:  1  memory: 1.00GiB(1.00%)");
+    }
+
+    #[test]
+    fn validation_lines_are_not_iterations() {
+        // Synthetic, in the formats of Megatron-LM's `evaluate_and_print_results` and
+        // torchtitan's `log_validation`.
+        assert!(megatron_iteration(
+            " validation loss at iteration 1000 | lm loss value: 6.439325E+00 | lm loss PPL: 6.259840E+02 | "
+        )
+        .is_none());
+        assert!(
+            titan_step("validate step: 10  loss:  2.1000  memory: 1.00GiB(1.00%)  tps: 1,000")
+                .is_none()
+        );
+    }
 }
