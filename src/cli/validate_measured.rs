@@ -209,7 +209,7 @@ fn print_report(r: &ValidateReport) {
             fmt_opt(l.step_time_s, 1.0, 4),
             fmt_opt(l.tflops_per_gpu, 1.0, 1),
             fmt_opt(l.tokens_per_s_per_gpu, 1.0, 0),
-            fmt_opt(l.mfu, 100.0, 2).to_string() + "%",
+            l.mfu.map(|m| format!("{:.2}%", m * 100.0)).unwrap_or_else(|| "-".into()),
             fmt_opt(l.memory_bytes.map(|b| b as f64), 1.0 / (1u64 << 30) as f64, 2),
         );
     }

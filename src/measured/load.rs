@@ -24,7 +24,7 @@ enum Format {
 const READ_BUFFER: usize = 1 << 20;
 
 fn sniff(path: &Path, file: &str) -> Result<Format, MeasuredError> {
-    let mut head = [0u8; 16];
+    let mut head = [0u8; 256];
     let mut f = std::fs::File::open(path)
         .map_err(|e| MeasuredError::new(file, format!("cannot open: {e}")))?;
     let mut n = 0;
@@ -49,9 +49,12 @@ fn sniff(path: &Path, file: &str) -> Result<Format, MeasuredError> {
     if head.starts_with(b"SQLite format 3\0") {
         return Ok(Format::Sqlite);
     }
+    // JSON starts with `{`, or with `[` and then an event object (`[titan]` and
+    // `[2024-05-01 ...]` begin log lines).
     let text = head.strip_prefix(&[0xEF, 0xBB, 0xBF]).unwrap_or(head);
-    match text.iter().find(|c| !c.is_ascii_whitespace()) {
-        Some(b'{' | b'[') => Ok(Format::Json),
+    let mut chars = text.iter().filter(|c| !c.is_ascii_whitespace());
+    match (chars.next(), chars.next()) {
+        (Some(b'{'), _) | (Some(b'['), Some(b'{' | b']')) => Ok(Format::Json),
         _ => Ok(Format::Text),
     }
 }

@@ -284,12 +284,24 @@ pub fn validate_measured(
                 ));
             }
             if let Some(l) = &lg {
-                report.metrics.push(metric(
-                    "step_time",
-                    "s",
-                    Some(pp.step_time_s),
-                    l.step_time_s,
-                ));
+                // torchtitan prints tokens per second per rank, not the step time: a
+                // data-parallel rank's share of the global batch over that rate.
+                let par = &plan.parallelism;
+                let derived = l.tokens_per_s_per_gpu.filter(|&t| t > 0.0).map(|tps| {
+                    par.global_batch as f64 * plan.model.seq_length as f64
+                        / par.dp.max(1) as f64
+                        / tps
+                });
+                let step = l.step_time_s.or(derived);
+                if l.step_time_s.is_none() && derived.is_some() {
+                    report.warnings.push(format!(
+                        "the measured step time is derived: global batch {} x sequence {} / dp {} tokens per rank over the logged tokens/s per GPU",
+                        par.global_batch, plan.model.seq_length, par.dp
+                    ));
+                }
+                report
+                    .metrics
+                    .push(metric("step_time", "s", Some(pp.step_time_s), step));
                 report.metrics.push(metric(
                     "tflops_per_gpu",
                     "TFLOP/s",
