@@ -156,10 +156,7 @@ impl<'f, R: BufRead> Scanner<'f, R> {
     }
 
     /// The elements of an array whose `[` is next.
-    fn array(
-        &mut self,
-        on_event: &mut OnEvent<'_>,
-    ) -> Result<usize, MeasuredError> {
+    fn array(&mut self, on_event: &mut OnEvent<'_>) -> Result<usize, MeasuredError> {
         self.expect(b'[', "'[' (the event array)")?;
         let mut buf = Vec::with_capacity(1024);
         let mut n = 0;
