@@ -740,3 +740,26 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
         notes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_a_rate_keeps_efficiencies_in_range() {
+        let (mut bw, mut eff) = (100.0, 0.8);
+        scale_rate(&mut bw, &mut eff, 0.5);
+        assert_eq!((bw, eff), (100.0, 0.4));
+        scale_rate(&mut bw, &mut eff, 5.0);
+        assert_eq!((bw, eff), (200.0, 1.0));
+    }
+
+    #[test]
+    fn medians_and_means() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+        assert_eq!(mean(&[1.0, 2.0]), Some(1.5));
+        assert_eq!(list(&[2, 3]), "2, 3");
+    }
+}
