@@ -623,3 +623,67 @@ fn live_cpu_loop() {
         }
     }
 }
+
+/// A run written as PyTorch-profiler traces (`pplan-exec run --trace-format kineto`, gzipped,
+/// one per device): calibrate reads the directory, and the calibrated prediction is within 5 %
+/// of the measured step (mean over ranks of each rank's median `ProfilerStep`).
+#[test]
+fn calibrated_from_kineto_traces_predicts_within_5_percent() {
+    let prof = tmp("kineto.profile.json");
+    let hw = tmp("kineto.hw.json");
+    let (code, out, err) = pplan(&[
+        "calibrate",
+        "--trace",
+        &format!("{DATA}/1f1b-kineto"),
+        "--plan",
+        &format!("{DATA}/1f1b.plan.json"),
+        "--profile",
+        &format!("{DATA}/layers.json"),
+        "--hardware",
+        &format!("{DATA}/hw.json"),
+        "--out-profile",
+        s(&prof),
+        "--out-hardware",
+        s(&hw),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rep = json(&out);
+    assert_eq!(rep["stages"].as_array().unwrap().len(), 2);
+    assert_eq!(rep["stages"][0]["forward_count"], 32);
+    // No OPTIMIZER_STEP in a Kineto trace: the memory terms are copied.
+    assert!(rep["optimizer_measured_s"].is_null());
+    let copied = rep["hardware_copied"].to_string();
+    assert!(copied.contains("gpu.hbm_efficiency"), "{copied}");
+    let (code, out, err) = pplan(&[
+        "predict",
+        "--model",
+        MODEL,
+        "--hardware",
+        s(&hw),
+        "--profile",
+        s(&prof),
+        "--gpus",
+        "2",
+        "--pp",
+        "2",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "1",
+        "--schedule",
+        "1f1b",
+        "--recompute",
+        "none",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let p = json(&out)["step_time_s"].as_f64().unwrap();
+    let m = rep["step_time_measured_s"].as_f64().unwrap();
+    assert!(
+        ((p - m) / m).abs() < 0.05,
+        "calibrated {p} s vs measured {m} s"
+    );
+}
