@@ -5,6 +5,7 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
+use cli::calibrate::{cmd_calibrate, CalibrateArgs};
 use cli::common::CliError;
 use cli::emit::{cmd_emit, EmitArgs};
 use cli::generate::{cmd_generate, GenerateArgs};
@@ -55,6 +56,9 @@ enum Command {
     /// replicas + weight all-reduce + transfer), under a per-stage memory limit; exact DP or ILP
     /// (docs/partition.md).
     Partition(PartitionArgs),
+    /// Fit a layer profile (and the hardware profile's link, memory and compute terms) to a
+    /// measured run of a plan, so that predict reproduces it (docs/validate.md).
+    Calibrate(CalibrateArgs),
 }
 
 /// Writing to a closed pipe (`pplan ... | head`) ends the process quietly, as other Unix tools
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd_validate(args),
         Command::Search(args) => cmd_search(args),
         Command::Partition(args) => cmd_partition(args),
+        Command::Calibrate(args) => cmd_calibrate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -115,6 +115,18 @@ fn negative_numbers_on_every_numeric_flag() {
             ],
         ),
         (
+            vec![
+                "calibrate",
+                "--trace",
+                "tests/data/measured/cpu-exec/1f1b.measured.json",
+                "--plan",
+                "tests/data/measured/cpu-exec/1f1b.plan.json",
+                "--out-profile",
+                "target/never-written.json",
+            ],
+            &["--skip-steps"],
+        ),
+        (
             vec!["schedule-search", "--stages", "2", "--microbatches", "4"],
             &[
                 "--stages",

@@ -3,6 +3,7 @@
 //! - [`spec`]: the model, weights, data, loss and optimizer every backend computes;
 //! - [`backend`]: the interface between the runner and a backend;
 //! - [`run`]: the backend-independent runner (a thread per device) and the measured trace;
+//! - [`kineto`]: the measured run as PyTorch-profiler (Kineto) traces, one per device;
 //! - [`cpu`]: the CPU backend (f32 math, channels between device threads);
 //! - [`cuda`]: the CUDA backend (GPUs, through cudarc; builds without CUDA);
 //! - [`profile`]: measures layer and hardware profiles on a backend.
@@ -10,6 +11,7 @@
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
+pub mod kineto;
 pub mod profile;
 pub mod run;
 pub mod spec;

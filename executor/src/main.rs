@@ -40,6 +40,12 @@ enum DtypeArg {
     F32,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TraceFormat {
+    Pplan,
+    Kineto,
+}
+
 #[derive(Clone, Copy, Default, ValueEnum)]
 enum Format {
     #[default]
@@ -58,9 +64,14 @@ struct RunArgs {
     /// schedules; the whole multi-mini-batch list for PipeDream/2BW).
     #[arg(long, default_value_t = 1)]
     steps: u32,
-    /// Where to write the measured Chrome trace.
+    /// Where to write the measured Chrome trace (with `--trace-format kineto`: a directory,
+    /// one `rank-<device>.json` per device).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// `pplan`: one Chrome trace in the simulator's layout; `kineto`: PyTorch-profiler
+    /// shaped traces, one per device (docs/executor.md).
+    #[arg(long, value_enum, default_value = "pplan")]
+    trace_format: TraceFormat,
     /// SGD learning rate.
     #[arg(long, default_value_t = pplan_exec::spec::DEFAULT_LR)]
     lr: f32,
@@ -183,10 +194,26 @@ fn cmd_run(a: RunArgs) -> Result<(), CliError> {
     let timeout = (a.timeout_s > 0).then(|| Duration::from_secs(a.timeout_s));
     let r = run::run_plan(&plan, be, &opts, timeout)
         .map_err(|e| exec_error(e.exec_error(), format!("--backend {}: {e}", be.as_str())))?;
-    if let Some(path) = &a.trace {
-        let t = serde_json::to_string(&run::trace(&r))
-            .map_err(|e| CliError::Internal(format!("trace serialisation: {e}")))?;
-        write(path, "--trace", &t)?;
+    match (&a.trace, a.trace_format) {
+        (Some(path), TraceFormat::Pplan) => {
+            let t = serde_json::to_string(&run::trace(&r))
+                .map_err(|e| CliError::Internal(format!("trace serialisation: {e}")))?;
+            write(path, "--trace", &t)?;
+        }
+        (Some(dir), TraceFormat::Kineto) => {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                CliError::Input(format!(
+                    "--trace {} with --trace-format kineto names a directory: cannot create it: {e}",
+                    dir.display()
+                ))
+            })?;
+            for (d, t) in pplan_exec::kineto::rank_traces(&r) {
+                let text = serde_json::to_string(&t)
+                    .map_err(|e| CliError::Internal(format!("trace serialisation: {e}")))?;
+                write(&dir.join(format!("rank-{d}.json")), "--trace", &text)?;
+            }
+        }
+        (None, _) => {}
     }
     let dtype = a.dtype.clone().unwrap_or_else(|| plan.dtype.clone());
     let dtype = if be == Backend::Cpu {

@@ -1,6 +1,7 @@
 //! The subcommands, one file each: its arguments, the library calls it makes and what it prints.
 //! Shared loading and printing helpers are in [`common`].
 
+pub mod calibrate;
 pub mod common;
 pub mod emit;
 pub mod generate;

@@ -120,7 +120,13 @@ pub fn build(events: Vec<PplanEvent>, file: &str) -> Result<Vec<RankTrace>, Meas
         let (class, action) = classify(&e.name);
         let step = step_index[&e.step.unwrap_or(0)];
         let end_ns = e.start_ns + e.dur_ns;
-        if let Some(a) = args_action(&e).or(action) {
+        // A transfer's args name the action it carries (`1RECV_B0` has kind B, stage 1):
+        // only compute events are actions.
+        let from_args = match class {
+            KernelClass::Comm(..) => None,
+            _ => args_action(&e),
+        };
+        if let Some(a) = from_args.or(action) {
             r.actions.push(ActionSpan {
                 action: a,
                 start_ns: e.start_ns,
@@ -190,6 +196,19 @@ mod tests {
             classify("OPTIMIZER_STEP"),
             (KernelClass::OtherCompute, None)
         );
+    }
+
+    #[test]
+    fn transfers_are_not_actions() {
+        // The executor's receive on device 0 carries the action it belongs to (stage 1).
+        let mut recv = ev("0RECV_B0", 5, 1, 0, None);
+        recv.stage = Some(1);
+        recv.microbatch = Some(0);
+        recv.kind = Some("B".into());
+        let r = build(vec![ev("0F0", 0, 5, 0, None), recv], "m.json").unwrap();
+        assert_eq!(r[0].actions.len(), 1);
+        assert_eq!(r[0].actions[0].action, Action::new(0, Kind::F, 0));
+        assert_eq!(r[0].kernels.len(), 2);
     }
 
     #[test]

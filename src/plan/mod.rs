@@ -11,8 +11,11 @@
 //! - [`plan_file`] is the versioned plan file, [`emit`] writes it for other systems and
 //!   [`megatron_args`] reads a Megatron-LM command line back into a model and layout.
 //!
-//! May import `schedule`, `inputs`, `sim` and `cost`; never `report`.
+//! - [`calibrate`] fits a layer profile and hardware terms to a measured run of a plan.
+//!
+//! May import `schedule`, `inputs`, `sim`, `cost` and `measured`; never `report`.
 
+pub mod calibrate;
 pub mod emit;
 pub mod megatron_args;
 pub mod partition;
