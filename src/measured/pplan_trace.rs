@@ -96,18 +96,16 @@ pub fn build(events: Vec<PplanEvent>, file: &str) -> Result<Vec<RankTrace>, Meas
         .enumerate()
         .map(|(i, &s)| (s, i as u32))
         .collect();
-    let steps: Vec<StepWindow> = if any_step {
-        windows
-            .iter()
-            .map(|(&id, &(s, e))| StepWindow {
-                id: id as u64,
-                start_ns: s,
-                end_ns: e,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // A trace without `args.step` (a prediction) is one step: its window spans every device,
+    // so the step time is the makespan, as the simulator reports it.
+    let steps: Vec<StepWindow> = windows
+        .iter()
+        .map(|(&id, &(s, e))| StepWindow {
+            id: id as u64,
+            start_ns: s,
+            end_ns: e,
+        })
+        .collect();
     let mut ranks: BTreeMap<u32, RankTrace> = BTreeMap::new();
     let mut name_ids: BTreeMap<(u32, String), u32> = BTreeMap::new();
     for e in events {
