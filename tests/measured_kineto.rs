@@ -114,6 +114,21 @@ fn steps_and_medians_of_a_real_three_step_trace() {
     // NCCL unions 0.0123000 and 0.0225874 s, median 0.0174437 s.
     assert!(close(m["step_time_s"].as_f64().unwrap(), 0.2223316, 1e-6));
     assert!(close(m["comm_s"].as_f64().unwrap(), 0.0174437, 1e-6));
+    // Each step used, numbered as the trace numbers it.
+    let steps: Vec<(u64, f64)> = v["breakdown"]["per_step"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x[1].as_u64().unwrap(),
+                x[2]["step_time_s"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(steps.len(), 2);
+    assert_eq!((steps[0].0, steps[1].0), (5, 6));
+    assert!(close(steps[0].1, 0.2197269, 1e-6) && close(steps[1].1, 0.2249362, 1e-6));
     // --skip-steps 0 uses all three (median 0.2224422 s: step #4).
     let (_, out, _) = pplan(&[
         "validate",
@@ -248,6 +263,12 @@ fn a_pipeline_traced_by_the_profiler_is_compared_action_by_action() {
     assert!(std::fs::read_to_string(&svg)
         .unwrap()
         .contains("predicted (upper) vs measured (lower)"));
+    // Every action is off by the same factor: the worst ten all show -20 %.
+    let worst = a["worst_actions"].as_array().unwrap();
+    assert_eq!(worst.len(), 10);
+    assert!(worst
+        .iter()
+        .all(|w| close(w["error"].as_f64().unwrap(), -0.2, 1e-9)));
 }
 
 #[test]

@@ -171,4 +171,18 @@ pub(crate) fn print_comparison(c: &pplan::report::compare::Comparison) {
             k, e.count, e.predicted_ms, e.measured_ms, err
         );
     }
+    if !c.worst_actions.is_empty() {
+        println!();
+        println!("worst actions   device  predicted_ms   measured_ms     error");
+        for a in &c.worst_actions {
+            println!(
+                "{:<15} {:>6} {:>13.4} {:>13.4} {:>+8.2}%",
+                a.name,
+                a.device,
+                a.predicted_ms,
+                a.measured_ms,
+                a.error * 100.0
+            );
+        }
+    }
 }

@@ -69,6 +69,8 @@ pub struct Breakdown {
     /// The mean over ranks.
     pub mean: Figures,
     pub per_rank: Vec<(u32, Figures)>,
+    /// Every step used of every rank: (rank, step id as the trace numbers it, figures).
+    pub per_step: Vec<(u32, u64, Figures)>,
     /// Per stage, when the traces name actions; sorted by stage.
     pub stages: Vec<StageTimes>,
 }
@@ -293,6 +295,7 @@ pub fn breakdown(m: &Measured, skip: Option<usize>) -> Result<Breakdown, Measure
         ));
     }
     let mut per_rank = Vec::new();
+    let mut per_step = Vec::new();
     let mut steps = 0;
     let mut skipped = 0;
     for r in &m.ranks {
@@ -302,6 +305,10 @@ pub fn breakdown(m: &Measured, skip: Option<usize>) -> Result<Breakdown, Measure
         skipped = skipped.max(k);
         let figs: Vec<Figures> = (k..n).map(|s| step_figures(r, s as u32)).collect();
         per_rank.push((r.rank, combine(&figs, median)));
+        for (s, f) in (k..n).zip(&figs) {
+            let id = r.steps.get(s).map_or(0, |w| w.id);
+            per_step.push((r.rank, id, f.clone()));
+        }
     }
     let used = |r: &RankTrace, step: u32| {
         let k = warmup(r.steps.len(), skip, &r.file).unwrap_or(0);
@@ -322,6 +329,7 @@ pub fn breakdown(m: &Measured, skip: Option<usize>) -> Result<Breakdown, Measure
         },
         mean: combine(&rows, mean),
         per_rank,
+        per_step,
         stages: stage_times(m, &used),
     })
 }

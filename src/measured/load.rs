@@ -218,6 +218,27 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
     let Some((source, _)) = source else {
         return Err(MeasuredError::new("--measured", "no file given"));
     };
+    // Traces without step markers are one step, over all ranks (as a pplan trace is): its
+    // window is the span of every rank's activity, so the step time is the makespan.
+    if !ranks.is_empty() && ranks.values().all(|r| r.steps.is_empty()) {
+        let spans = ranks.values().flat_map(|r| {
+            r.kernels
+                .iter()
+                .map(|k| (k.start_ns, k.end_ns))
+                .chain(r.actions.iter().map(|a| (a.start_ns, a.end_ns)))
+        });
+        let (start_ns, end_ns) =
+            spans.fold((i64::MAX, i64::MIN), |(s, e), (a, b)| (s.min(a), e.max(b)));
+        if start_ns <= end_ns {
+            for r in ranks.values_mut() {
+                r.steps = vec![super::timeline::StepWindow {
+                    id: 0,
+                    start_ns,
+                    end_ns,
+                }];
+            }
+        }
+    }
     Ok(Measured {
         source,
         files: names,

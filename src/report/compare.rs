@@ -457,6 +457,19 @@ pub struct Unmatched {
     pub measured_only: usize,
 }
 
+/// One matched action's duration, predicted against measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActionError {
+    pub device: u32,
+    pub name: String,
+    /// Its rank among the same name's actions of the device in a step (0 for the first).
+    pub occurrence: u32,
+    pub predicted_ms: f64,
+    pub measured_ms: f64,
+    /// (predicted − measured) / measured.
+    pub error: f64,
+}
+
 /// The report (`pplan validate --format json`); docs/validate.md defines every field.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
@@ -481,6 +494,9 @@ pub struct Comparison {
     pub bubble_measured: f64,
     pub start_error_mean_abs: f64,
     pub start_error_max_abs: f64,
+    /// The matched compute actions with the largest |duration error|, worst first (at most
+    /// 10; ties in (device, name, occurrence) order).
+    pub worst_actions: Vec<ActionError>,
     pub warnings: Vec<String>,
     /// Predicted and measured step side by side (rows `2d`, `2d+1`) for the overlay chart.
     #[serde(skip)]
@@ -613,6 +629,7 @@ pub fn compare(
     let (mut abs_sum, mut signed_sum, mut rel_n) = (0.0, 0.0, 0usize);
     let (mut start_sum, mut start_max) = (0.0f64, 0.0f64);
     let mut kinds: BTreeMap<EventKind, (usize, f64, f64, f64, usize)> = BTreeMap::new();
+    let mut worst: Vec<ActionError> = Vec::new();
     for (k, p) in &ps.actions {
         let Some(m) = ms.actions.get(k) else { continue };
         matched += 1;
@@ -634,6 +651,14 @@ pub fn compare(
                 abs_sum += rel.abs();
                 signed_sum += rel;
                 rel_n += 1;
+                worst.push(ActionError {
+                    device: k.0,
+                    name: k.1.clone(),
+                    occurrence: k.2,
+                    predicted_ms: p.dur_us / 1e3,
+                    measured_ms: m.dur_us / 1e3,
+                    error: rel,
+                });
             }
             e.3 += rel.abs();
             e.4 += 1;
@@ -679,6 +704,9 @@ pub fn compare(
         })
         .collect();
 
+    // Stable sort: equal errors keep the (device, name, occurrence) order of the map.
+    worst.sort_by(|a, b| b.error.abs().total_cmp(&a.error.abs()));
+    worst.truncate(10);
     let devices: Vec<u32> = compute_devices(&pt).into_iter().collect();
     let (overlay, overlay_labels) = overlay(&pt, &ps, &mt, &ms, &devices);
     let step_time_error = if ms.step_time_us > 0.0 {
@@ -714,6 +742,7 @@ pub fn compare(
         bubble_measured: ms.bubble,
         start_error_mean_abs: mean(start_sum, matched),
         start_error_max_abs: start_max,
+        worst_actions: worst,
         warnings,
         pipeline_devices: devices.len() as u32,
         overlay,
