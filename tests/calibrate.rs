@@ -24,6 +24,11 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// A committed test file's text.
+fn data_text(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DATA).join(name)).unwrap()
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -279,15 +284,7 @@ fn without_a_prior_the_stage_time_is_spread_evenly() {
 fn fitted_hardware_terms_follow_their_formulas() {
     let (rep, _, hw) = calibrate("1f1b", true);
     let h: Value = serde_json::from_str(&std::fs::read_to_string(hw).unwrap()).unwrap();
-    let prior: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join(DATA)
-                .join("hw.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let prior: Value = serde_json::from_str(&data_text("hw.json")).unwrap();
     let f = |v: &Value, a: &str, b: &str| v[a][b].as_f64().unwrap();
     // Transfer: t = bytes / (bw · eff) + latency, latency kept.
     let t = rep["p2p_measured_s"].as_f64().unwrap();
@@ -420,12 +417,7 @@ fn stages_on_one_side_only_are_named() {
 
 #[test]
 fn a_profile_of_another_layer_count_is_refused() {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(DATA)
-            .join("layers.json"),
-    )
-    .unwrap();
+    let text = data_text("layers.json");
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["layers"].as_array_mut().unwrap().truncate(5);
     let p = tmp("short-profile.json");
@@ -447,12 +439,7 @@ fn a_profile_of_another_layer_count_is_refused() {
 
 #[test]
 fn out_hardware_without_a_hardware_profile_is_refused() {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(DATA)
-            .join("1f1b.plan.json"),
-    )
-    .unwrap();
+    let text = data_text("1f1b.plan.json");
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["hardware"] = Value::from("no-such-hardware.json");
     let plan = tmp("plan-no-hw.json");

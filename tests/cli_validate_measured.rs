@@ -2,19 +2,8 @@
 //! plan, through the binary (the readers' own tests are in tests/measured_readers.rs).
 
 use serde_json::Value;
-use std::process::Command;
-
-fn pplan(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pplan"))
-        .args(args)
-        .output()
-        .expect("run pplan");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::pplan;
 
 fn data(rel: &str) -> String {
     format!("{}/tests/data/measured/{rel}", env!("CARGO_MANIFEST_DIR"))

@@ -606,20 +606,12 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
             } else {
                 *lat = (t - b / (bw0 * eff0)).max(0.0);
             }
-            for (name, before, after) in [
+            let changes = [
                 (names[0], bw0, *bw),
                 (names[1], eff0, *eff),
                 (names[2], lat0, *lat),
-            ] {
-                if before != after {
-                    terms.push(FittedTerm {
-                        field: name.to_string(),
-                        prior: before,
-                        fitted: after,
-                        from: from.clone(),
-                    });
-                }
-            }
+            ];
+            record_changes(&mut terms, &from, changes);
         }
         if let (Some(m), Some(p)) = (optimizer_measured_s, optimizer_prior_s) {
             let (bw0, eff0) = (h.gpu.hbm_bandwidth_bytes_per_s, h.gpu.hbm_efficiency);
@@ -633,23 +625,18 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
                 m * 1e3,
                 p * 1e3
             );
-            for (name, before, after) in [
-                (
-                    "gpu.hbm_bandwidth_bytes_per_s",
-                    bw0,
-                    h.gpu.hbm_bandwidth_bytes_per_s,
-                ),
-                ("gpu.hbm_efficiency", eff0, h.gpu.hbm_efficiency),
-            ] {
-                if before != after {
-                    terms.push(FittedTerm {
-                        field: name.to_string(),
-                        prior: before,
-                        fitted: after,
-                        from: from.clone(),
-                    });
-                }
-            }
+            record_changes(
+                &mut terms,
+                &from,
+                [
+                    (
+                        "gpu.hbm_bandwidth_bytes_per_s",
+                        bw0,
+                        h.gpu.hbm_bandwidth_bytes_per_s,
+                    ),
+                    ("gpu.hbm_efficiency", eff0, h.gpu.hbm_efficiency),
+                ],
+            );
         } else {
             copied.extend(["gpu.hbm_bandwidth_bytes_per_s", "gpu.hbm_efficiency"]);
         }
@@ -661,19 +648,14 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
                 1.0 / s,
             );
             let from = format!("compute scale measured / prior = {s:.4}");
-            for (name, before, after) in [
-                ("gpu.peak_flops_per_s", pk0, h.gpu.peak_flops_per_s),
-                ("gpu.gemm_efficiency_max", e0, h.gpu.gemm_efficiency_max),
-            ] {
-                if before != after {
-                    terms.push(FittedTerm {
-                        field: name.to_string(),
-                        prior: before,
-                        fitted: after,
-                        from: from.clone(),
-                    });
-                }
-            }
+            record_changes(
+                &mut terms,
+                &from,
+                [
+                    ("gpu.peak_flops_per_s", pk0, h.gpu.peak_flops_per_s),
+                    ("gpu.gemm_efficiency_max", e0, h.gpu.gemm_efficiency_max),
+                ],
+            );
         } else {
             copied.extend(["gpu.peak_flops_per_s", "gpu.gemm_efficiency_max"]);
         }
@@ -739,6 +721,24 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
         hardware,
         notes,
     })
+}
+
+/// Record each `(field, prior, fitted)` whose value the fit changed.
+fn record_changes<const N: usize>(
+    terms: &mut Vec<FittedTerm>,
+    from: &str,
+    changes: [(&str, f64, f64); N],
+) {
+    for (field, prior, fitted) in changes {
+        if prior != fitted {
+            terms.push(FittedTerm {
+                field: field.to_string(),
+                prior,
+                fitted,
+                from: from.to_string(),
+            });
+        }
+    }
 }
 
 #[cfg(test)]
