@@ -92,19 +92,10 @@ fn calibrate(schedule: &str, with_prior: bool) -> (Value, PathBuf, PathBuf) {
     (json(&out), prof, hw)
 }
 
-/// Predict the plan's layout with `profile` and `hardware`, write its trace and validate it
-/// against the measured run; returns `pplan validate`'s JSON.
-fn predict_and_validate(schedule: &str, profile: &Path, hardware: &Path) -> Value {
-    let chunks = if schedule == "interleaved-1f1b" {
-        "2"
-    } else {
-        "1"
-    };
-    let pred = tmp(&format!(
-        "{schedule}-{}.pred.json",
-        profile.display().to_string().len()
-    ));
-    let (code, out, err) = pplan(&[
+/// `pplan predict` of the tiny CPU model on 2 pipeline devices, global batch 8, micro-batch 1,
+/// no recomputation, with `hardware` and `profile`; `extra` adds the schedule and outputs.
+fn predict_tiny(hardware: &Path, profile: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
         "predict",
         "--model",
         MODEL,
@@ -120,17 +111,39 @@ fn predict_and_validate(schedule: &str, profile: &Path, hardware: &Path) -> Valu
         "8",
         "--micro-batch",
         "1",
-        "--schedule",
-        schedule,
-        "--chunks",
-        chunks,
         "--recompute",
         "none",
-        "--trace",
-        s(&pred),
-        "--format",
-        "json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    pplan(&args)
+}
+
+/// Predict the plan's layout with `profile` and `hardware`, write its trace and validate it
+/// against the measured run; returns `pplan validate`'s JSON.
+fn predict_and_validate(schedule: &str, profile: &Path, hardware: &Path) -> Value {
+    let chunks = if schedule == "interleaved-1f1b" {
+        "2"
+    } else {
+        "1"
+    };
+    let pred = tmp(&format!(
+        "{schedule}-{}.pred.json",
+        profile.display().to_string().len()
+    ));
+    let (code, out, err) = predict_tiny(
+        hardware,
+        profile,
+        &[
+            "--schedule",
+            schedule,
+            "--chunks",
+            chunks,
+            "--trace",
+            s(&pred),
+            "--format",
+            "json",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let predicted = json(&out)["step_time_s"].as_f64().unwrap();
     let trace = format!("{DATA}/{schedule}.measured.json");
@@ -507,29 +520,7 @@ fn live_cpu_loop() {
         "--devices",
         "2",
     ]);
-    let (code, _, err) = pplan(&[
-        "predict",
-        "--model",
-        MODEL,
-        "--hardware",
-        s(&hw),
-        "--profile",
-        s(&layers),
-        "--gpus",
-        "2",
-        "--pp",
-        "2",
-        "--global-batch",
-        "8",
-        "--micro-batch",
-        "1",
-        "--schedule",
-        "1f1b",
-        "--recompute",
-        "none",
-        "--output",
-        s(&plan),
-    ]);
+    let (code, _, err) = predict_tiny(&hw, &layers, &["--schedule", "1f1b", "--output", s(&plan)]);
     assert_eq!(code, 0, "{err}");
     run(&[
         "run",
@@ -563,29 +554,7 @@ fn live_cpu_loop() {
     println!("{out}");
     for (label, prof, h) in [("prior", &layers, &hw), ("calibrated", &cal, &cal_hw)] {
         let pred = tmp(&format!("live.{label}.pred.json"));
-        let (code, _, err) = pplan(&[
-            "predict",
-            "--model",
-            MODEL,
-            "--hardware",
-            s(h),
-            "--profile",
-            s(prof),
-            "--gpus",
-            "2",
-            "--pp",
-            "2",
-            "--global-batch",
-            "8",
-            "--micro-batch",
-            "1",
-            "--schedule",
-            "1f1b",
-            "--recompute",
-            "none",
-            "--trace",
-            s(&pred),
-        ]);
+        let (code, _, err) = predict_tiny(h, prof, &["--schedule", "1f1b", "--trace", s(&pred)]);
         assert_eq!(code, 0, "{err}");
         let (code, out, err) = pplan(&[
             "validate",
