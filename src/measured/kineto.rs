@@ -627,3 +627,40 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod never_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEED: &str = r#"{"distributedInfo": {"rank": 1}, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 100, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "PP:0F0", "ts": 101, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 102, "dur": 1, "pid": 1, "tid": 1, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "ts": 120.5, "dur": 30, "pid": 0, "tid": 7, "args": {"correlation": 7, "Group size": 2}},
+        {"name": "0F1", "ph": "X", "ts": 1, "dur": 2, "pid": 0, "tid": 0, "args": {"step": 0}}
+    ]}"#;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any bytes: a result or an error naming the file, never a panic.
+        #[test]
+        fn random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            if let Err(e) = read(bytes.as_slice(), "f.json", None) {
+                prop_assert!(e.to_string().starts_with("f.json: "));
+            }
+        }
+
+        /// A real-shaped trace cut short or with one byte changed.
+        #[test]
+        fn damaged_trace(cut in 0usize..SEED.len(), at in 0usize..SEED.len(), b in any::<u8>()) {
+            let mut bytes = SEED.as_bytes().to_vec();
+            bytes[at] = b;
+            bytes.truncate(cut.max(1));
+            let _ = read(bytes.as_slice(), "f.json", None);
+            let layout = LayoutSizes { tp: 1, cp: 1, pp: 2, dp: 1, ep: 1 };
+            let _ = read(SEED.as_bytes(), "f.json", Some(layout));
+        }
+    }
+}
