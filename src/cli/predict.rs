@@ -50,7 +50,9 @@ pub(crate) struct PredictArgs {
     /// Model chunks per pipeline device v (interleaving).
     #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) chunks: u64,
-    /// Activation recomputation: none, selective or full.
+    /// Activation recomputation: none, selective (Megatron: the attention core), full, or
+    /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
+    /// selective-layer (every second layer whole).
     #[arg(long, default_value = "full")]
     pub(crate) recompute: String,
     /// Sequence parallelism (Korthikanti et al. 2022).

@@ -223,6 +223,35 @@ impl CostModel<'_> {
         self.layer_gemms().iter().map(Gemm::flops).sum::<f64>() * self.ranks_per_layer()
     }
 
+    /// The share of each of [`CostModel::layer_gemms`] that torchtitan's per-op selective
+    /// checkpointing recomputes. Its policy counts the layer's linear GEMMs in execution order
+    /// — q, k, v, output projection, MLP gate, MLP up (gated MLPs), MLP down — and recomputes
+    /// every second one: k (its share of the fused QKV GEMM), the output projection, and the
+    /// MLP up projection (half of the fused gate/up GEMM) or, for a plain MLP, the MLP down
+    /// projection. Attention is saved.
+    pub fn selective_op_shares(&self) -> [f64; 6] {
+        let (.., dh) = self.dims();
+        let q = self.model.num_heads as f64 * dh;
+        let kv = self.model.num_kv_heads as f64 * dh;
+        let k_share = kv / (q + 2.0 * kv);
+        if self.model.gated_mlp {
+            [k_share, 0.0, 0.0, 1.0, 0.5, 0.0]
+        } else {
+            [k_share, 0.0, 0.0, 1.0, 0.0, 1.0]
+        }
+    }
+
+    /// Forward FLOPs torchtitan's per-op selective checkpointing recomputes in one layer, all
+    /// ranks ([`CostModel::selective_op_shares`]).
+    pub fn selective_op_recompute_flops(&self) -> f64 {
+        self.selective_op_shares()
+            .iter()
+            .zip(self.layer_gemms())
+            .map(|(share, g)| share * g.flops())
+            .sum::<f64>()
+            * self.ranks_per_layer()
+    }
+
     /// Forward FLOPs of the attention core (scores and values) of one layer, all ranks.
     pub fn attention_core_flops(&self) -> f64 {
         let g = self.layer_gemms();
@@ -499,6 +528,27 @@ impl CostModel<'_> {
                 cp_hidden_s: cp_fwd_hidden,
             },
             Recompute::Full => forward,
+            // torchtitan's per-op policy: the recomputed GEMMs (every second linear one) and
+            // every elementwise kernel; attention and tensor-parallel collectives are saved.
+            Recompute::SelectiveOp => Part {
+                gemm_s: self
+                    .selective_op_shares()
+                    .iter()
+                    .zip(&gemms)
+                    .map(|(share, g)| share * lin(g))
+                    .sum(),
+                memory_s: mem.other_forward_bytes / hbm,
+                ..Part::default()
+            },
+            // Every second layer recomputed whole: half a forward per layer on average.
+            Recompute::SelectiveLayer => Part {
+                gemm_s: forward.gemm_s / 2.0,
+                memory_s: forward.memory_s / 2.0,
+                tp_comm_s: forward.tp_comm_s / 2.0,
+                tp_hidden_s: forward.tp_hidden_s / 2.0,
+                cp_comm_s: forward.cp_comm_s / 2.0,
+                cp_hidden_s: forward.cp_hidden_s / 2.0,
+            },
         };
         let params = self.model.params_per_layer() as f64 / self.layout.tp as f64;
         let backward_input = Part {

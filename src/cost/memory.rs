@@ -96,6 +96,11 @@ pub struct ActDims {
     pub h: u64,
     pub a: u64,
     pub t: u64,
+    /// Width of the key (and of the value) projection: KV heads x head size.
+    pub kv: u64,
+    /// MLP width and whether the MLP is gated (SwiGLU: two input GEMMs).
+    pub f: u64,
+    pub gated: bool,
 }
 
 impl ActDims {
@@ -106,6 +111,23 @@ impl ActDims {
             h: model.hidden_size,
             a: model.num_heads,
             t: tp.max(1),
+            kv: model.num_kv_heads * model.head_dim(),
+            f: model.ffn_hidden_size,
+            gated: model.gated_mlp,
+        }
+    }
+
+    /// The GPT layer of Korthikanti et al. 2022: multi-head attention, a 4h plain MLP.
+    pub fn gpt(s: u64, b: u64, h: u64, a: u64, t: u64) -> ActDims {
+        ActDims {
+            s,
+            b,
+            h,
+            a,
+            t,
+            kv: h,
+            f: 4 * h,
+            gated: false,
         }
     }
 
@@ -122,7 +144,7 @@ impl ActDims {
 /// Bytes of activations one transformer layer keeps for one micro-batch until its backward
 /// (Korthikanti et al. 2022, Table 2). Computed as exact integers where the formula is integral.
 pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_parallel: bool) -> u64 {
-    let ActDims { s, b, h, a, t } = d;
+    let ActDims { s, b, h, a, t, .. } = d;
     let sbh = s as u128 * b as u128 * h as u128;
     let as2b = 5 * a as u128 * s as u128 * s as u128 * b as u128;
     let bytes = match (recompute, sequence_parallel) {
@@ -132,8 +154,33 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         (Recompute::Selective, true) => 34 * sbh / t as u128,
         (Recompute::Full, false) => 2 * sbh,
         (Recompute::Full, true) => 2 * sbh / t as u128,
+        (Recompute::SelectiveOp, _) => selective_op_bytes(d),
+        (Recompute::SelectiveLayer, sp) => {
+            (layer_activation_bytes(d, Recompute::None, sp) as u128
+                + layer_activation_bytes(d, Recompute::Full, sp) as u128)
+                / 2
+        }
     };
     u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// What torchtitan's per-op selective checkpointing keeps of one layer, in bytes (16-bit
+/// tensors; torchtitan/distributed/activation_checkpoint.py, `_get_default_save_ops` and the
+/// "every second mm" policy): the checkpointed layer input (s b h), the outputs of the saved
+/// linear GEMMs — the 1st, 3rd, 5th and 7th of q, k, v, output projection, MLP gate, MLP up,
+/// MLP down, i.e. q (s b h), v (s b kv), the gate (s b f) and, gated, the MLP output (s b h);
+/// plain MLP: q, v, MLP in — and the attention output (s b h). Everything is split over the t
+/// tensor-parallel ranks. Flash attention's log-sum-exp is added by
+/// [`layer_activation_bytes_for`]; scores are recomputed, never kept.
+fn selective_op_bytes(d: ActDims) -> u128 {
+    let sb = d.s as u128 * d.b as u128;
+    let (h, kv, f) = (d.h as u128, d.kv as u128, d.f as u128);
+    let saved = if d.gated {
+        h + h + kv + h + f + h
+    } else {
+        h + h + kv + h + f
+    };
+    2 * sb * saved / d.t as u128
 }
 
 /// [`layer_activation_bytes`] for an attention kernel. With flash attention the scores, the
@@ -147,14 +194,24 @@ pub fn layer_activation_bytes_for(
     sequence_parallel: bool,
     attention: Attention,
 ) -> u64 {
+    let lse = || {
+        let v = 4 * d.a as u128 * d.s as u128 * d.b as u128 / d.t as u128;
+        u64::try_from(v).unwrap_or(u64::MAX)
+    };
     match (attention, recompute) {
         (Attention::Unfused, _) | (_, Recompute::Full) => {
             layer_activation_bytes(d, recompute, sequence_parallel)
         }
+        (Attention::Flash, Recompute::SelectiveOp) => {
+            layer_activation_bytes(d, recompute, sequence_parallel).saturating_add(lse())
+        }
+        (Attention::Flash, Recompute::SelectiveLayer) => {
+            let none = layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention);
+            let full = layer_activation_bytes(d, Recompute::Full, sequence_parallel);
+            none / 2 + full / 2
+        }
         (Attention::Flash, _) => {
-            let lse = 4 * d.a as u128 * d.s as u128 * d.b as u128 / d.t as u128;
-            layer_activation_bytes(d, Recompute::Selective, sequence_parallel)
-                .saturating_add(u64::try_from(lse).unwrap_or(u64::MAX))
+            layer_activation_bytes(d, Recompute::Selective, sequence_parallel).saturating_add(lse())
         }
     }
 }
@@ -173,8 +230,19 @@ pub fn recompute_working_bytes_for(
             recompute_working_bytes(d, recompute, sequence_parallel)
         }
         (Attention::Flash, Recompute::Selective) => 0,
-        (Attention::Flash, Recompute::Full) => {
+        (Attention::Flash, Recompute::Full | Recompute::SelectiveLayer) => {
             layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention)
+        }
+        // The recomputed tensors of one layer: what it would keep without checkpointing,
+        // less what the policy saved.
+        (Attention::Flash, Recompute::SelectiveOp) => {
+            layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention)
+                .saturating_sub(layer_activation_bytes_for(
+                    d,
+                    Recompute::SelectiveOp,
+                    sequence_parallel,
+                    attention,
+                ))
         }
     }
 }
@@ -189,7 +257,11 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
             let v = 5 * d.a as u128 * d.s as u128 * d.s as u128 * d.b as u128 / d.t as u128;
             u64::try_from(v).unwrap_or(u64::MAX)
         }
-        Recompute::Full => layer_activation_bytes(d, Recompute::None, sequence_parallel),
+        Recompute::Full | Recompute::SelectiveLayer => {
+            layer_activation_bytes(d, Recompute::None, sequence_parallel)
+        }
+        Recompute::SelectiveOp => layer_activation_bytes(d, Recompute::None, sequence_parallel)
+            .saturating_sub(layer_activation_bytes(d, recompute, sequence_parallel)),
     }
 }
 
@@ -271,6 +343,9 @@ mod tests {
             (Recompute::Selective, true) => sbh / t * 34.0,
             (Recompute::Full, false) => 2.0 * sbh,
             (Recompute::Full, true) => 2.0 * sbh / t,
+            (Recompute::SelectiveOp | Recompute::SelectiveLayer, _) => {
+                unreachable!("not in Table 2: the tests iterate over Recompute::ALL")
+            }
         }
     }
 
@@ -283,7 +358,7 @@ mod tests {
             (2048, 4, 4096, 32),
         ] {
             for t in [1, 2, 8] {
-                let d = ActDims { s, b, h, a, t };
+                let d = ActDims::gpt(s, b, h, a, t);
                 for r in Recompute::ALL {
                     for sp in [false, true] {
                         assert_eq!(
@@ -301,13 +376,7 @@ mod tests {
     fn gpt3_175b_per_layer_numbers() {
         // Korthikanti et al. Sec. 4: 175B (s=2048, h=12288, a=96), t=8, b=1, no recompute, no
         // sequence parallelism: sbh (10 + 24/8 + 5*96*2048/(12288*8)) = sbh * 23 bytes.
-        let d = ActDims {
-            s: 2048,
-            b: 1,
-            h: 12288,
-            a: 96,
-            t: 8,
-        };
+        let d = ActDims::gpt(2048, 1, 12288, 96, 8);
         assert_eq!(
             layer_activation_bytes(d, Recompute::None, false),
             2048 * 12288 * 23
@@ -362,13 +431,7 @@ mod tests {
 
     #[test]
     fn flash_attention_stores_no_scores() {
-        let d = ActDims {
-            s: 2048,
-            b: 1,
-            h: 12288,
-            a: 96,
-            t: 8,
-        };
+        let d = ActDims::gpt(2048, 1, 12288, 96, 8);
         let lse = 4 * 96 * 2048 / 8;
         for sp in [false, true] {
             let sel = layer_activation_bytes(d, Recompute::Selective, sp);

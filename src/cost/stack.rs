@@ -22,15 +22,34 @@ pub enum Recompute {
     /// Keep only each layer's input; recompute the whole layer before its backward.
     #[default]
     Full,
+    /// torchtitan's per-op selective checkpointing (`activation_checkpoint.mode = "selective"`,
+    /// `selective_ac_option = "op"`): of each layer's linear GEMMs in order (q, k, v, output
+    /// projection, MLP in, MLP out) every second is recomputed, attention and the other GEMMs'
+    /// outputs are saved, every elementwise kernel is recomputed.
+    SelectiveOp,
+    /// torchtitan's per-layer selective checkpointing with `selective_ac_option = "2"`: every
+    /// second layer is checkpointed whole (full recompute), the others keep everything.
+    SelectiveLayer,
 }
 
 impl Recompute {
+    /// Megatron-LM's modes: what the search enumerates.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+    /// Every mode a user can pin (`--recompute`, a plan's `parallelism.recompute`).
+    pub const EVERY: [Recompute; 5] = [
+        Recompute::None,
+        Recompute::Selective,
+        Recompute::Full,
+        Recompute::SelectiveOp,
+        Recompute::SelectiveLayer,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Recompute::None => "none",
             Recompute::Selective => "selective",
             Recompute::Full => "full",
+            Recompute::SelectiveOp => "selective-op",
+            Recompute::SelectiveLayer => "selective-layer",
         }
     }
 }
@@ -44,10 +63,14 @@ impl fmt::Display for Recompute {
 impl FromStr for Recompute {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Recompute::ALL
+        Recompute::EVERY
             .into_iter()
             .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown recompute '{s}' (valid: none, selective, full)"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown recompute '{s}' (valid: none, selective, full, selective-op, selective-layer)"
+                )
+            })
     }
 }
 

@@ -690,11 +690,14 @@ impl Plan {
                 format!("'{}' (valid: p2p, all-gather)", par.cp_comm),
             ));
         }
-        if !["none", "selective", "full"].contains(&par.recompute.as_str()) {
+        if par.recompute.parse::<crate::cost::Recompute>().is_err() {
             return Err(field(
                 origin,
                 "parallelism.recompute",
-                format!("'{}' (valid: none, selective, full)", par.recompute),
+                format!(
+                    "'{}' (valid: none, selective, full, selective-op, selective-layer)",
+                    par.recompute
+                ),
             ));
         }
         if !["bf16", "fp8", "mxfp8", "nvfp4"].contains(&par.precision.as_str()) {

@@ -6,9 +6,9 @@
 //! data) are compiled in; the Llama 2 architectures are the ones of
 //! `data/nemo-24.07-models.json` (the same public Hugging Face configs). The stack is
 //! torchtitan's default for these runs ([`torchtitan_fsdp2_stack`]). torchtitan's selective
-//! activation checkpointing (`op`: keep matmul outputs, recompute the rest; `layer`: every
-//! other layer whole) is not Megatron's selective recomputation (the attention core), which
-//! is all pplan models: those rows are listed with that reason and not predicted.
+//! activation checkpointing runs as pplan's `selective-op` (every second linear GEMM and the
+//! elementwise kernels recomputed) and `selective-layer` (every second layer whole), not as
+//! Megatron's selective recomputation (the attention core).
 
 use super::nemo::nemo_models;
 use crate::cost::{Attention, Recompute, Stack, Zero};
@@ -81,8 +81,10 @@ pub fn recompute_of(row: &TorchtitanRow) -> Result<Recompute, String> {
     match row.recompute.as_str() {
         "none" => Ok(Recompute::None),
         "full" => Ok(Recompute::Full),
+        "selective op" => Ok(Recompute::SelectiveOp),
+        "selective layer" => Ok(Recompute::SelectiveLayer),
         other => Err(format!(
-            "torchtitan's '{other}' activation checkpointing is not Megatron's selective recomputation (the attention core), the only partial one pplan models"
+            "'{other}' is not a torchtitan activation-checkpointing mode pplan models (none, full, selective op, selective layer)"
         )),
     }
 }

@@ -234,6 +234,9 @@ pub fn megatron(plan: &Plan) -> Emitted {
             flag("--recompute-method", Some("uniform".into()));
             flag("--recompute-num-layers", val(1));
         }
+        other @ ("selective-op" | "selective-layer") => notes.push(format!(
+            "recompute {other} is torchtitan's selective activation checkpointing; Megatron-LM has no such mode, so no recompute flag is written"
+        )),
         _ => {}
     }
     if par.sequence_parallel {

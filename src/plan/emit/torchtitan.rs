@@ -130,6 +130,13 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
             "SelectiveAC.Config()"
         }
         "full" => "FullAC.Config()",
+        "selective-op" => "SelectiveAC.Config()",
+        "selective-layer" => {
+            notes.push(
+                "selective-layer (every second layer checkpointed) is gone from torchtitan main; SelectiveAC (per-op, of about the same cost) is written instead".into(),
+            );
+            "SelectiveAC.Config()"
+        }
         _ => "None",
     };
     body.push(format!("config.activation_checkpoint = {ac}"));

@@ -95,6 +95,15 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
                 "selective recomputation maps to torchtitan's per-op selective checkpointing, which chooses its own ops (Megatron recomputes the attention core)".into(),
             );
         }
+        "selective-op" | "selective-layer" => {
+            let option = if par.recompute == "selective-op" {
+                "op"
+            } else {
+                "2"
+            };
+            ac.push(format!("mode = {}", quoted("selective")));
+            ac.push(format!("selective_ac_option = {}", quoted(option)));
+        }
         other => ac.push(format!("mode = {}", quoted(other))),
     }
     // The network: a flavor with exactly the plan's dimensions, or no [model] section and a

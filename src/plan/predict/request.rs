@@ -263,6 +263,8 @@ pub enum PredictError {
     Schedule(String),
     #[error("stage layer counts: {0}")]
     StageLayers(String),
+    #[error("--recompute {recompute}: {reason}")]
+    Recompute { recompute: String, reason: String },
     #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
     TooLarge { gpus: u64, what: String },
     #[error("--attention flash: hardware profile '{hardware}' has no measured attention efficiency (gpu.attention_efficiency_forward/backward); valid: --attention unfused, or a profile that has them (e.g. a100-80gb, h100-80gb)")]
@@ -398,6 +400,16 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         }
     }
     check_expert_parallel(req, dp)?;
+    if matches!(
+        req.recompute,
+        Recompute::SelectiveOp | Recompute::SelectiveLayer
+    ) && (req.model.moe.is_some() || req.model.mla.is_some())
+    {
+        return Err(PredictError::Recompute {
+            recompute: req.recompute.to_string(),
+            reason: "torchtitan's selective checkpointing is modelled for dense layers with standard attention (its policy over a mixture-of-experts or latent-attention layer's GEMMs is not); valid: none, selective, full".into(),
+        });
+    }
     if req.cp > 1 {
         // Megatron-Core runs context parallelism inside Transformer Engine's fused attention,
         // and splits each sequence into 2 cp chunks for the causal load balance.

@@ -407,6 +407,8 @@ pub fn prediction_from(
         Recompute::None => 0.0,
         Recompute::Selective => cm.attention_core_flops() / req.micro_batch as f64,
         Recompute::Full => layer_fwd,
+        Recompute::SelectiveOp => cm.selective_op_recompute_flops() / req.micro_batch as f64,
+        Recompute::SelectiveLayer => layer_fwd / 2.0,
     };
     let layers_fwd = match &model.moe {
         None => layers as f64 * layer_fwd,
