@@ -90,6 +90,9 @@ fn two_real_ranks_are_broken_down() {
     let chart = std::fs::read_to_string(&svg).unwrap();
     assert!(chart.contains("rank 0") && chart.contains("rank 1"));
     assert!(chart.contains("GPU compute kernels (measured, merged)"));
+    // The legend lists the communication the trace has, and only that.
+    assert!(chart.contains("other communication (pipeline, context, expert, unattributed)"));
+    assert!(!chart.contains("tensor-parallel collectives") && !chart.contains("data-parallel"));
 }
 
 #[test]

@@ -190,6 +190,8 @@ impl Layout {
         let mut kinds_present = [false; 4];
         let mut any_transfer = false;
         let mut any_collective = false;
+        // Which of the tensor-parallel, data-parallel and optimizer/other lanes have spans.
+        let mut collective_present = [false; 3];
         let mut min_compute_ns = u64::MAX;
         let mut busy_ns: u128 = 0;
         let mut device_busy_ns = vec![0u128; p.min(1 << 20) as usize];
@@ -240,7 +242,13 @@ impl Layout {
                 }
                 Stream::Send | Stream::Recv => any_transfer = true,
                 Stream::TensorParallel | Stream::DataParallel | Stream::Optimizer => {
-                    any_collective = true
+                    any_collective = true;
+                    let i = match s.stream {
+                        Stream::TensorParallel => 0,
+                        Stream::DataParallel => 1,
+                        _ => 2,
+                    };
+                    collective_present[i] = true;
                 }
             }
         }
@@ -432,10 +440,15 @@ impl Layout {
                     "optimizer step",
                 ]
             };
-            for (rgb, label) in [TENSOR_PARALLEL_RGB, DATA_PARALLEL_RGB, OPTIMIZER_RGB]
+            for ((rgb, label), present) in [TENSOR_PARALLEL_RGB, DATA_PARALLEL_RGB, OPTIMIZER_RGB]
                 .into_iter()
                 .zip(labels)
+                .zip(collective_present)
             {
+                // A measured timeline lists only the communication it has.
+                if opts.kernel_view && !present {
+                    continue;
+                }
                 items.push(LegendItem {
                     swatches: vec![rgb],
                     label: format!("{label} (thin lane: coll)"),
