@@ -45,8 +45,9 @@ enum Command {
     /// Write a plan file for the system that runs it: the executor's plan JSON, Megatron-LM
     /// arguments, a torchtitan TOML config, or the schedule as a PyTorch CSV.
     Emit(EmitArgs),
-    /// Compare a predicted trace (pplan simulate/predict --trace) with a measured one (the
-    /// executor's): step time, per-action and per-kind errors, bubble, start-time error.
+    /// Break a measured run down (the executor's trace, PyTorch profiler traces, an Nsight
+    /// export, a Megatron-LM or torchtitan log) and compare it with a prediction or a plan:
+    /// step time, compute, communication, bubble, worst stages and actions, overlay chart.
     Validate(ValidateArgs),
     /// Find the fastest configuration that fits: every (t, p, d), micro-batch, schedule,
     /// chunk count, recomputation, sequence parallelism and ZeRO-1 setting is checked against

@@ -25,7 +25,8 @@ pub(crate) struct ValidateArgs {
     /// Compare the common actions even when the two schedules' compute actions differ.
     #[arg(long)]
     pub(crate) allow_unmatched: bool,
-    /// Draw predicted (upper lane) against measured (lower lane) per device: FILE.svg or FILE.png.
+    /// Draw predicted (upper lane) against measured (lower lane) per device, or the measured
+    /// step per rank without an action-by-action prediction: FILE.svg or FILE.png.
     #[arg(long)]
     pub(crate) gantt: Option<PathBuf>,
     /// Output format.
