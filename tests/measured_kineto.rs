@@ -148,7 +148,13 @@ fn steps_and_medians_of_a_real_three_step_trace() {
 /// Write `events` as a Kineto-shaped trace of `rank` (one step, no ProfilerStep): each pplan compute action becomes a
 /// CPU-side `PP:<action>` annotation launching one GPU kernel (a cuda_runtime event sharing its
 /// correlation id) that runs `scale` times as long, 1 µs after the launch.
-fn kineto_from_pplan(events: &[Value], rank: u32, scale: f64, path: &Path) {
+fn kineto_from_pplan(
+    events: &[Value],
+    rank: u32,
+    scale: f64,
+    path: &Path,
+    label: fn(&str) -> String,
+) {
     let mut out = Vec::new();
     let mut corr = 0;
     for e in events
@@ -162,7 +168,7 @@ fn kineto_from_pplan(events: &[Value], rank: u32, scale: f64, path: &Path) {
         );
         corr += 1;
         out.push(
-            json!({"ph": "X", "cat": "user_annotation", "name": format!("PP:{name}"),
+            json!({"ph": "X", "cat": "user_annotation", "name": label(name),
             "ts": ts - 1.0, "dur": 0.5, "pid": 1, "tid": 1}),
         );
         out.push(
@@ -205,7 +211,9 @@ fn a_pipeline_traced_by_the_profiler_is_compared_action_by_action() {
     let dir = tmp("ranks");
     std::fs::create_dir_all(&dir).unwrap();
     for r in 0..2 {
-        kineto_from_pplan(events, r, 1.25, &dir.join(format!("rank-{r}.json")));
+        kineto_from_pplan(events, r, 1.25, &dir.join(format!("rank-{r}.json")), |a| {
+            format!("PP:{a}")
+        });
     }
     let svg = tmp("overlay.svg");
     let (code, out, err) = pplan(&[
@@ -301,4 +309,70 @@ fn bad_traces_exit_2_naming_the_problem() {
     let (code, _, err) = pplan(&["validate", "--predicted", &good, "--measured", &good]);
     assert_eq!(code, 2);
     assert!(err.contains("the prediction is a pplan trace"), "{err}");
+}
+
+/// PyTorch's single-stage schedules (ScheduleGPipe, Schedule1F1B) name their ranges
+/// `Forward 3` / `Backward 3`: the stage is the rank's pipeline position.
+#[test]
+fn single_stage_schedule_ranges_take_the_ranks_stage() {
+    let pred = tmp("pred-single.json");
+    let (code, _, err) = pplan(&[
+        "simulate",
+        "--schedule",
+        "gpipe",
+        "--stages",
+        "2",
+        "--microbatches",
+        "4",
+        "--forward",
+        "1",
+        "--backward",
+        "2",
+        "--p2p",
+        "0",
+        "--trace",
+        pred.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: Value = serde_json::from_slice(&std::fs::read(&pred).unwrap()).unwrap();
+    let events = t["traceEvents"].as_array().unwrap();
+    let dir = tmp("single-stage");
+    std::fs::create_dir_all(&dir).unwrap();
+    for r in 0..2 {
+        kineto_from_pplan(events, r, 1.0, &dir.join(format!("rank-{r}.json")), |a| {
+            let (kind, mb) = a.split_at(a.find(['F', 'B']).unwrap() + 1);
+            let word = if kind.ends_with('F') {
+                "Forward"
+            } else {
+                "Backward"
+            };
+            format!("{word} {mb}")
+        });
+    }
+    let (code, out, err) = pplan(&[
+        "validate",
+        "--predicted",
+        pred.to_str().unwrap(),
+        "--measured",
+        dir.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // Every action found on its stage, at exactly its predicted length.
+    assert_eq!(v["actions"]["actions_matched"], 16, "{}", v["actions"]);
+    assert!(close(
+        v["actions"]["action_error_mean_abs"].as_f64().unwrap(),
+        0.0,
+        1e-9
+    ));
+    let stages: Vec<u64> = v["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_u64().unwrap())
+        .collect();
+    assert_eq!(stages.len(), 2);
+    assert!(stages.contains(&0) && stages.contains(&1));
 }

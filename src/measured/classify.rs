@@ -1,7 +1,8 @@
 //! A GPU kernel's name → what it does; a process group's description or size → the parallel
 //! dimension it serves. The rules are in docs/validate.md ("Kernel classes").
 
-use super::timeline::{Collective, Dim, KernelClass};
+use super::timeline::{Collective, Dim, KernelClass, STAGE_OF_RANK};
+use crate::schedule::ir::{Action, Kind};
 
 /// Classify a GPU kernel by its (demangled) name. Communication kernels get
 /// [`Dim::Unattributed`]; [`attribute`] decides the dimension with what else is known.
@@ -43,6 +44,23 @@ pub fn kernel_class(name: &str) -> KernelClass {
         return KernelClass::Gemm;
     }
     KernelClass::OtherCompute
+}
+
+/// The pipeline action a profiler or NVTX range names: `PP:0F1` (PyTorch's
+/// `_PipelineScheduleRuntime`), `0F1`, or PyTorch's single-stage schedules' `Forward 3` /
+/// `Backward 3`, whose stage is [`STAGE_OF_RANK`] until the ranks are put together.
+pub fn action_from_range(name: &str) -> Option<Action> {
+    let name = name.trim();
+    for (prefix, kind) in [("Forward ", Kind::F), ("Backward ", Kind::B)] {
+        if let Some(mb) = name.strip_prefix(prefix) {
+            return mb
+                .trim()
+                .parse()
+                .ok()
+                .map(|mb| Action::new(STAGE_OF_RANK, kind, mb));
+        }
+    }
+    name.strip_prefix("PP:").unwrap_or(name).trim().parse().ok()
 }
 
 /// The collective a communication kernel or annotation names (`ncclDevKernel_AllGather_RING_LL`,
@@ -200,6 +218,25 @@ mod tests {
             ),
             KernelClass::OtherCompute
         );
+    }
+
+    #[test]
+    fn actions_from_range_names() {
+        assert_eq!(
+            action_from_range("PP:2B7"),
+            Some(Action::new(2, Kind::B, 7))
+        );
+        assert_eq!(action_from_range("0F1"), Some(Action::new(0, Kind::F, 1)));
+        assert_eq!(
+            action_from_range("Forward 3"),
+            Some(Action::new(STAGE_OF_RANK, Kind::F, 3))
+        );
+        assert_eq!(
+            action_from_range("Backward 12"),
+            Some(Action::new(STAGE_OF_RANK, Kind::B, 12))
+        );
+        assert_eq!(action_from_range("Forward pass"), None);
+        assert_eq!(action_from_range("## forward ##"), None);
     }
 
     #[test]

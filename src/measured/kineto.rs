@@ -11,7 +11,7 @@
 //! Python frames, flows) is skipped as it streams past, so memory grows with the GPU events
 //! kept, not with the file.
 
-use super::classify::{attribute, collective, kernel_class, LayoutSizes};
+use super::classify::{action_from_range, attribute, collective, kernel_class, LayoutSizes};
 use super::json_stream;
 use super::pplan_trace::PplanEvent;
 use super::timeline::{
@@ -162,8 +162,7 @@ fn annotated(name: &str) -> Option<Annotated> {
     if let Some(c) = name.strip_prefix("nccl:") {
         return Some(Annotated::Collective(collective(c)));
     }
-    let a = name.strip_prefix("PP:").unwrap_or(name);
-    a.trim().parse::<Action>().ok().map(Annotated::Action)
+    action_from_range(name).map(Annotated::Action)
 }
 
 /// Microseconds (Chrome trace units) → integer nanoseconds, refusing what is not a time. The

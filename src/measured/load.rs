@@ -218,6 +218,23 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
     let Some((source, _)) = source else {
         return Err(MeasuredError::new("--measured", "no file given"));
     };
+    // Actions named without a stage (single-stage schedules) run the rank's pipeline stage:
+    // with a plan, ⌊rank / (t·cp·d)⌋ mod p (pipeline outermost, as Megatron-LM and torchtitan
+    // order ranks); without one, the rank's position among the ranks given.
+    for (position, r) in ranks.values_mut().enumerate() {
+        let stage = match layout {
+            Some(l) => {
+                let inner = (l.tp * l.cp * l.dp).max(1);
+                (r.rank / inner) % l.pp.max(1)
+            }
+            None => position as u32,
+        };
+        for a in &mut r.actions {
+            if a.action.stage == super::timeline::STAGE_OF_RANK {
+                a.action.stage = stage;
+            }
+        }
+    }
     // Traces without step markers are one step, over all ranks (as a pplan trace is): its
     // window is the span of every rank's activity, so the step time is the makespan.
     if !ranks.is_empty() && ranks.values().all(|r| r.steps.is_empty()) {

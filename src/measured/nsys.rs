@@ -236,11 +236,11 @@ enum Named {
     Step(u64),
 }
 
-/// A pipeline action (`PP:0F1`, `0F1`), or a step (`ProfilerStep#12`, `step 12`,
+/// A pipeline action (`PP:0F1`, `0F1`, `Forward 3`), or a step (`ProfilerStep#12`, `step 12`,
 /// `iteration 12`, `Step_12`); `None` for every other range name.
 fn named(text: &str) -> Option<Named> {
     let t = text.trim();
-    if let Ok(a) = t.trim_start_matches("PP:").trim().parse::<Action>() {
+    if let Some(a) = super::classify::action_from_range(t) {
         return Some(Named::Action(a));
     }
     let lower = t.to_ascii_lowercase();

@@ -151,6 +151,11 @@ impl Dim {
     }
 }
 
+/// The stage of an action named without one: PyTorch's single-stage schedules (GPipe, 1F1B)
+/// name their ranges `Forward 3` / `Backward 3`, and the stage is the rank's pipeline position,
+/// which [`super::load::load`] fills in.
+pub const STAGE_OF_RANK: u32 = u32::MAX;
+
 /// A compute action of the pipeline schedule as it ran on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ActionSpan {
