@@ -185,13 +185,20 @@ fn kineto_from_pplan(
     std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
 }
 
-#[test]
-fn a_pipeline_traced_by_the_profiler_is_compared_action_by_action() {
-    let pred = tmp("pred.json");
+/// Simulate a 2-stage `schedule` of 4 micro-batches (F 1 ms, B 2 ms, free transfers) and
+/// write it as two ranks' profiler traces, each action `scale` times as long, named by `label`.
+/// Returns the prediction's trace and the directory of rank traces.
+fn profiled_pipeline(
+    schedule: &str,
+    scale: f64,
+    label: fn(&str) -> String,
+    name: &str,
+) -> (PathBuf, PathBuf) {
+    let pred = tmp(&format!("{name}.pred.json"));
     let (code, _, err) = pplan(&[
         "simulate",
         "--schedule",
-        "1f1b",
+        schedule,
         "--stages",
         "2",
         "--microbatches",
@@ -208,13 +215,17 @@ fn a_pipeline_traced_by_the_profiler_is_compared_action_by_action() {
     assert_eq!(code, 0, "{err}");
     let t: Value = serde_json::from_slice(&std::fs::read(&pred).unwrap()).unwrap();
     let events = t["traceEvents"].as_array().unwrap();
-    let dir = tmp("ranks");
+    let dir = tmp(name);
     std::fs::create_dir_all(&dir).unwrap();
     for r in 0..2 {
-        kineto_from_pplan(events, r, 1.25, &dir.join(format!("rank-{r}.json")), |a| {
-            format!("PP:{a}")
-        });
+        kineto_from_pplan(events, r, scale, &dir.join(format!("rank-{r}.json")), label);
     }
+    (pred, dir)
+}
+
+#[test]
+fn a_pipeline_traced_by_the_profiler_is_compared_action_by_action() {
+    let (pred, dir) = profiled_pipeline("1f1b", 1.25, |a| format!("PP:{a}"), "ranks");
     let svg = tmp("overlay.svg");
     let (code, out, err) = pplan(&[
         "validate",
@@ -315,31 +326,10 @@ fn bad_traces_exit_2_naming_the_problem() {
 /// `Forward 3` / `Backward 3`: the stage is the rank's pipeline position.
 #[test]
 fn single_stage_schedule_ranges_take_the_ranks_stage() {
-    let pred = tmp("pred-single.json");
-    let (code, _, err) = pplan(&[
-        "simulate",
-        "--schedule",
+    let (pred, dir) = profiled_pipeline(
         "gpipe",
-        "--stages",
-        "2",
-        "--microbatches",
-        "4",
-        "--forward",
-        "1",
-        "--backward",
-        "2",
-        "--p2p",
-        "0",
-        "--trace",
-        pred.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let t: Value = serde_json::from_slice(&std::fs::read(&pred).unwrap()).unwrap();
-    let events = t["traceEvents"].as_array().unwrap();
-    let dir = tmp("single-stage");
-    std::fs::create_dir_all(&dir).unwrap();
-    for r in 0..2 {
-        kineto_from_pplan(events, r, 1.0, &dir.join(format!("rank-{r}.json")), |a| {
+        1.0,
+        |a| {
             let (kind, mb) = a.split_at(a.find(['F', 'B']).unwrap() + 1);
             let word = if kind.ends_with('F') {
                 "Forward"
@@ -347,8 +337,9 @@ fn single_stage_schedule_ranges_take_the_ranks_stage() {
                 "Backward"
             };
             format!("{word} {mb}")
-        });
-    }
+        },
+        "single-stage",
+    );
     let (code, out, err) = pplan(&[
         "validate",
         "--predicted",
