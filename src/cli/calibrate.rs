@@ -2,7 +2,6 @@
 
 use super::common::*;
 use pplan::inputs::hardware::Hardware;
-use pplan::measured::classify::LayoutSizes;
 use pplan::plan::calibrate::{calibrate, CalibrateInput, Calibration};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -75,10 +74,7 @@ fn hardware(
 
 pub(crate) fn cmd_calibrate(args: CalibrateArgs) -> Result<(), CliError> {
     let plan_origin = args.plan.display().to_string();
-    let text = std::fs::read_to_string(&args.plan)
-        .map_err(|e| CliError::Input(format!("cannot read --plan file '{plan_origin}': {e}")))?;
-    let plan = pplan::plan::plan_file::Plan::from_json(&text, &plan_origin)
-        .map_err(|e| CliError::Input(format!("--plan: {e}")))?;
+    let plan = load_plan(&args.plan)?;
     let prior = match &args.profile {
         Some(p) => Some((load_profile(p)?, p.display().to_string())),
         None => None,
@@ -90,15 +86,7 @@ pub(crate) fn cmd_calibrate(args: CalibrateArgs) -> Result<(), CliError> {
             out.display()
         ));
     }
-    let p = &plan.parallelism;
-    let layout = LayoutSizes {
-        tp: p.tp as u32,
-        cp: p.cp as u32,
-        pp: p.pp as u32,
-        dp: p.dp as u32,
-        ep: p.ep as u32,
-    };
-    let measured = pplan::measured::load::load(&args.trace, Some(layout))
+    let measured = pplan::measured::load::load(&args.trace, Some(plan.layout_sizes()))
         .map_err(|e| CliError::Input(format!("--trace: {e}")))?;
     if measured.ranks.is_empty() {
         return input(format!(

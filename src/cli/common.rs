@@ -314,12 +314,31 @@ pub(crate) fn write_gantt(
         window_ns,
         ..GanttOptions::default()
     };
-    pplan::report::gantt::write_file(tl, &opts, path).map_err(|e| match e {
+    write_gantt_with(tl, &opts, path)
+}
+
+/// Draw `tl` with `opts` to `path` for `--gantt`: a path or extension the user got wrong is
+/// bad input, a failure to draw an internal error.
+pub(crate) fn write_gantt_with(
+    tl: &pplan::sim::Timeline,
+    opts: &GanttOptions,
+    path: &Path,
+) -> Result<(), CliError> {
+    pplan::report::gantt::write_file(tl, opts, path).map_err(|e| match e {
         GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
             CliError::Internal(format!("--gantt: {e}"))
         }
         e => CliError::Input(format!("--gantt: {e}")),
     })
+}
+
+/// Read and check a plan file given with `--plan`.
+pub(crate) fn load_plan(path: &Path) -> Result<pplan::plan::plan_file::Plan, CliError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Input(format!("cannot read --plan file '{origin}': {e}")))?;
+    pplan::plan::plan_file::Plan::from_json(&text, &origin)
+        .map_err(|e| CliError::Input(format!("--plan: {e}")))
 }
 
 /// `--gantt-window START:END`: milliseconds of simulated time, as nanoseconds.

@@ -28,11 +28,7 @@ pub(crate) fn cmd_emit(args: EmitArgs) -> Result<(), CliError> {
         .target
         .parse()
         .map_err(|e: String| CliError::Input(format!("--target: {e}")))?;
-    let origin = args.plan.display().to_string();
-    let text = std::fs::read_to_string(&args.plan)
-        .map_err(|e| CliError::Input(format!("cannot read --plan file '{origin}': {e}")))?;
-    let plan = pplan::plan::plan_file::Plan::from_json(&text, &origin)
-        .map_err(|e| CliError::Input(format!("--plan: {e}")))?;
+    let plan = load_plan(&args.plan)?;
     let csv_path = args.schedule_csv.clone().or_else(|| {
         args.output
             .as_ref()

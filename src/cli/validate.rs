@@ -1,7 +1,7 @@
 //! `pplan validate`: a predicted trace beside a measured one.
 
 use super::common::*;
-use pplan::report::gantt::{GanttError, GanttOptions};
+use pplan::report::gantt::GanttOptions;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -60,16 +60,9 @@ pub(crate) fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
     }
     let predicted = args.predicted.clone().unwrap_or_default();
     let measured = args.measured[0].clone();
-    use pplan::report::compare::{compare, parse_events, CompareOptions};
-    let read =
-        |flag: &str, path: &Path| -> Result<Vec<pplan::report::trace::TraceEvent>, CliError> {
-            let origin = path.display().to_string();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::Input(format!("cannot read {flag} file '{origin}': {e}")))?;
-            parse_events(&text, &origin).map_err(|e| CliError::Input(format!("{flag}: {e}")))
-        };
-    let pred = read("--predicted", &predicted)?;
-    let meas = read("--measured", &measured)?;
+    use pplan::report::compare::{compare, CompareOptions};
+    let pred = read_trace_events("--predicted", &predicted)?;
+    let meas = read_trace_events("--measured", &measured)?;
     let c = compare(
         &pred,
         &predicted.display().to_string(),
@@ -92,6 +85,18 @@ pub(crate) fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
         Format::Table => print_comparison(&c),
     }
     Ok(())
+}
+
+/// The events of a pplan Chrome trace given with `flag`.
+pub(crate) fn read_trace_events(
+    flag: &str,
+    path: &Path,
+) -> Result<Vec<pplan::report::trace::TraceEvent>, CliError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Input(format!("cannot read {flag} file '{origin}': {e}")))?;
+    pplan::report::compare::parse_events(&text, &origin)
+        .map_err(|e| CliError::Input(format!("{flag}: {e}")))
 }
 
 /// The predicted-against-measured overlay chart of an action-by-action comparison.
@@ -121,13 +126,7 @@ pub(crate) fn overlay_gantt(
         pipeline_devices: c.pipeline_devices,
         ..GanttOptions::default()
     };
-    pplan::report::gantt::write_file(&c.overlay, &opts, path).map_err(|e| match e {
-        GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
-            CliError::Internal(format!("--gantt: {e}"))
-        }
-        e => CliError::Input(format!("--gantt: {e}")),
-    })?;
-    Ok(())
+    write_gantt_with(&c.overlay, &opts, path)
 }
 
 /// The action-by-action comparison as a table.

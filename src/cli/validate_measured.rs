@@ -3,36 +3,18 @@
 //! worst stages, action-by-action when the trace names actions, and the chart.
 
 use super::common::*;
-use super::validate::{overlay_gantt, print_comparison, ValidateArgs};
+use super::validate::{overlay_gantt, print_comparison, read_trace_events, ValidateArgs};
 use pplan::measured::breakdown::{breakdown, log_summary, Figures};
-use pplan::measured::classify::LayoutSizes;
 use pplan::measured::timeline::{Measured, Source};
 use pplan::plan::plan_file::Plan;
 use pplan::report::measured::{validate_measured, Prediction, ValidateReport};
 use std::path::Path;
 
-fn read_plan(path: &Path) -> Result<Plan, CliError> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Input(format!("cannot read --plan file '{origin}': {e}")))?;
-    Plan::from_json(&text, &origin).map_err(|e| CliError::Input(format!("--plan: {e}")))
-}
-
-fn layout_of(plan: &Plan) -> LayoutSizes {
-    let p = &plan.parallelism;
-    LayoutSizes {
-        tp: p.tp as u32,
-        cp: p.cp as u32,
-        pp: p.pp as u32,
-        dp: p.dp as u32,
-        ep: p.ep as u32,
-    }
-}
-
 pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
-    let plan = args.plan.as_deref().map(read_plan).transpose()?;
-    let measured = pplan::measured::load::load(&args.measured, plan.as_ref().map(layout_of))
-        .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
+    let plan = args.plan.as_deref().map(load_plan).transpose()?;
+    let measured =
+        pplan::measured::load::load(&args.measured, plan.as_ref().map(Plan::layout_sizes))
+            .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
     let is_log = matches!(measured.source, Source::MegatronLog | Source::TorchtitanLog);
     let (mb, log) = if is_log {
         let l = log_summary(&measured, args.skip_steps)
@@ -54,10 +36,7 @@ pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
                 pm.source.as_str()
             ));
         }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::Input(format!("cannot read --predicted file '{file}': {e}")))?;
-        events = pplan::report::compare::parse_events(&text, &file)
-            .map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
+        events = read_trace_events("--predicted", path)?;
         let pb = breakdown(&pm, None).map_err(|e| CliError::Input(format!("--predicted: {e}")))?;
         Some(Prediction::Trace {
             file,
@@ -102,7 +81,7 @@ pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
 
 /// The measured timeline alone (no action-by-action prediction to overlay).
 fn measured_gantt(m: &Measured, r: &ValidateReport, path: &Path) -> Result<(), CliError> {
-    use pplan::report::gantt::{GanttError, GanttOptions};
+    use pplan::report::gantt::GanttOptions;
     let step = r.breakdown.as_ref().map_or(0, |b| b.steps_skipped as u32);
     let (timeline, labels, kernel_view) = pplan::report::measured::measured_timeline(m, step)
         .ok_or_else(|| {
@@ -131,12 +110,7 @@ fn measured_gantt(m: &Measured, r: &ValidateReport, path: &Path) -> Result<(), C
         kernel_view,
         ..GanttOptions::default()
     };
-    pplan::report::gantt::write_file(&timeline, &opts, path).map_err(|e| match e {
-        GanttError::Draw(_) | GanttError::Png(_) | GanttError::Font => {
-            CliError::Internal(format!("--gantt: {e}"))
-        }
-        e => CliError::Input(format!("--gantt: {e}")),
-    })
+    write_gantt_with(&timeline, &opts, path)
 }
 
 fn fmt_opt(v: Option<f64>, scale: f64, prec: usize) -> String {

@@ -93,17 +93,23 @@ fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
     total + cur.map_or(0, |(s, e)| e - s)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median (the mean of the two middle values for an even count); `None` when empty.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
-        return 0.0;
+        return None;
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 {
+    Some(if n % 2 == 1 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    })
+}
+
+/// [`median`] over the steps, 0 for none.
+fn step_median(v: Vec<f64>) -> f64 {
+    median(v).unwrap_or(0.0)
 }
 
 /// Warm-up steps to drop from `n`: `skip`, or 1 when there are several and none was given.
@@ -250,14 +256,15 @@ fn mean(v: Vec<f64>) -> f64 {
     }
 }
 
-/// Per stage, the mean forward and backward time of its actions over the steps used.
-fn stage_times(m: &Measured, used: &dyn Fn(&RankTrace, u32) -> bool) -> Vec<StageTimes> {
+/// Per stage, the mean forward and backward time of its actions over the steps used
+/// (`first_used[i]`: the first step used of `m.ranks[i]`).
+fn stage_times(m: &Measured, first_used: &[usize]) -> Vec<StageTimes> {
     use crate::schedule::ir::Kind;
     // stage → (rank, forward durations, backward durations per micro-batch)
     type Acc = (u32, Vec<i64>, BTreeMap<(u32, u32), i64>);
     let mut by_stage: BTreeMap<u32, Acc> = BTreeMap::new();
-    for r in &m.ranks {
-        for a in r.actions.iter().filter(|a| used(r, a.step)) {
+    for (r, &k) in m.ranks.iter().zip(first_used) {
+        for a in r.actions.iter().filter(|a| a.step as usize >= k) {
             let e = by_stage
                 .entry(a.action.stage)
                 .or_insert_with(|| (r.rank, Vec::new(), BTreeMap::new()));
@@ -297,23 +304,19 @@ pub fn breakdown(m: &Measured, skip: Option<usize>) -> Result<Breakdown, Measure
     let mut per_rank = Vec::new();
     let mut per_step = Vec::new();
     let mut steps = 0;
-    let mut skipped = 0;
+    let mut first_used = Vec::with_capacity(m.ranks.len());
     for r in &m.ranks {
         let n = r.steps.len().max(1);
         let k = warmup(r.steps.len(), skip, &r.file)?;
-        steps = steps.max(r.steps.len().max(1));
-        skipped = skipped.max(k);
+        steps = steps.max(n);
+        first_used.push(k);
         let figs: Vec<Figures> = (k..n).map(|s| step_figures(r, s as u32)).collect();
-        per_rank.push((r.rank, combine(&figs, median)));
+        per_rank.push((r.rank, combine(&figs, step_median)));
         for (s, f) in (k..n).zip(&figs) {
             let id = r.steps.get(s).map_or(0, |w| w.id);
             per_step.push((r.rank, id, f.clone()));
         }
     }
-    let used = |r: &RankTrace, step: u32| {
-        let k = warmup(r.steps.len(), skip, &r.file).unwrap_or(0);
-        step as usize >= k
-    };
     let rows: Vec<Figures> = per_rank.iter().map(|x| x.1.clone()).collect();
     let any_actions = m.ranks.iter().any(|r| !r.actions.is_empty());
     Ok(Breakdown {
@@ -321,7 +324,7 @@ pub fn breakdown(m: &Measured, skip: Option<usize>) -> Result<Breakdown, Measure
         files: m.files.clone(),
         ranks: m.ranks.len(),
         steps,
-        steps_skipped: skipped,
+        steps_skipped: first_used.iter().copied().max().unwrap_or(0),
         bubble_basis: if any_actions {
             "actions+kernels"
         } else {
@@ -330,7 +333,7 @@ pub fn breakdown(m: &Measured, skip: Option<usize>) -> Result<Breakdown, Measure
         mean: combine(&rows, mean),
         per_rank,
         per_step,
-        stages: stage_times(m, &used),
+        stages: stage_times(m, &first_used),
     })
 }
 
@@ -358,10 +361,7 @@ pub fn log_summary(m: &Measured, skip: Option<usize>) -> Result<LogSummary, Meas
     }
     let k = warmup(n, skip, &file)?;
     let used = &m.iterations[k..];
-    let med = |g: fn(&LogIteration) -> Option<f64>| {
-        let v: Vec<f64> = used.iter().filter_map(g).collect();
-        (!v.is_empty()).then(|| median(v))
-    };
+    let med = |g: fn(&LogIteration) -> Option<f64>| median(used.iter().filter_map(g).collect());
     Ok(LogSummary {
         source: m.source,
         file,
@@ -449,6 +449,13 @@ mod tests {
             e.to_string().contains("--skip-steps 1 leaves none of its"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
     }
 
     #[test]

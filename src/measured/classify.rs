@@ -136,6 +136,15 @@ pub struct LayoutSizes {
     pub ep: u32,
 }
 
+impl LayoutSizes {
+    /// The pipeline stage (pipeline-parallel rank) of a global rank: ⌊rank / (t·cp·d)⌋ mod p,
+    /// the pipeline outermost as Megatron-LM and torchtitan order ranks.
+    pub fn pipeline_rank(&self, rank: u32) -> u32 {
+        let inner = (self.tp * self.cp * self.dp).max(1);
+        (rank / inner) % self.pp.max(1)
+    }
+}
+
 /// The dimension of a communication kernel: its group's description when the trace has one,
 /// else its group size matched against the plan's sizes when exactly one dimension has that
 /// size, else point-to-point → pipeline and all-to-all → expert when the plan has that

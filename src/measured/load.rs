@@ -222,13 +222,7 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
     // with a plan, ⌊rank / (t·cp·d)⌋ mod p (pipeline outermost, as Megatron-LM and torchtitan
     // order ranks); without one, the rank's position among the ranks given.
     for (position, r) in ranks.values_mut().enumerate() {
-        let stage = match layout {
-            Some(l) => {
-                let inner = (l.tp * l.cp * l.dp).max(1);
-                (r.rank / inner) % l.pp.max(1)
-            }
-            None => position as u32,
-        };
+        let stage = layout.map_or(position as u32, |l| l.pipeline_rank(r.rank));
         for a in &mut r.actions {
             if a.action.stage == super::timeline::STAGE_OF_RANK {
                 a.action.stage = stage;

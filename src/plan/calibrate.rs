@@ -20,7 +20,7 @@ use super::predict::{check, step_costs, PredictRequest, Split};
 use crate::cost::{memory, Attention, Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::profile::{LayerProfile, ProfiledLayer};
-use crate::measured::breakdown::Breakdown;
+use crate::measured::breakdown::{median, Breakdown};
 use crate::measured::timeline::{Collective, Dim, KernelClass, Measured};
 use crate::schedule::ir::Kind;
 use serde::Serialize;
@@ -125,19 +125,6 @@ pub enum CalibrateError {
 
 fn list(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
@@ -755,10 +742,7 @@ mod tests {
     }
 
     #[test]
-    fn medians_and_means() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(vec![]), None);
+    fn means_and_lists() {
         assert_eq!(mean(&[1.0, 2.0]), Some(1.5));
         assert_eq!(list(&[2, 3]), "2, 3");
     }

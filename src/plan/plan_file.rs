@@ -494,6 +494,19 @@ pub fn plan_from_prediction(
 
 impl Plan {
     /// The schedule's IR, checked by the validator.
+    /// The plan's parallel sizes, for reading a measurement of its run (collectives attributed
+    /// by group size, ranks placed in the pipeline).
+    pub fn layout_sizes(&self) -> crate::measured::classify::LayoutSizes {
+        let p = &self.parallelism;
+        crate::measured::classify::LayoutSizes {
+            tp: p.tp as u32,
+            cp: p.cp as u32,
+            pp: p.pp as u32,
+            dp: p.dp as u32,
+            ep: p.ep as u32,
+        }
+    }
+
     pub fn schedule_ir(&self) -> Result<Schedule, PlanError> {
         self.schedule_ir_at("plan")
     }

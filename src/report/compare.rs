@@ -8,6 +8,7 @@
 //! normalised by the step time. Traces from different pipelines, or actions present on one side
 //! only, are an error or a warning, never a silently wrong number. No IO here.
 
+use crate::measured::breakdown::median;
 use crate::report::trace::TraceEvent;
 use crate::schedule::ir::{Action, CommKind, Kind, Token};
 use crate::sim::{Span, Stream, Timeline};
@@ -285,17 +286,6 @@ fn span_of(events: &[Ev]) -> (f64, f64) {
     (start, end)
 }
 
-/// Median; the mean of the two middle values for an even count. `v` must be non-empty.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Union length of intervals (start, end).
 fn union_len(mut iv: Vec<(f64, f64)>) -> f64 {
     iv.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
@@ -401,19 +391,20 @@ fn summarize(t: &Steps, skip: Option<usize>) -> Result<Summary, CompareError> {
             });
         }
     }
-    let mut ms: Vec<f64> = makespans_us.iter().map(|x| x.1).collect();
-    let step_time_us = median(&mut ms);
-    let bubble = median(&mut bubbles);
+    // Every list here holds one value per step used, and at least one step is used.
+    let median = |v: Vec<f64>| median(v).unwrap_or(0.0);
+    let step_time_us = median(makespans_us.iter().map(|x| x.1).collect());
+    let bubble = median(bubbles);
     let actions = per_action
         .into_iter()
-        .map(|(k, (kind, mut d, mut s))| {
+        .map(|(k, (kind, d, s))| {
             let steps_seen = d.len();
             (
                 k,
                 Agg {
                     kind,
-                    dur_us: median(&mut d),
-                    start_norm: median(&mut s),
+                    dur_us: median(d),
+                    start_norm: median(s),
                     steps_seen,
                 },
             )
@@ -865,8 +856,8 @@ mod tests {
 
     #[test]
     fn medians_and_unions() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(union_len(vec![(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]), 4.0);
         assert_eq!(union_len(vec![]), 0.0);
     }

@@ -100,13 +100,7 @@ pub fn measured_action_events(m: &Measured, plan: Option<&Plan>) -> Vec<TraceEve
     let mut chosen: std::collections::BTreeMap<u32, &crate::measured::timeline::RankTrace> =
         std::collections::BTreeMap::new();
     for (i, r) in m.ranks.iter().filter(|r| !r.actions.is_empty()).enumerate() {
-        let device = match plan {
-            Some(p) => {
-                let inner = (p.parallelism.tp * p.parallelism.cp * p.parallelism.dp).max(1);
-                ((r.rank as u64 / inner) % p.parallelism.pp.max(1)) as u32
-            }
-            None => i as u32,
-        };
+        let device = plan.map_or(i as u32, |p| p.layout_sizes().pipeline_rank(r.rank));
         chosen.entry(device).or_insert(r);
     }
     let mut out = Vec::new();
@@ -183,8 +177,8 @@ pub fn validate_measured(
         actions: None,
         warnings: Vec::new(),
     };
-    let mb = report.breakdown.clone();
-    let lg = report.log.clone();
+    // Disjoint fields: the measurement is read while metrics and stages are written.
+    let (mb, lg) = (&report.breakdown, &report.log);
     match prediction {
         None => {}
         Some(Prediction::Trace {
@@ -194,7 +188,7 @@ pub fn validate_measured(
             plan,
         }) => {
             report.predicted = Some(file.clone());
-            if let Some(mb) = &mb {
+            if let Some(mb) = mb {
                 let (p, m) = (&pb.mean, &mb.mean);
                 report.metrics.push(metric(
                     "step_time",
@@ -251,7 +245,7 @@ pub fn validate_measured(
                         measured.files.join(", ")
                     ));
                 }
-            } else if let Some(l) = &lg {
+            } else if let Some(l) = lg {
                 report.metrics.push(metric(
                     "step_time",
                     "s",
@@ -269,7 +263,7 @@ pub fn validate_measured(
                 ));
                 return Ok(report);
             };
-            if let Some(mb) = &mb {
+            if let Some(mb) = mb {
                 report.metrics.push(metric(
                     "step_time",
                     "s",
@@ -283,7 +277,7 @@ pub fn validate_measured(
                     Some(mb.mean.bubble),
                 ));
             }
-            if let Some(l) = &lg {
+            if let Some(l) = lg {
                 // torchtitan prints tokens per second per rank, not the step time: a
                 // data-parallel rank's share of the global batch over that rate.
                 let par = &plan.parallelism;
