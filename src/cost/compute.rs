@@ -47,6 +47,15 @@ impl Gemm {
             batch: self.batch,
         }
     }
+    /// Split into `parts` equal GEMMs along the rows (the tokens): the same FLOPs at the
+    /// efficiency of `m / parts` rows.
+    pub fn chunked(&self, parts: f64) -> Gemm {
+        Gemm {
+            m: self.m / parts,
+            batch: self.batch * parts,
+            ..*self
+        }
+    }
     /// The weight-gradient GEMM: `dW = X^T dY` is (k x m) by (m x n).
     pub fn weight_grad(&self) -> Gemm {
         Gemm {
@@ -424,30 +433,8 @@ impl CostModel<'_> {
         }
     }
 
-    /// The exposed and hidden parts of a layer's tensor-parallel communication `tp_s` (two
-    /// all-reduces, i.e. two reduce-scatters and two all-gathers of `tp_s / 4` each) next to
-    /// the four GEMMs `gemm_s` they pair with. Without overlap all of it is exposed. With
-    /// `--tp-comm-overlap` (and sequence parallelism, which Megatron requires) each collective
-    /// and its GEMM run on two streams in t chunks, chunk k of the GEMM waiting for chunk k of
-    /// the all-gather (or chunk k of the reduce-scatter for chunk k of the GEMM): a two-stage
-    /// flow shop whose makespan is `max(c, g) + min(c, g) / t` for equal chunks, so
-    /// `min(c, g) (1 - 1/t)` of the communication is hidden.
-    pub fn tp_exposed_s(&self, tp_s: f64, gemm_s: &[f64; 4]) -> (f64, f64) {
-        let t = self.layout.tp;
-        if !(self.stack.tp_comm_overlap && self.layout.sequence_parallel && t > 1) {
-            return (tp_s, 0.0);
-        }
-        let c = tp_s / 4.0;
-        let hidden: f64 = gemm_s
-            .iter()
-            .map(|&g| c.min(g) * (1.0 - 1.0 / t as f64))
-            .sum();
-        (tp_s - hidden, hidden)
-    }
-
     /// One transformer layer for one micro-batch on one rank.
     pub fn layer(&self) -> BlockCost {
-        let (b, s, h, ..) = self.dims();
         let hbm = self.hw.hbm_bytes_per_s();
         let gemms = self.layer_gemms();
         let flash = self.stack.attention == Attention::Flash;
@@ -461,52 +448,43 @@ impl CostModel<'_> {
             _ => 1.0,
         };
         let lin_grad = |g: &Gemm| lin(g) * split;
-        let fwd_gemm: f64 = if flash {
-            [0, 3, 4, 5].iter().map(|&i| lin(&gemms[i])).sum::<f64>() + attn_gemm
+        // The four linear layers (QKV, projection, MLP-in, MLP-out): forward, input- and
+        // weight-gradient GEMM times, as the tensor-parallel overlap runs them.
+        let weight_gemms = [gemms[0], gemms[3], gemms[4], gemms[5]];
+        let (lin_fwd, lin_dgrad) = self.tp_overlap_gemm_s(
+            weight_gemms.map(|g| lin(&g)),
+            weight_gemms.map(|g| lin_grad(&g.input_grad())),
+            |i, parts| {
+                let g = weight_gemms[i].chunked(parts);
+                (lin(&g), lin_grad(&g.input_grad()))
+            },
+        );
+        let lin_wgrad = weight_gemms.map(|g| lin_grad(&g.weight_grad()));
+        // The attention core (scores and values) in BF16, or the flash kernel.
+        let core_fwd: f64 = if flash {
+            attn_gemm
         } else {
-            gemms
+            gemm_time_s(self.hw, &gemms[1]) + gemm_time_s(self.hw, &gemms[2])
+        };
+        let fwd_gemm = lin_fwd.iter().sum::<f64>() + core_fwd;
+        // In the attention core both operands are activations: all its backward GEMMs are
+        // input gradients.
+        let core_bwd: f64 = if flash {
+            attn_bwd
+        } else {
+            [1, 2]
                 .iter()
-                .enumerate()
-                .map(|(i, g)| {
-                    if i == 1 || i == 2 {
-                        gemm_time_s(self.hw, g)
-                    } else {
-                        lin(g)
-                    }
+                .map(|&i| {
+                    gemm_time_s(self.hw, &gemms[i].input_grad())
+                        + gemm_time_s(self.hw, &gemms[i].weight_grad())
                 })
                 .sum()
         };
-        // In the attention core both operands are activations: all its backward GEMMs are
-        // input gradients. For the four weight GEMMs, one input- and one weight-gradient GEMM.
-        let mut bwd_input_gemm = 0.0;
-        let mut bwd_weight_gemm = 0.0;
-        for (i, g) in gemms.iter().enumerate() {
-            if i == 1 || i == 2 {
-                if !flash {
-                    bwd_input_gemm += gemm_time_s(self.hw, &g.input_grad())
-                        + gemm_time_s(self.hw, &g.weight_grad());
-                }
-            } else {
-                bwd_input_gemm += lin_grad(&g.input_grad());
-                bwd_weight_gemm += lin_grad(&g.weight_grad());
-            }
-        }
-        if flash {
-            bwd_input_gemm += attn_bwd;
-        }
+        let bwd_input_gemm = lin_dgrad.iter().sum::<f64>() + core_bwd;
+        let bwd_weight_gemm: f64 = lin_wgrad.iter().sum();
         let mem = self.layer_memory_bytes();
-        let act_bytes = 2.0 * b * s * h;
-        // Two all-reduces forward (after attention and after the MLP), two backward
-        // (Shoeybi et al. 2019, Fig. 4: the f and g operators).
-        let tp = 2.0 * self.tp_all_reduce_s(act_bytes);
-        // With overlap, each all-reduce is its reduce-scatter and all-gather (sequence
-        // parallelism), each pipelined with the GEMM next to it: forward the all-gather into
-        // QKV and into MLP-in, the reduce-scatter after the attention projection and after
-        // MLP-out; backward the same collectives beside those GEMMs' input-gradient GEMMs.
-        let weight_gemms = [gemms[0], gemms[3], gemms[4], gemms[5]];
-        let (tp_fwd, tp_fwd_hidden) = self.tp_exposed_s(tp, &weight_gemms.map(|g| lin(&g)));
-        let (tp_bwd, tp_bwd_hidden) =
-            self.tp_exposed_s(tp, &weight_gemms.map(|g| lin_grad(&g.input_grad())));
+        let ((tp_fwd, tp_fwd_hidden), (tp_bwd, tp_bwd_hidden)) =
+            self.tp_comm_s(lin_fwd, lin_dgrad, lin_wgrad);
         let (cp_fwd, cp_fwd_hidden, cp_bwd, cp_bwd_hidden) = self.cp_comm_s((attn_gemm, attn_bwd));
         let forward = Part {
             gemm_s: fwd_gemm,

@@ -23,6 +23,7 @@ pub mod memory;
 pub mod moe;
 pub mod network;
 pub mod stack;
+pub mod tp;
 
 pub use compute::{gemm_efficiency, gemm_time_s, BlockCost, Gemm, MemoryTraffic, Part};
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};

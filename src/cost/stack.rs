@@ -256,6 +256,12 @@ pub struct Stack {
     /// follow (Megatron-Core `--tp-comm-overlap`, Transformer Engine userbuffers). Megatron
     /// requires sequence parallelism for it; without it the setting has no effect.
     pub tp_comm_overlap: bool,
+    /// Without sequence parallelism, the all-reduce of a column-parallel layer's input
+    /// gradient runs beside its weight-gradient GEMM (Megatron's
+    /// `LinearWithGradAccumulationAndAsyncCommunication`, Transformer Engine's `Linear`:
+    /// `async_op=True`; Megatron-LM 2021 ran it in line). With sequence parallelism the
+    /// backward collectives are always asynchronous (`CostModel::tp_comm_s`).
+    pub tp_async_backward: bool,
     /// Pipeline sends split over the t tensor-parallel ranks' NICs, then all-gathered over
     /// NVLink (Narayanan et al. 2021, Sec. 4.1).
     pub scatter_gather: bool,
@@ -327,6 +333,7 @@ impl Default for Stack {
             attention: Attention::Unfused,
             precision: Precision::Bf16,
             tp_comm_overlap: false,
+            tp_async_backward: false,
             scatter_gather: true,
             blocking_p2p: true,
             overlap_grad_reduce: false,

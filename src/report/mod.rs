@@ -6,6 +6,7 @@
 
 pub mod compare;
 pub mod gantt;
+pub mod llama3_405b;
 pub mod measured;
 pub mod moe_modelzoo;
 pub mod nemo;

@@ -132,6 +132,7 @@ impl MoeCase {
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             grad_accumulation_fusion: true,
+            tp_async_backward: true,
             moe_comm_overlap: self.row.notes.contains("EP A2A overlap"),
             moe_node_dedup: self.row.notes.contains("dispatcher DeepEP"),
             ..Stack::default()

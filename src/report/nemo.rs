@@ -222,6 +222,7 @@ pub fn nemo_24_07_stack() -> Stack {
         precision: Precision::Fp8,
         attention: Attention::Flash,
         tp_comm_overlap: true,
+        tp_async_backward: true,
         blocking_p2p: false,
         ..Stack::default()
     }

@@ -1,0 +1,143 @@
+//! Tensor-parallel communication of a transformer layer: which collectives a layer runs, what
+//! of them shows beside its GEMMs, and what the userbuffers overlap costs the GEMMs
+//! (docs/cost-model.md, "Communication" and "Overlapped communication").
+
+use super::stack::CostModel;
+use crate::inputs::hardware::Precision;
+
+/// Chunks of the GEMM that userbuffers' pipelined reduce-scatter runs (`num_splits`, 4 in
+/// Transformer Engine's default and NeMo's H100 configs).
+pub const TP_OVERLAP_RS_SPLITS: f64 = 4.0;
+
+/// SMs the pipelined reduce-scatter's kernel holds (`set_sm_margin`) while the GEMM before it
+/// runs, as fractions of Hopper's 132: 24 after the attention projection, 16 after MLP-out
+/// (NeMo's H100 userbuffer configs, `userbuffers_{bf16,fp8}_h100_h8192_tp4_mbs1_seqlen8192`,
+/// `proj_fprop` and `fc2_fprop`).
+pub const TP_OVERLAP_RS_SM_FRACTION: [f64; 2] = [24.0 / 132.0, 16.0 / 132.0];
+
+impl CostModel<'_> {
+    /// The exposed and hidden parts of one layer's tensor-parallel communication, forward and
+    /// backward, as `((forward exposed, forward hidden), (backward exposed, backward hidden))`,
+    /// given the four linear layers' (QKV, projection, MLP-in, MLP-out) forward, input-gradient
+    /// and weight-gradient GEMM times. Per block (attention, MLP) a column-parallel layer
+    /// (QKV, MLP-in) is followed by a row-parallel one (projection, MLP-out); `u` below is one
+    /// all-gather or reduce-scatter of the block's `b s h` activation, half an all-reduce
+    /// (docs/cost-model.md, "Tensor-parallel communication"):
+    ///
+    /// - without sequence parallelism: forward, the all-reduce after each row-parallel layer
+    ///   (Shoeybi et al. 2019, the g operator); backward, the all-reduce of each
+    ///   column-parallel layer's input gradient (the f operator);
+    /// - with it (Korthikanti et al. 2022, Sec. 4.2.2): forward, an all-gather into each
+    ///   column-parallel layer and a reduce-scatter after each row-parallel one; backward, an
+    ///   all-gather of the row-parallel layer's output gradient, and for the column-parallel
+    ///   layer an all-gather of its saved input (the weight gradient needs it whole) and a
+    ///   reduce-scatter of its input gradient: three collectives a block.
+    ///
+    /// A column-parallel layer's backward collectives can run beside its GEMMs, the
+    /// all-gather beside the input-gradient GEMM and the reduce-scatter (or all-reduce) beside
+    /// the weight-gradient GEMM, so only what outlasts the GEMM shows: always with sequence
+    /// parallelism (Megatron's and Transformer Engine's sequence-parallel backward issues
+    /// them asynchronously), and without it with `Stack::tp_async_backward` (the all-reduce;
+    /// Megatron-LM 2021 ran it in line). With `--tp-comm-overlap` (userbuffers;
+    /// sequence parallelism) the collectives that feed or follow a GEMM are pipelined with it
+    /// in t chunks, a two-stage flow shop whose makespan is `max(c, g) + min(c, g) / t`, so
+    /// `min(c, g) (1 - 1/t)` of the communication is hidden; with FP8 or MXFP8 its all-gathers
+    /// move the 1-byte cast activations (Transformer Engine keeps its all-gather buffers in
+    /// FP8: `fp8_buf` for every all-gather layer in `initialize_ub`). Otherwise all of it is
+    /// exposed.
+    pub fn tp_comm_s(
+        &self,
+        fwd: [f64; 4],
+        dgrad: [f64; 4],
+        wgrad: [f64; 4],
+    ) -> ((f64, f64), (f64, f64)) {
+        let t = self.layout.tp;
+        if t <= 1 {
+            return ((0.0, 0.0), (0.0, 0.0));
+        }
+        let (b, s, h, ..) = self.dims();
+        let elems = b * s * h;
+        let u = |bytes_per_elem: f64| self.tp_all_reduce_s(bytes_per_elem * elems) / 2.0;
+        let (col, row) = ([0, 2], [1, 3]);
+        // Beside a GEMM without a chunk dependency (bulk): only the excess shows.
+        let bulk = |c: f64, g: f64| (c - c.min(g), c.min(g));
+        let flow_shop = |c: f64, g: f64| {
+            let hidden = c.min(g) * (1.0 - 1.0 / t as f64);
+            (c - hidden, hidden)
+        };
+        let exposed = |c: f64| (c, 0.0);
+        let add = |a: (f64, f64), b: (f64, f64)| (a.0 + b.0, a.1 + b.1);
+        if !self.layout.sequence_parallel {
+            let asyn = self.stack.tp_async_backward;
+            let ar = 2.0 * u(2.0);
+            let fwd_comm = (2.0 * ar, 0.0);
+            let bwd_comm = col
+                .iter()
+                .map(|&i| {
+                    if asyn {
+                        bulk(ar, wgrad[i])
+                    } else {
+                        exposed(ar)
+                    }
+                })
+                .fold((0.0, 0.0), add);
+            return (fwd_comm, bwd_comm);
+        }
+        let overlap = self.stack.tp_comm_overlap;
+        let ag_bytes = match self.stack.precision {
+            Precision::Fp8 | Precision::Mxfp8 if overlap => 1.0,
+            _ => 2.0,
+        };
+        let (ag, rs) = (u(ag_bytes), u(2.0));
+        let paired = |c: f64, g: f64| if overlap { flow_shop(c, g) } else { exposed(c) };
+        let fwd_comm = col
+            .iter()
+            .map(|&i| paired(ag, fwd[i]))
+            .chain(row.iter().map(|&i| paired(rs, fwd[i])))
+            .fold((0.0, 0.0), add);
+        let bwd_comm = row
+            .iter()
+            .map(|&i| paired(ag, dgrad[i]))
+            .chain(col.iter().map(|&i| bulk(ag, dgrad[i])))
+            .chain(col.iter().map(|&i| bulk(rs, wgrad[i])))
+            .fold((0.0, 0.0), add);
+        (fwd_comm, bwd_comm)
+    }
+
+    /// The four linear layers' forward and input-gradient GEMM times `(fwd, dgrad)` as the
+    /// tensor-parallel overlap (`--tp-comm-overlap`, sequence parallelism, t > 1) runs them;
+    /// unchanged without it. `chunk(i, parts)` times layer i's forward and input-gradient GEMM
+    /// split into `parts` along the tokens. Userbuffers' ring exchange (all-gather into QKV and
+    /// MLP-in; the output-gradient all-gather into the projection's and MLP-out's input
+    /// gradients) runs a GEMM as t chunks of `b s / t` rows; the pipelined reduce-scatter
+    /// after the projection and MLP-out runs it as `TP_OVERLAP_RS_SPLITS` chunks on the SMs the
+    /// communication kernel leaves (NeMo's H100 userbuffer configs: `num_splits` 4,
+    /// `set_sm_margin`, 24 SMs for the projection and 16 for MLP-out of 132).
+    pub fn tp_overlap_gemm_s(
+        &self,
+        fwd: [f64; 4],
+        dgrad: [f64; 4],
+        chunk: impl Fn(usize, f64) -> (f64, f64),
+    ) -> ([f64; 4], [f64; 4]) {
+        let t = self.layout.tp;
+        if !(self.stack.tp_comm_overlap && self.layout.sequence_parallel && t > 1) {
+            return (fwd, dgrad);
+        }
+        let t = t as f64;
+        let (mut f, mut d) = (fwd, dgrad);
+        // Column-parallel (QKV, MLP-in): ring-exchange all-gather into the forward.
+        for i in [0, 2] {
+            f[i] = chunk(i, t).0;
+        }
+        // Row-parallel (projection, MLP-out): pipelined reduce-scatter after the forward,
+        // ring-exchange all-gather of the output gradient into the input gradient.
+        for (i, sm) in [
+            (1, TP_OVERLAP_RS_SM_FRACTION[0]),
+            (3, TP_OVERLAP_RS_SM_FRACTION[1]),
+        ] {
+            f[i] = chunk(i, TP_OVERLAP_RS_SPLITS).0 / (1.0 - sm);
+            d[i] = chunk(i, t).1;
+        }
+        (f, d)
+    }
+}
