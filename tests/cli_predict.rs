@@ -502,7 +502,7 @@ fn overlap_param_gather_needs_the_distributed_optimizer() {
             .as_f64()
             .unwrap()
     };
-    let (code, off, err) = run(&["--zero1"]);
+    let (code, off, err) = run(&["--zero1", "--overlap-param-gather", "off"]);
     assert_eq!(code, 0, "{err}");
     let (code, on, err) = run(&["--zero1", "--overlap-param-gather", "on"]);
     assert_eq!(code, 0, "{err}");

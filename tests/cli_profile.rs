@@ -109,6 +109,9 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
             "16",
             "--recompute",
             "none",
+            // The profile is the 2021 stack's cost model (`Stack::default`).
+            "--stack",
+            "megatron-2021",
             "--format",
             "json",
         ],

@@ -68,12 +68,13 @@ fn bare_search_on_3072_gpus_works_and_is_deterministic() {
             assert!(r.get(f).is_some(), "result {i} lacks {f}: {r}");
         }
         assert_eq!(r["fits"], true);
-        let (t, p, d) = (
+        let (t, p, d, cp) = (
             r["tp"].as_u64().unwrap(),
             r["pp"].as_u64().unwrap(),
             r["dp"].as_u64().unwrap(),
+            r["cp"].as_u64().unwrap(),
         );
-        assert_eq!(t * p * d, 3072);
+        assert_eq!(t * p * d * cp, 3072);
         assert!(
             r["peak_memory_bytes"].as_u64().unwrap() <= r["memory_limit_bytes"].as_u64().unwrap()
         );
@@ -101,6 +102,8 @@ fn pins_are_respected() {
         "2",
         "--pp",
         "4",
+        "--cp",
+        "1",
         "--schedule",
         "interleaved-1f1b",
         "--recompute",

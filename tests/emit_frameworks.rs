@@ -93,6 +93,7 @@ fn plan(
             },
             precision: precision.into(),
             attention: attention.into(),
+            stack: "megatron-2021".into(),
             tp_comm_overlap: variant % 2 == 1,
             overlap_grad_reduce: variant > 0,
             overlap_param_gather: variant % 3 == 1,

@@ -445,26 +445,49 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
     Ok(())
 }
 
+/// `--stack`: the framework whose implementation the other stack flags start from.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum StackPreset {
+    /// Megatron-Core with Transformer Engine (`Stack::megatron_core`).
+    MegatronCore,
+    /// Megatron-LM as used for Narayanan et al. 2021 (`Stack::default`).
+    #[value(name = "megatron-2021")]
+    Megatron2021,
+}
+
 /// The training-stack flags `predict` and `search` share (for `search`, every candidate gets
 /// them). `--overlap-grad-reduce` stays with each subcommand: `predict` also takes it bare.
+/// `--attention`, `--tp-comm-overlap`, `--overlap-param-gather` and `--overlap-grad-reduce`
+/// default to what `--stack` runs.
 #[derive(clap::Args)]
 pub(crate) struct StackArgs {
+    /// The framework the step runs on: megatron-core (Megatron-Core with Transformer Engine:
+    /// flash attention, tensor-parallel, gradient-reduction and parameter-gather overlap where
+    /// they apply, fused weight-gradient accumulation, non-blocking pipeline sends) or
+    /// megatron-2021 (Megatron-LM as in Narayanan et al. 2021: unfused attention, nothing
+    /// overlapped, blocking sends).
+    #[arg(long = "stack", value_enum, default_value = "megatron-core")]
+    pub(crate) preset: StackPreset,
     /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
     /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
     #[arg(long, default_value = "bf16")]
     pub(crate) precision: String,
     /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
-    /// traffic; the hardware profile's measured kernel efficiency).
-    #[arg(long, value_enum, default_value = "unfused")]
-    pub(crate) attention: AttentionArg,
+    /// traffic; the hardware profile's measured kernel efficiency). Default: flash with --stack
+    /// megatron-core where the hardware profile has the kernel's measured rates (else unfused),
+    /// unfused with megatron-2021.
+    #[arg(long, value_enum)]
+    pub(crate) attention: Option<AttentionArg>,
     /// Pipeline the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them
-    /// (Megatron-Core --tp-comm-overlap; in effect with --sequence-parallel on).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) tp_comm_overlap: OnOff,
+    /// (Megatron-Core --tp-comm-overlap; in effect with --sequence-parallel on). Default: on
+    /// with --stack megatron-core, off with megatron-2021.
+    #[arg(long, value_enum)]
+    pub(crate) tp_comm_overlap: Option<OnOff>,
     /// Gather the distributed optimizer's updated parameters under the next step's forward
-    /// (Megatron-Core --overlap-param-gather; in effect with ZeRO-1).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) overlap_param_gather: OnOff,
+    /// (Megatron-Core --overlap-param-gather; in effect with ZeRO-1). Default: on with --stack
+    /// megatron-core, off with megatron-2021.
+    #[arg(long, value_enum)]
+    pub(crate) overlap_param_gather: Option<OnOff>,
     /// ZeRO-3: free each layer's gathered parameters after its forward and gather them again
     /// for its backward (FSDP2's reshard_after_forward).
     #[arg(long, value_enum, default_value = "on")]
@@ -488,19 +511,51 @@ pub(crate) struct StackArgs {
 }
 
 impl StackArgs {
-    /// `stack` with these flags applied.
-    pub(crate) fn apply(&self, stack: Stack) -> Result<Stack, CliError> {
+    /// The stack `--stack` names on `hw`, with these flags and `overlap_grad_reduce` (the
+    /// subcommand's `--overlap-grad-reduce`) applied; `base` gives the fields no flag here
+    /// sets (ZeRO, scatter/gather).
+    pub(crate) fn apply(
+        &self,
+        base: Stack,
+        overlap_grad_reduce: Option<OnOff>,
+        hw: &pplan::inputs::hardware::Hardware,
+    ) -> Result<Stack, CliError> {
+        let preset = match self.preset {
+            StackPreset::MegatronCore => Stack {
+                // The fused kernel needs the profile's measured rates; without them, unfused.
+                attention: if hw.attention_efficiencies().is_some() {
+                    Attention::Flash
+                } else {
+                    Attention::Unfused
+                },
+                ..Stack::megatron_core()
+            },
+            StackPreset::Megatron2021 => Stack::default(),
+        };
+        let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, |f| f == OnOff::On);
+        let stack = Stack {
+            attention: preset.attention,
+            tp_comm_overlap: preset.tp_comm_overlap,
+            tp_async_backward: preset.tp_async_backward,
+            blocking_p2p: preset.blocking_p2p,
+            overlap_grad_reduce: preset.overlap_grad_reduce,
+            overlap_param_gather: preset.overlap_param_gather,
+            grad_accumulation_fusion: preset.grad_accumulation_fusion,
+            ..base
+        };
         Ok(Stack {
             precision: self
                 .precision
                 .parse()
                 .map_err(|e: String| CliError::Input(format!("--precision: {e}")))?,
             attention: match self.attention {
-                AttentionArg::Unfused => Attention::Unfused,
-                AttentionArg::Flash => Attention::Flash,
+                Some(AttentionArg::Unfused) => Attention::Unfused,
+                Some(AttentionArg::Flash) => Attention::Flash,
+                None => stack.attention,
             },
-            tp_comm_overlap: self.tp_comm_overlap == OnOff::On,
-            overlap_param_gather: self.overlap_param_gather == OnOff::On,
+            tp_comm_overlap: on(self.tp_comm_overlap, stack.tp_comm_overlap),
+            overlap_param_gather: on(self.overlap_param_gather, stack.overlap_param_gather),
+            overlap_grad_reduce: on(overlap_grad_reduce, stack.overlap_grad_reduce),
             reshard_after_forward: self.reshard_after_forward == OnOff::On,
             cp_comm: self
                 .cp_comm

@@ -65,8 +65,9 @@ pub(crate) struct PredictArgs {
     pub(crate) seq_len: Option<u64>,
     /// Start each stage's data-parallel gradient reduction when its last backward finishes
     /// (`on|off`; the bare flag means on).
-    #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
-    pub(crate) overlap_grad_reduce: OnOff,
+    /// Default: on with --stack megatron-core, off with megatron-2021.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
+    pub(crate) overlap_grad_reduce: Option<OnOff>,
     /// Shard the optimizer state over the data-parallel group (ZeRO-1; `on|off`, the bare
     /// flag means on): a spelling of --zero 1 / --zero 0.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
@@ -167,7 +168,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
     let zero = zero_stage(args.zero.as_deref(), args.zero1)?;
-    if args.stack.overlap_param_gather == OnOff::On
+    if args.stack.overlap_param_gather == Some(OnOff::On)
         && (!zero.shards_optimizer() || zero.shards_weights())
     {
         return input(
@@ -175,17 +176,20 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
         );
     }
     req.dp_replicate = args.dp_replicate;
-    if args.stack.tp_comm_overlap == OnOff::On && !req.sequence_parallel && args.tp > 1 {
+    if args.stack.tp_comm_overlap == Some(OnOff::On) && !req.sequence_parallel && args.tp > 1 {
         return input(
             "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
         );
     }
-    req.stack = args.stack.apply(Stack {
-        overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
-        zero,
-        scatter_gather: !args.no_scatter_gather,
-        ..Stack::default()
-    })?;
+    req.stack = args.stack.apply(
+        Stack {
+            zero,
+            scatter_gather: !args.no_scatter_gather,
+            ..Stack::default()
+        },
+        args.overlap_grad_reduce,
+        &hw,
+    )?;
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let profile = args.profile.as_deref().map(load_profile).transpose()?;
     req.profile = profile.as_ref();

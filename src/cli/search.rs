@@ -1,7 +1,6 @@
 //! `pplan search`: the fastest configuration that fits.
 
 use super::common::*;
-use pplan::cost::Stack;
 use pplan::schedule::generators::ScheduleName;
 use std::path::PathBuf;
 
@@ -76,8 +75,9 @@ pub(crate) struct PlanSearchArgs {
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) dp_replicate: Option<u64>,
     /// Overlap every candidate's data-parallel gradient reduction with its backward.
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) overlap_grad_reduce: OnOff,
+    /// Default: on with --stack megatron-core, off with megatron-2021.
+    #[arg(long, value_enum)]
+    pub(crate) overlap_grad_reduce: Option<OnOff>,
     #[command(flatten)]
     pub(crate) stack: StackArgs,
     #[command(flatten)]
@@ -138,10 +138,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.top = args.top;
     req.pins = pins;
     req.exhaustive = args.exhaustive;
-    req.stack = args.stack.apply(Stack {
-        overlap_grad_reduce: args.overlap_grad_reduce == OnOff::On,
-        ..req.stack
-    })?;
+    req.stack = args.stack.apply(req.stack, args.overlap_grad_reduce, &hw)?;
     req.partition = args
         .partition
         .parse()

@@ -313,6 +313,39 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// Megatron-Core with Transformer Engine as its recipes run it (the CLI's default,
+    /// `--stack megatron-core`): flash attention (TE/cuDNN fused attention), the tensor-parallel
+    /// collectives pipelined with the GEMMs (`--tp-comm-overlap`, in effect with sequence
+    /// parallelism) and the backward ones asynchronous, the gradient reduction overlapped with
+    /// the backward and the distributed optimizer's parameter gather with the next forward
+    /// (`--overlap-grad-reduce`, `--overlap-param-gather`, in effect with ZeRO-1), weight
+    /// gradients accumulated in the GEMM epilogue (`gradient_accumulation_fusion`) and
+    /// non-blocking pipeline sends. Precision and ZeRO stay as given (BF16, replicated).
+    /// [`Stack::default`] is Megatron-LM as used for Narayanan et al. 2021.
+    pub fn megatron_core() -> Stack {
+        Stack {
+            attention: Attention::Flash,
+            tp_comm_overlap: true,
+            tp_async_backward: true,
+            blocking_p2p: false,
+            overlap_grad_reduce: true,
+            overlap_param_gather: true,
+            grad_accumulation_fusion: true,
+            ..Stack::default()
+        }
+    }
+
+    /// The framework these switches describe, as `--stack` names it: `megatron-core` when the
+    /// weight-gradient accumulation is fused, sends do not block and the tensor-parallel
+    /// backward is asynchronous (what [`Stack::megatron_core`] sets), else `megatron-2021`.
+    pub fn preset_name(&self) -> &'static str {
+        if self.grad_accumulation_fusion && !self.blocking_p2p && self.tp_async_backward {
+            "megatron-core"
+        } else {
+            "megatron-2021"
+        }
+    }
+
     /// Bytes per parameter of the low-precision weight copies Transformer Engine keeps beside
     /// the BF16 weights (without `fp8_model_params`): the cast weight and its transpose, for
     /// the forward and the input-gradient GEMMs. FP8/MXFP8: 1 + 1; NVFP4: 0.5 + 0.5 plus its

@@ -184,13 +184,21 @@ fn request<'a>(
     req.schedule = plan.schedule.name.parse().ok();
     req.recompute = p.recompute.parse::<Recompute>()?;
     req.sequence_parallel = p.sequence_parallel;
+    let framework = if p.stack == "megatron-core" {
+        Stack::megatron_core()
+    } else {
+        Stack::default()
+    };
     req.stack = Stack {
         attention: if p.attention == "flash" {
             Attention::Flash
         } else {
             Attention::Unfused
         },
-        ..Stack::default()
+        tp_comm_overlap: p.tp_comm_overlap,
+        overlap_grad_reduce: p.overlap_grad_reduce,
+        overlap_param_gather: p.overlap_param_gather,
+        ..framework
     };
     req.profile = profile;
     req.stage_layers = Some(plan.stages.iter().map(|s| s.num_layers).collect());

@@ -161,6 +161,10 @@ pub struct Parallelism {
         skip_serializing_if = "is_default_attention"
     )]
     pub attention: String,
+    /// The framework the plan was predicted for (`--stack`): `megatron-core`, or
+    /// `megatron-2021` (the default, omitted: plans written before the field existed).
+    #[serde(default = "default_stack", skip_serializing_if = "is_default_stack")]
+    pub stack: String,
     /// Tensor-parallel collectives pipelined with the GEMMs (omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub tp_comm_overlap: bool,
@@ -195,6 +199,7 @@ impl Parallelism {
             dp_replicate: 1,
             precision: default_precision(),
             attention: default_attention(),
+            stack: default_stack(),
             tp_comm_overlap: false,
             overlap_grad_reduce: false,
             overlap_param_gather: false,
@@ -228,6 +233,12 @@ fn default_attention() -> String {
 }
 fn is_default_attention(a: &str) -> bool {
     a == "unfused"
+}
+fn default_stack() -> String {
+    "megatron-2021".to_string()
+}
+fn is_default_stack(s: &str) -> bool {
+    s == "megatron-2021"
 }
 fn is_false(b: &bool) -> bool {
     !*b
@@ -475,6 +486,7 @@ pub fn plan_from_prediction(
             dp_replicate: pred.dp_replicate,
             precision: pred.precision.clone(),
             attention: pred.attention.clone(),
+            stack: pred.stack.clone(),
             tp_comm_overlap: pred.tp_comm_overlap,
             overlap_grad_reduce: pred.overlap_grad_reduce,
             overlap_param_gather: pred.overlap_param_gather,

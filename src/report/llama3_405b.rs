@@ -7,7 +7,7 @@
 //! overlapped gradient reduction and parameter gather). What the paper does not state is an
 //! assumption, named in [`LLAMA3_405B_ASSUMPTIONS`].
 
-use crate::cost::{Attention, CpComm, Recompute, Stack, Zero};
+use crate::cost::{CpComm, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
@@ -71,20 +71,13 @@ all-gather of K and V (the paper, Sec. 3.3.2)";
 /// The stack of the prediction (module docs).
 pub fn llama3_stack(cp: u64) -> Stack {
     Stack {
-        attention: Attention::Flash,
         zero: Zero::Optimizer,
-        overlap_grad_reduce: true,
-        overlap_param_gather: true,
-        grad_accumulation_fusion: true,
-        tp_comm_overlap: true,
-        tp_async_backward: true,
-        blocking_p2p: false,
         cp_comm: if cp > 1 {
             CpComm::AllGather
         } else {
             CpComm::P2p
         },
-        ..Stack::default()
+        ..Stack::megatron_core()
     }
 }
 

@@ -14,7 +14,7 @@
 //! such row and compares model TFLOP/s per GPU (recomputation not counted, NeMo's convention)
 //! and tokens/s per GPU with the published figures.
 
-use crate::cost::{Attention, CostModel, Layout, Recompute, Stack, Zero};
+use crate::cost::{CostModel, Layout, Recompute, Stack, Zero};
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::{Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
@@ -216,15 +216,8 @@ pub fn nemo_models() -> Result<Vec<NemoModel>, NemoError> {
 pub fn nemo_24_07_stack() -> Stack {
     Stack {
         zero: Zero::Optimizer,
-        overlap_grad_reduce: true,
-        overlap_param_gather: true,
-        grad_accumulation_fusion: true,
         precision: Precision::Fp8,
-        attention: Attention::Flash,
-        tp_comm_overlap: true,
-        tp_async_backward: true,
-        blocking_p2p: false,
-        ..Stack::default()
+        ..Stack::megatron_core()
     }
 }
 

@@ -231,8 +231,12 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism ({async_tp_key}, with torch.compile)"
         ));
     }
-    if par.overlap_grad_reduce {
-        notes.push("the overlapped gradient reduction is FSDP2's default; nothing to set".into());
+    // FSDP2 always reduces gradients under the backward, which is what the plan says when
+    // the reduction is overlapped; an in-line reduction it cannot run.
+    if !par.overlap_grad_reduce {
+        notes.push(
+            "the gradient reduction in line after the backward is not set here: FSDP2 always overlaps it with the backward".into(),
+        );
     }
 }
 

@@ -148,12 +148,15 @@ pub struct Prediction {
     pub precision: String,
     /// `unfused` or `flash`.
     pub attention: String,
-    /// Tensor-parallel collectives pipelined with the GEMMs (in effect with sequence
-    /// parallelism and t > 1).
+    /// `megatron-core` or `megatron-2021`: the framework the step runs on (`--stack`).
+    pub stack: String,
+    /// Tensor-parallel collectives pipelined with the GEMMs: set and in effect (sequence
+    /// parallelism, t > 1).
     pub tp_comm_overlap: bool,
     /// Gradient reduction overlapped with the backward.
     pub overlap_grad_reduce: bool,
-    /// Parameter all-gather (distributed optimizer) overlapped with the next step's forward.
+    /// Parameter all-gather overlapped with the next step's forward: set and in effect (ZeRO-1
+    /// or 2).
     pub overlap_param_gather: bool,
     pub tokens_per_s: f64,
     /// `tokens_per_s` over the GPUs.

@@ -216,9 +216,14 @@ pub fn step_costs(
         });
         stage_params.push(params);
     }
+    // Without a profile a boundary's transfer depends only on its devices: the first p
+    // boundaries give every pair, later ones repeat them.
+    let pair_send: Vec<u64> = (0..num_stages.saturating_sub(1).min(p))
+        .map(|s| ns(cm.p2p_s(s % p, (s + 1) % p)))
+        .collect();
     let send: Vec<u64> = (0..num_stages.saturating_sub(1))
         .map(|s| match prof {
-            None => ns(cm.p2p_s(s % p, (s + 1) % p)),
+            None => pair_send[(s % p) as usize],
             Some(_) => {
                 ns(cm.p2p_bytes_s(s % p, (s + 1) % p, stage_output_bytes[s as usize] as f64))
             }
@@ -269,9 +274,18 @@ pub fn step_costs(
     // the expert data-parallel group), their own gradient reduction and optimizer step.
     let mut static_bytes = static_bytes;
     let mut model_state_max_bytes = model_state_max_bytes;
+    // Stages with equal parameter counts (all but the first and last, mostly) reduce alike.
+    let mut reduced: Vec<(f64, u64)> = Vec::new();
     let mut grad_reduce_ns: Vec<u64> = stage_params
         .iter()
-        .map(|&prm| ns(cm.step_grad_reduce_s(prm)))
+        .map(|&prm| match reduced.iter().find(|(x, _)| *x == prm) {
+            Some(&(_, t)) => t,
+            None => {
+                let t = ns(cm.step_grad_reduce_s(prm));
+                reduced.push((prm, t));
+                t
+            }
+        })
         .collect();
     let mut optimizer_ns: Vec<u64> = device_params
         .iter()
@@ -473,9 +487,14 @@ pub fn prediction_from(
                 .unwrap_or(hw.gpu.peak_flops_per_s),
         precision: req.stack.precision.as_str().to_string(),
         attention: req.stack.attention.as_str().to_string(),
-        tp_comm_overlap: req.stack.tp_comm_overlap,
+        stack: req.stack.preset_name().to_string(),
+        // The switches in effect: the tensor-parallel overlap needs sequence parallelism and
+        // t > 1, the parameter-gather overlap a sharded optimizer that gathers after its step.
+        tp_comm_overlap: req.stack.tp_comm_overlap && req.sequence_parallel && req.tp > 1,
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
-        overlap_param_gather: req.stack.overlap_param_gather,
+        overlap_param_gather: req.stack.overlap_param_gather
+            && req.stack.zero.shards_optimizer()
+            && !req.stack.zero.shards_weights(),
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
         params: model.total_params(),

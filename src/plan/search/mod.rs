@@ -93,37 +93,40 @@ pub fn search(
 
     // The per-stage costs depend on the candidate but not on its schedule beyond the stage
     // placement: computed once per distinct cost key, shared by the two memory checks.
+    // The model-state check depends on the cost key alone, so it runs as the costs are made:
+    // a key whose static bytes cannot fit keeps its reason, not its costs (exact: the peak is
+    // at least the static bytes).
     let cost_keys: BTreeMap<CostKey, Candidate> =
         cands.iter().map(|c| (c.cost_key(), *c)).collect();
     let costs: BTreeMap<CostKey, Result<Arc<StepCosts>, Reason>> = cost_keys
         .par_iter()
         .map(|(k, c)| {
             let r = c.request_in(req, &splits);
-            let step = check(&r).map_err(|_| Reason::TooLarge).and_then(|dp| {
-                step_costs(&r, dp, (c.pp * c.chunks) as u32, c.schedule.placement())
-                    .map(Arc::new)
-                    .map_err(|_| Reason::TooLarge)
-            });
+            let step = check(&r)
+                .map_err(|_| Reason::TooLarge)
+                .and_then(|dp| {
+                    step_costs(&r, dp, (c.pp * c.chunks) as u32, c.schedule.placement())
+                        .map_err(|_| Reason::TooLarge)
+                })
+                .and_then(|step| {
+                    if step.too_big {
+                        Err(Reason::ActivationMemory)
+                    } else if step.costs.static_bytes.iter().any(|&b| b > limit) {
+                        Err(Reason::ModelStateMemory)
+                    } else {
+                        Ok(Arc::new(step))
+                    }
+                });
             (*k, step)
         })
         .collect::<Vec<_>>()
         .into_iter()
         .collect();
 
-    // Model state: static bytes alone must fit (exact: the peak is at least the static bytes).
     type Step1 = Result<Candidate, Reason>;
     let step1: Vec<Step1> = cands
         .par_iter()
-        .map(|c| {
-            let step = costs[&c.cost_key()].clone()?;
-            if step.too_big {
-                return Err(Reason::ActivationMemory);
-            }
-            if step.costs.static_bytes.iter().any(|&b| b > limit) {
-                return Err(Reason::ModelStateMemory);
-            }
-            Ok(*c)
-        })
+        .map(|c| costs[&c.cost_key()].clone().map(|_| *c))
         .collect();
     let mut survivors = Vec::new();
     for s in step1 {
