@@ -141,8 +141,24 @@ fn rows_per_expert_expert_dp_and_parameters_per_rank() {
     );
     let params = 1e6;
     assert_eq!(
-        z.expert_state_bytes(params),
+        z.expert_state_bytes(params, 0),
         (4.0 * params + 12.0 * params / 2.0) as u64
+    );
+    // ZeRO-3 shards weights (with their FP8 copies, 2 bytes) and gradients too.
+    let z3 = cm(
+        &m,
+        &hw,
+        2,
+        4,
+        4,
+        Stack {
+            zero: pplan::cost::Zero::Full,
+            ..balanced()
+        },
+    );
+    assert_eq!(
+        z3.expert_state_bytes(params, 2),
+        ((2.0 + 2.0 + 2.0 + 12.0) * params / 2.0) as u64
     );
 }
 
@@ -341,4 +357,82 @@ fn sliding_window_layers_compute_only_their_band() {
     let sum = kinds.moe_sliding.plus(kinds.moe);
     assert!((two.forward.total_s() - sum.forward.total_s()).abs() < 1e-15);
     assert!(kinds.moe_sliding.forward.total_s() < kinds.moe.forward.total_s());
+}
+
+/// ZeRO-2/3 for experts: per MoE layer and micro-batch, the all-gather of a rank's 16-bit
+/// expert weights and the reduce-scatter of their gradients over the expert data-parallel group,
+/// counted by hand for ep = 2 of 8 ranks in one node (4 members on NVLink); what stays in the
+/// step follows the ZeRO stage.
+#[test]
+fn sharded_expert_state_gathers_and_scatters_over_the_expert_group() {
+    use pplan::cost::{all_gather_s, Zero};
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let with = |zero: Zero, overlap_param_gather: bool| {
+        cm(
+            &m,
+            &hw,
+            1,
+            8,
+            2,
+            Stack {
+                zero,
+                overlap_param_gather,
+                ..balanced()
+            },
+        )
+    };
+    let params = 3.0e8;
+    let ring =
+        |bytes: f64| all_gather_s(bytes, 4, hw.nvlink_bytes_per_s(), hw.node.nvlink_latency_s);
+    let c = with(Zero::Full, false);
+    assert_eq!(c.expert_dp(), 4);
+    let (ag, rs) = c.expert_sharded_layer_comm_s(params);
+    // 2 bytes a weight gathered, 2 bytes a gradient (BF16) scattered.
+    assert!((ag - ring(2.0 * params)).abs() < 1e-12, "{ag}");
+    assert!((rs - ring(2.0 * params)).abs() < 1e-12, "{rs}");
+    // Below ZeRO-2 nothing per layer.
+    assert_eq!(
+        with(Zero::Optimizer, false).expert_sharded_layer_comm_s(params),
+        (0.0, 0.0)
+    );
+    // In the step: ZeRO-3 nothing; ZeRO-2 the parameter all-gather unless overlapped;
+    // ZeRO-1 the reduce-scatter and the all-gather.
+    let half = ring(2.0 * params);
+    assert_eq!(c.expert_grad_reduce_s(params), 0.0);
+    assert!((with(Zero::Gradients, false).expert_grad_reduce_s(params) - half).abs() < 1e-12);
+    assert_eq!(
+        with(Zero::Gradients, true).expert_grad_reduce_s(params),
+        0.0
+    );
+    assert!((with(Zero::Optimizer, false).expert_grad_reduce_s(params) - 2.0 * half).abs() < 1e-12);
+    assert!((with(Zero::Optimizer, true).expert_grad_reduce_s(params) - half).abs() < 1e-12);
+}
+
+/// `predict` with ZeRO-2 and 3 for a MoE model: each stage holds less than the one before,
+/// and ZeRO-3's per-layer gathers cost time over ZeRO-2.
+#[test]
+fn predict_shards_expert_state_deeper_with_each_zero_stage() {
+    use pplan::cost::Zero;
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let m = Model::preset("mixtral-8x7b").unwrap();
+    let run = |zero: Zero| {
+        let mut req = PredictRequest::new(&m, &hw);
+        req.gpus = 64;
+        req.tp = 2;
+        req.ep = 8;
+        req.global_batch = 128;
+        req.sequence_parallel = true;
+        req.recompute = Recompute::Full;
+        req.stack = Stack {
+            zero,
+            ..Stack::megatron_core()
+        };
+        predict(&req).unwrap()
+    };
+    let [z1, z2, z3] = [Zero::Optimizer, Zero::Gradients, Zero::Full].map(run);
+    assert!(z2.peak_memory_bytes < z1.peak_memory_bytes);
+    assert!(z3.peak_memory_bytes < z2.peak_memory_bytes);
+    assert!(z3.memory_breakdown.weights < z2.memory_breakdown.weights);
+    assert!(z2.memory_breakdown.gradients < z1.memory_breakdown.gradients);
+    assert!(z3.step_time_s > z2.step_time_s);
 }

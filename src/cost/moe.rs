@@ -12,7 +12,7 @@
 use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
 use super::memory;
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
-use super::stack::{CostModel, Recompute, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
+use super::stack::{CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::model::Model;
 
 /// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
@@ -454,15 +454,14 @@ impl CostModel<'_> {
         k * (moe_dense + routed) + (l - k) * self.layer_forward_flops()
     }
 
-    /// Expert gradients reduced over the expert data-parallel group (`edp` ranks, `ep x etp`
-    /// apart): hierarchical when several share an NVLink domain, else a ring over the NICs.
-    /// With ZeRO-1 and `--overlap-param-gather`, only the reduce-scatter half stays in the step.
-    pub fn expert_grad_reduce_s(&self, params: f64) -> f64 {
+    /// An all-reduce of `bytes` per rank over the expert data-parallel group (`edp` ranks,
+    /// `ep x etp` apart): hierarchical when several share an NVLink domain, else a ring over
+    /// the NICs. Zero with one member.
+    fn expert_all_reduce_s(&self, bytes: f64) -> f64 {
         let edp = self.expert_dp();
-        if edp <= 1 || params <= 0.0 {
+        if edp <= 1 || bytes <= 0.0 {
             return 0.0;
         }
-        let bytes = params * self.stack.grad_reduce_bytes_per_param;
         let stride = self.ep() * self.etp();
         let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
         let local = if stride >= per_domain {
@@ -472,12 +471,44 @@ impl CostModel<'_> {
         };
         let span_nodes = (stride * edp).div_ceil(self.hw.node.gpus_per_node as u64);
         let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
-        let full = self.hierarchical_all_reduce_s(bytes, edp, local, leaves);
-        if self.stack.zero.shards_optimizer() && self.stack.overlap_param_gather {
-            full / 2.0
+        self.hierarchical_all_reduce_s(bytes, edp, local, leaves)
+    }
+
+    /// What of the expert gradients' reduction over the expert data-parallel group stays in
+    /// the step, as for the dense gradients (`step_grad_reduce_s`): replicated, the
+    /// all-reduce; ZeRO-1, its reduce-scatter and all-gather halves, the all-gather only
+    /// without `--overlap-param-gather`; ZeRO-2, the all-gather the same way (the gradients
+    /// were reduce-scattered layer by layer, [`Self::expert_sharded_layer_comm_s`]);
+    /// ZeRO-3, nothing.
+    pub fn expert_grad_reduce_s(&self, params: f64) -> f64 {
+        let full = self.expert_all_reduce_s(params * self.stack.grad_reduce_bytes_per_param);
+        let gather = if self.stack.overlap_param_gather {
+            0.0
         } else {
-            full
+            full / 2.0
+        };
+        match self.stack.zero {
+            Zero::Off => full,
+            Zero::Optimizer => full / 2.0 + gather,
+            Zero::Gradients => gather,
+            Zero::Full => 0.0,
         }
+    }
+
+    /// Per MoE layer and micro-batch with sharded expert gradients (ZeRO-2) or weights too
+    /// (ZeRO-3), for a rank's `params` expert parameters of the layer: (the all-gather of
+    /// their 16-bit weights over the expert data-parallel group, the reduce-scatter of their
+    /// gradients over it), each half an all-reduce. Zero below ZeRO-2. Experts are sharded
+    /// over their own group, `t cp d / (ep etp)` ranks (Megatron-Core's expert data-parallel
+    /// group, which its distributed optimizer and Megatron-FSDP shard expert state over).
+    pub fn expert_sharded_layer_comm_s(&self, params: f64) -> (f64, f64) {
+        if !self.stack.zero.shards_gradients() {
+            return (0.0, 0.0);
+        }
+        (
+            self.expert_all_reduce_s(params * 2.0) / 2.0,
+            self.expert_all_reduce_s(params * self.stack.grad_reduce_bytes_per_param) / 2.0,
+        )
     }
 
     /// The optimizer step over a rank's expert parameters; ZeRO-1 shards it over the expert
@@ -491,10 +522,17 @@ impl CostModel<'_> {
         params * self.stack.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
     }
 
-    /// Weights, gradients and optimizer state of a rank's expert parameters (sharded over the
-    /// expert data-parallel group as deep as the ZeRO stage says).
-    pub fn expert_state_bytes(&self, params: f64) -> u64 {
-        memory::model_state_bytes(params.ceil() as u64, self.expert_dp(), self.stack.zero)
+    /// Weights (with `extra_weight_bytes_per_param` low-precision copies), gradients and
+    /// optimizer state of a rank's expert parameters, sharded over the expert data-parallel
+    /// group as deep as the ZeRO stage says.
+    pub fn expert_state_bytes(&self, params: f64, extra_weight_bytes_per_param: u64) -> u64 {
+        let (w, g, o) = memory::model_state_parts(
+            params.ceil() as u64,
+            self.expert_dp(),
+            self.stack.zero,
+            extra_weight_bytes_per_param,
+        );
+        w.saturating_add(g).saturating_add(o)
     }
 
     /// Activations of one MoE layer for one micro-batch on the busiest rank, given a dense

@@ -7,7 +7,8 @@
 //! [`PredictRequest`] with the row's exact layout (t, p, d, cp, ep, etp, v, b, B) and the stack
 //! the row states: BF16, flash attention (Transformer Engine's fused attention), sequence
 //! parallelism with t > 1 (Megatron-Core requires it with MoE), the distributed optimizer
-//! (ZeRO-1) with overlapped gradient reduction and parameter gather, and the all-to-all overlap
+//! (ZeRO-1; ZeRO-3 where the row runs Megatron-FSDP, `FSDP=On`) with overlapped gradient
+//! reduction and parameter gather, and the all-to-all overlap
 //! where the row says so (`+1f1b overlap (EP A2A overlap)`). The table reports TFLOP/s per GPU
 //! as Megatron-Core counts FLOPs; the harness compares step times, so the predicted figure is
 //! `published TFLOP/s x published step time / predicted step time` (the same FLOPs per step).
@@ -128,7 +129,13 @@ impl MoeCase {
     pub fn stack(&self) -> Stack {
         Stack {
             attention: Attention::Flash,
-            zero: Zero::Optimizer,
+            // Megatron-FSDP's default sharding (`optim_grads_params`) is ZeRO-3; otherwise the
+            // distributed optimizer.
+            zero: if self.row.notes.contains("FSDP=On") {
+                Zero::Full
+            } else {
+                Zero::Optimizer
+            },
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             grad_accumulation_fusion: true,

@@ -539,18 +539,6 @@ fn check_expert_parallel(req: &PredictRequest, dp: u64) -> Result<(), PredictErr
         }
         return Ok(());
     };
-    if req.stack.zero.shards_gradients() {
-        // The experts' per-layer gathers and reduce-scatters over their own group are not
-        // costed yet: refuse rather than predict sharded expert state for free.
-        return Err(err(
-            "--zero",
-            req.stack.zero.stage() as u64,
-            format!(
-                "sharded gradients and weights of experts ({} is a mixture of experts) are not modelled yet; valid: --zero 0 or 1",
-                req.model.name
-            ),
-        ));
-    }
     if moe.num_experts % req.ep != 0 {
         let valid: Vec<u64> = (1..=moe.num_experts)
             .filter(|e| moe.num_experts % e == 0)

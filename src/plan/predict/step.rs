@@ -138,9 +138,12 @@ pub fn step_costs(
             }
         };
         let mut params = params_layer * n;
+        // A layer's expert parameters on this rank, averaged over the stage's layers.
+        let mut expert_per_layer = 0.0;
         if model.moe.is_some() {
             let rp = cm.layers_rank_params(first_layer, layers_of(s) as usize);
             params = rp.dense;
+            expert_per_layer = rp.expert / n.max(1.0);
             stage_expert_params.push(rp.expert);
         }
         first_layer += layers_of(s) as usize;
@@ -159,7 +162,10 @@ pub fn step_costs(
             }
         }
         // Sharded data parallelism (ZeRO-2/3): the stage's per-layer gathers and
-        // reduce-scatters beside its compute, every micro-batch.
+        // reduce-scatters beside its compute, every micro-batch; a MoE layer's experts over
+        // their own group, after its dense part on the same stream.
+        let (dense_ag, dense_rs) = cm.sharded_layer_comm_s(params / n.max(1.0));
+        let (expert_ag, expert_rs) = cm.expert_sharded_layer_comm_s(expert_per_layer);
         let sharded = sharded_exposure(
             req.stack.zero,
             req.stack.reshard_after_forward,
@@ -169,7 +175,7 @@ pub fn step_costs(
                 c.backward_input.total_s(),
                 c.backward_weight.total_s(),
             ),
-            cm.sharded_layer_comm_s(params / n.max(1.0)),
+            (dense_ag + expert_ag, dense_rs + expert_rs),
         );
         let (f, i, w) = (
             c.forward.total_s() + sharded.forward_exposed_s,
@@ -299,14 +305,26 @@ pub fn step_costs(
             grad_reduce_ns[s] =
                 ns(cm.step_grad_reduce_s(stage_params[s]) + cm.expert_grad_reduce_s(e));
         }
-        let extra_weights = |prm: f64| (prm.ceil() as u64).saturating_mul(extra);
         let mut state_max = 0u64;
         for (d, &e) in device_expert.iter().enumerate() {
-            let extra = cm.expert_state_bytes(e).saturating_add(extra_weights(e));
-            static_bytes[d] = static_bytes[d].saturating_add(extra).min(1 << 60);
+            let state_bytes = cm.expert_state_bytes(e, extra);
+            // ZeRO-2/3: a MoE layer's gathered experts and unsharded expert gradients, as
+            // for the dense part, over the expert data-parallel group.
+            let working = memory::sharded_working_bytes(
+                e.ceil() as u64,
+                cm.moe_rank_expert_params_per_layer().ceil() as u64,
+                cm.expert_dp(),
+                req.stack.zero,
+                req.stack.reshard_after_forward,
+                extra,
+            );
+            static_bytes[d] = static_bytes[d]
+                .saturating_add(state_bytes)
+                .saturating_add(working)
+                .min(1 << 60);
             optimizer_ns[d] = ns(cm.optimizer_s(device_params[d]) + cm.expert_optimizer_s(e));
             let dense_state = state(device_params[d]);
-            state_max = state_max.max(dense_state.saturating_add(extra));
+            state_max = state_max.max(dense_state.saturating_add(state_bytes));
             device_params[d] += e;
         }
         model_state_max_bytes = state_max;
@@ -453,28 +471,26 @@ pub fn prediction_from(
         tensor_peak,
         overheads,
     );
-    // Mixture of experts: the experts' optimizer state is sharded over their own group.
+    // Mixture of experts: the experts' state is sharded over their own group.
     let memory_breakdown = match step.device_expert_params.get(fullest) {
-        Some(&expert) if req.stack.zero == crate::cost::Zero::Optimizer => {
-            let cm_edp = cm.expert_dp();
+        Some(&expert) => {
             let total = step.device_params.get(fullest).copied().unwrap_or(0);
-            let dense = total.saturating_sub(expert);
-            let opt = memory::OPTIMIZER_BYTES_PER_PARAM;
-            let optimizer = opt
-                .saturating_mul(dense)
-                .div_ceil(cm.shard_ranks())
-                .saturating_add(opt.saturating_mul(expert).div_ceil(cm_edp));
-            let state = memory_breakdown
-                .weights
-                .saturating_add(memory_breakdown.gradients)
-                .saturating_add(optimizer);
+            let extra = req.stack.low_precision_weight_bytes_per_param();
+            let parts = |params: u64, shard: u64| {
+                memory::model_state_parts(params, shard, req.stack.zero, extra)
+            };
+            let (dw, dg, dopt) = parts(total.saturating_sub(expert), cm.shard_ranks());
+            let (ew, eg, eopt) = parts(expert, cm.expert_dp());
+            let (weights, gradients, optimizer) = (dw + ew, dg + eg, dopt + eopt);
             MemoryBreakdown {
+                weights,
+                gradients,
                 optimizer,
-                activations: tensor_peak.saturating_sub(state),
+                activations: tensor_peak.saturating_sub(weights + gradients + optimizer),
                 ..memory_breakdown
             }
         }
-        _ => memory_breakdown,
+        None => memory_breakdown,
     };
     let limit = hw.gpu.memory_bytes;
     Prediction {
