@@ -69,14 +69,19 @@ fn llama3_405b_request() -> (Model, Hardware, RequestFor) {
     (m, hw, req)
 }
 
+/// Times `req`, counting the candidates it evaluates as divan's items.
+fn time_search(bencher: divan::Bencher, req: &SearchRequest) {
+    let evaluated = search(req, None).unwrap().evaluated;
+    bencher
+        .counter(divan::counter::ItemsCount::new(evaluated as usize))
+        .bench(|| search(divan::black_box(req), None).unwrap());
+}
+
 #[divan::bench(sample_count = 10, sample_size = 1)]
 fn search_llama3_405b_16384_gpus_seq8192(bencher: divan::Bencher) {
     let (m, hw, req) = llama3_405b_request();
     let req = req(&m, &hw);
-    let evaluated = search(&req, None).unwrap().evaluated;
-    bencher
-        .counter(divan::counter::ItemsCount::new(evaluated as usize))
-        .bench(|| search(divan::black_box(&req), None).unwrap());
+    time_search(bencher, &req);
 }
 
 #[divan::bench(sample_count = 10, sample_size = 1)]
@@ -84,10 +89,7 @@ fn search_deepseek_v3_2048_h800(bencher: divan::Bencher) {
     let hw = Hardware::bundled("h800").unwrap();
     let m = Model::preset("deepseek-v3").unwrap();
     let req = cli_default(&m, &hw, 2048, 3072);
-    let evaluated = search(&req, None).unwrap().evaluated;
-    bencher
-        .counter(divan::counter::ItemsCount::new(evaluated as usize))
-        .bench(|| search(divan::black_box(&req), None).unwrap());
+    time_search(bencher, &req);
 }
 
 #[divan::bench(sample_count = 10, sample_size = 1)]
@@ -95,10 +97,7 @@ fn search_default_3072_gpus(bencher: divan::Bencher) {
     let hw = Hardware::bundled("a100-80gb").unwrap();
     let m = Model::preset("gpt-1t").unwrap();
     let req = cli_default(&m, &hw, 3072, 3072);
-    let evaluated = search(&req, None).unwrap().evaluated;
-    bencher
-        .counter(divan::counter::ItemsCount::new(evaluated as usize))
-        .bench(|| search(divan::black_box(&req), None).unwrap());
+    time_search(bencher, &req);
 }
 
 #[divan::bench(sample_count = 10, sample_size = 1)]
@@ -106,10 +105,7 @@ fn search_3072_gpus_megatron_2021(bencher: divan::Bencher) {
     let hw = Hardware::bundled("a100-80gb").unwrap();
     let m = Model::preset("gpt-1t").unwrap();
     let req = SearchRequest::new(&m, &hw, 3072, 3072);
-    let evaluated = search(&req, None).unwrap().evaluated;
-    bencher
-        .counter(divan::counter::ItemsCount::new(evaluated as usize))
-        .bench(|| search(divan::black_box(&req), None).unwrap());
+    time_search(bencher, &req);
 }
 
 #[divan::bench(sample_count = 20)]
