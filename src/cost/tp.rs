@@ -141,3 +141,133 @@ impl CostModel<'_> {
         (f, d)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cost::stack::{CostModel, Layout, Recompute, Stack};
+    use crate::cost::{all_gather_s, Zero};
+    use crate::inputs::hardware::{Hardware, Precision};
+    use crate::inputs::model::Model;
+
+    fn cm<'a>(m: &'a Model, hw: &'a Hardware, sp: bool, stack: Stack) -> CostModel<'a> {
+        CostModel {
+            model: m,
+            hw,
+            layout: Layout {
+                tp: 4,
+                pp: 1,
+                dp: 1,
+                cp: 1,
+                dp_replicate: 1,
+                micro_batch: 1,
+                chunks: 1,
+                sequence_parallel: sp,
+                recompute: Recompute::None,
+                ep: 1,
+                etp: 1,
+            },
+            stack: Stack {
+                zero: Zero::Off,
+                ..stack
+            },
+        }
+    }
+
+    /// Volumes by hand for t = 4 on NVLink: `u` is one all-gather of the `s h` activation in
+    /// BF16. With sequence parallelism the forward has 4u and the backward 6u (three a block);
+    /// with GEMMs too short to hide anything all of it shows, with long ones only the
+    /// row-parallel layers' output-gradient all-gathers (2u). Without it: 2 all-reduces each
+    /// way, the backward ones hidden with `tp_async_backward`. FP8 with the userbuffers
+    /// overlap moves its all-gathers in 1 byte.
+    #[test]
+    fn a_layers_collectives_by_hand() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let elems = (m.seq_len * m.hidden_size) as f64;
+        let u = |bytes: f64| {
+            all_gather_s(
+                bytes * elems,
+                4,
+                hw.nvlink_bytes_per_s(),
+                hw.node.nvlink_latency_s,
+            )
+        };
+        let (none, long) = ([0.0; 4], [1.0; 4]);
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        let sp = cm(&m, &hw, true, Stack::default());
+        let ((f, fh), (b, bh)) = sp.tp_comm_s(none, none, none);
+        close(f, 4.0 * u(2.0));
+        close(b, 6.0 * u(2.0));
+        assert_eq!((fh, bh), (0.0, 0.0));
+        let ((f, _), (b, bh)) = sp.tp_comm_s(long, long, long);
+        close(f, 4.0 * u(2.0));
+        close(b, 2.0 * u(2.0));
+        close(bh, 4.0 * u(2.0));
+        let plain = cm(&m, &hw, false, Stack::default());
+        let ((f, _), (b, _)) = plain.tp_comm_s(long, long, long);
+        close(f, 4.0 * u(2.0));
+        close(b, 4.0 * u(2.0));
+        let asyn = cm(
+            &m,
+            &hw,
+            false,
+            Stack {
+                tp_async_backward: true,
+                ..Stack::default()
+            },
+        );
+        let ((_, _), (b, bh)) = asyn.tp_comm_s(long, long, long);
+        close(b, 0.0);
+        close(bh, 4.0 * u(2.0));
+        let fp8 = cm(
+            &m,
+            &hw,
+            true,
+            Stack {
+                precision: Precision::Fp8,
+                tp_comm_overlap: true,
+                ..Stack::default()
+            },
+        );
+        // Nothing hidden with zero-length GEMMs: the totals are the bytes moved.
+        let ((f, _), (b, _)) = fp8.tp_comm_s(none, none, none);
+        close(f, 2.0 * u(1.0) + 2.0 * u(2.0));
+        close(b, 4.0 * u(1.0) + 2.0 * u(2.0));
+    }
+
+    /// The userbuffers overlap runs QKV and MLP-in as t chunks, the projection and MLP-out as
+    /// 4 chunks on the SMs the reduce-scatter leaves, and the row-parallel input gradients as t
+    /// chunks; without the overlap (or without sequence parallelism) nothing changes.
+    #[test]
+    fn the_overlap_chunks_its_gemms() {
+        use super::{TP_OVERLAP_RS_SM_FRACTION, TP_OVERLAP_RS_SPLITS};
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let chunk = |i: usize, parts: f64| (parts * 10.0 + i as f64, parts * 100.0 + i as f64);
+        let (fwd, dgrad) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
+        let on = Stack {
+            tp_comm_overlap: true,
+            ..Stack::default()
+        };
+        assert_eq!(
+            cm(&m, &hw, false, on).tp_overlap_gemm_s(fwd, dgrad, chunk),
+            (fwd, dgrad)
+        );
+        assert_eq!(
+            cm(&m, &hw, true, Stack::default()).tp_overlap_gemm_s(fwd, dgrad, chunk),
+            (fwd, dgrad)
+        );
+        let (f, d) = cm(&m, &hw, true, on).tp_overlap_gemm_s(fwd, dgrad, chunk);
+        let rs = |i: usize, frac: f64| (TP_OVERLAP_RS_SPLITS * 10.0 + i as f64) / (1.0 - frac);
+        assert_eq!(
+            f,
+            [
+                40.0,
+                rs(1, TP_OVERLAP_RS_SM_FRACTION[0]),
+                42.0,
+                rs(3, TP_OVERLAP_RS_SM_FRACTION[1])
+            ]
+        );
+        assert_eq!(d, [5.0, 401.0, 7.0, 403.0]);
+    }
+}
