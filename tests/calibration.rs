@@ -3,7 +3,7 @@
 //! `published: N UNIT`; the field's value must reproduce N (within 1%, the precision the
 //! figures are read to).
 
-use pplan::cost::{Attention, CostModel, Layout, Recompute, Stack};
+use pplan::cost::{Attention, CostModel, Layout, Stack};
 use pplan::inputs::{Hardware, Model};
 
 /// (field path, value) of the calibrated fields a profile has, with the published figure.
@@ -67,17 +67,8 @@ fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, attention: Attention) -> CostM
         model: m,
         hw,
         layout: Layout {
-            tp: 8,
-            pp: 1,
-            dp: 1,
-            cp: 1,
-            dp_replicate: 1,
-            micro_batch: 1,
-            chunks: 1,
             sequence_parallel: true,
-            recompute: Recompute::None,
-            ep: 1,
-            etp: 1,
+            ..Layout::tensor_parallel(8)
         },
         stack: Stack {
             attention,

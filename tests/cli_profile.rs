@@ -40,17 +40,9 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
     let model = Model::preset("gpt-1.7b").unwrap();
     let hw = Hardware::bundled("a100-80gb").unwrap();
     let layout = Layout {
-        tp: 1,
         pp: 4,
         dp: 2,
-        cp: 1,
-        dp_replicate: 1,
-        micro_batch: 1,
-        chunks: 1,
-        sequence_parallel: false,
-        recompute: Recompute::None,
-        ep: 1,
-        etp: 1,
+        ..Layout::tensor_parallel(1)
     };
     let cm = CostModel {
         model: &model,

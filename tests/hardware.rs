@@ -6,7 +6,7 @@ mod common;
 use common::{json, pplan};
 
 use pplan::cost::network::{ranks_per_nvlink_domain, tp_on_nvlink};
-use pplan::cost::{all_gather_s, all_reduce_s, CostModel, Layout, Recompute, Stack};
+use pplan::cost::{all_gather_s, all_reduce_s, CostModel, Layout, Stack};
 use pplan::inputs::hardware::{valid_names, Hardware, HardwareError, Precision, BUNDLED};
 use pplan::inputs::profile::LayerProfile;
 use pplan::inputs::Model;
@@ -260,17 +260,9 @@ fn cost_model<'a>(model: &'a Model, hw: &'a Hardware, tp: u64, pp: u64, dp: u64)
         model,
         hw,
         layout: Layout {
-            tp,
             pp,
             dp,
-            cp: 1,
-            dp_replicate: 1,
-            micro_batch: 1,
-            chunks: 1,
-            sequence_parallel: false,
-            recompute: Recompute::None,
-            ep: 1,
-            etp: 1,
+            ..Layout::tensor_parallel(tp)
         },
         stack: Stack::default(),
     }

@@ -754,17 +754,8 @@ mod tests {
             model: m,
             hw,
             layout: Layout {
-                tp,
-                pp: 1,
-                dp: 1,
-                cp: 1,
-                dp_replicate: 1,
-                micro_batch: 1,
-                chunks: 1,
-                sequence_parallel: false,
                 recompute: Recompute::Full,
-                ep: 1,
-                etp: 1,
+                ..Layout::tensor_parallel(tp)
             },
             stack: Stack::default(),
         }

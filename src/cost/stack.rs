@@ -240,6 +240,27 @@ pub struct Layout {
     pub etp: u64,
 }
 
+impl Layout {
+    /// `tp` tensor-parallel ranks and nothing else: no pipeline, data, context or expert
+    /// parallelism, micro-batch 1, one chunk, no sequence parallelism, no recomputation (for
+    /// struct update syntax: `Layout { sequence_parallel: true, ..Layout::tensor_parallel(8) }`).
+    pub fn tensor_parallel(tp: u64) -> Layout {
+        Layout {
+            tp,
+            pp: 1,
+            dp: 1,
+            cp: 1,
+            dp_replicate: 1,
+            micro_batch: 1,
+            chunks: 1,
+            sequence_parallel: false,
+            recompute: Recompute::None,
+            ep: 1,
+            etp: 1,
+        }
+    }
+}
+
 /// The training stack: implementation choices of the framework that runs the step. The
 /// defaults are Megatron-LM as used for Narayanan et al. 2021.
 #[derive(Debug, Clone, Copy, PartialEq)]

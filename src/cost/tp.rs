@@ -144,7 +144,7 @@ impl CostModel<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::cost::stack::{CostModel, Layout, Recompute, Stack};
+    use crate::cost::stack::{CostModel, Layout, Stack};
     use crate::cost::{all_gather_s, Zero};
     use crate::inputs::hardware::{Hardware, Precision};
     use crate::inputs::model::Model;
@@ -154,17 +154,8 @@ mod tests {
             model: m,
             hw,
             layout: Layout {
-                tp: 4,
-                pp: 1,
-                dp: 1,
-                cp: 1,
-                dp_replicate: 1,
-                micro_batch: 1,
-                chunks: 1,
                 sequence_parallel: sp,
-                recompute: Recompute::None,
-                ep: 1,
-                etp: 1,
+                ..Layout::tensor_parallel(4)
             },
             stack: Stack {
                 zero: Zero::Off,

@@ -229,19 +229,7 @@ pub fn model_flops_per_token(model: &Model, hw: &Hardware) -> f64 {
     let cm = CostModel {
         model,
         hw,
-        layout: Layout {
-            tp: 1,
-            pp: 1,
-            dp: 1,
-            cp: 1,
-            dp_replicate: 1,
-            micro_batch: 1,
-            chunks: 1,
-            sequence_parallel: false,
-            recompute: Recompute::None,
-            ep: 1,
-            etp: 1,
-        },
+        layout: Layout::tensor_parallel(1),
         stack: Stack::default(),
     };
     let per_sequence =
