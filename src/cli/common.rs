@@ -448,9 +448,9 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
 /// `--stack`: the framework whose implementation the other stack flags start from.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub(crate) enum StackPreset {
-    /// Megatron-Core with Transformer Engine (`Stack::megatron_core`).
+    /// Megatron-Core with Transformer Engine, as its recipes run it.
     MegatronCore,
-    /// Megatron-LM as used for Narayanan et al. 2021 (`Stack::default`).
+    /// Megatron-LM as used for Narayanan et al. 2021.
     #[value(name = "megatron-2021")]
     Megatron2021,
 }
@@ -466,7 +466,7 @@ pub(crate) struct StackArgs {
     /// they apply, fused weight-gradient accumulation, non-blocking pipeline sends) or
     /// megatron-2021 (Megatron-LM as in Narayanan et al. 2021: unfused attention, nothing
     /// overlapped, blocking sends).
-    #[arg(long = "stack", value_enum, default_value = "megatron-core")]
+    #[arg(long = "stack", value_name = "STACK", value_enum, default_value = "megatron-core")]
     pub(crate) preset: StackPreset,
     /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
     /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
