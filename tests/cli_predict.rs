@@ -514,3 +514,75 @@ fn overlap_param_gather_needs_the_distributed_optimizer() {
         "{err}"
     );
 }
+
+/// `--stack` picks the framework whose switches the other flags start from: today's by default
+/// (flash attention where the profile has its rates, every overlap that applies), the 2021
+/// paper's with `megatron-2021`; an explicit flag overrides either.
+#[test]
+fn stack_presets_and_their_overrides() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "--model",
+            "gpt-18.4b",
+            "--gpus",
+            "64",
+            "--tp",
+            "8",
+            "--global-batch",
+            "64",
+            "--sequence-parallel",
+            "on",
+            "--zero",
+            "1",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let (code, out, err) = pplan(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let switches = |v: &serde_json::Value| {
+        (
+            v["stack"].as_str().unwrap().to_string(),
+            v["attention"].as_str().unwrap().to_string(),
+            v["tp_comm_overlap"].as_bool().unwrap(),
+            v["overlap_grad_reduce"].as_bool().unwrap(),
+            v["overlap_param_gather"].as_bool().unwrap(),
+        )
+    };
+    let core = run(&[]);
+    assert_eq!(
+        switches(&core),
+        ("megatron-core".into(), "flash".into(), true, true, true)
+    );
+    let old = run(&["--stack", "megatron-2021"]);
+    assert_eq!(
+        switches(&old),
+        (
+            "megatron-2021".into(),
+            "unfused".into(),
+            false,
+            false,
+            false
+        )
+    );
+    assert!(core["step_time_s"].as_f64() < old["step_time_s"].as_f64());
+    let mixed = run(&[
+        "--stack",
+        "megatron-2021",
+        "--attention",
+        "flash",
+        "--tp-comm-overlap",
+        "on",
+    ]);
+    assert_eq!(
+        switches(&mixed),
+        ("megatron-2021".into(), "flash".into(), true, false, false)
+    );
+    // A profile without the fused kernel's rates falls back to unfused attention by default.
+    let b200 = run(&["--hardware", "b200"]);
+    assert_eq!(b200["attention"], "unfused");
+    assert_eq!(b200["stack"], "megatron-core");
+}

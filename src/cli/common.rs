@@ -466,7 +466,12 @@ pub(crate) struct StackArgs {
     /// they apply, fused weight-gradient accumulation, non-blocking pipeline sends) or
     /// megatron-2021 (Megatron-LM as in Narayanan et al. 2021: unfused attention, nothing
     /// overlapped, blocking sends).
-    #[arg(long = "stack", value_name = "STACK", value_enum, default_value = "megatron-core")]
+    #[arg(
+        long = "stack",
+        value_name = "STACK",
+        value_enum,
+        default_value = "megatron-core"
+    )]
     pub(crate) preset: StackPreset,
     /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
     /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
