@@ -75,22 +75,29 @@ pub struct Breakdown {
     pub stages: Vec<StageTimes>,
 }
 
-/// Length of the union of intervals.
-fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
-    iv.sort_unstable();
-    let mut total = 0;
-    let mut cur: Option<(i64, i64)> = None;
+/// Length of the union of intervals `(start, end)`: integer nanoseconds here, microseconds
+/// of a pplan trace in `report::compare`.
+pub fn union_len<T>(mut iv: Vec<(T, T)>) -> T
+where
+    T: Copy + Default + PartialOrd + std::ops::Add<Output = T> + std::ops::Sub<Output = T>,
+{
+    iv.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let mut total = T::default();
+    let mut cur: Option<(T, T)> = None;
     for (s, e) in iv {
         match cur {
-            Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
+            Some((cs, ce)) if s <= ce => cur = Some((cs, if e > ce { e } else { ce })),
             Some((cs, ce)) => {
-                total += ce - cs;
+                total = total + (ce - cs);
                 cur = Some((s, e));
             }
             None => cur = Some((s, e)),
         }
     }
-    total + cur.map_or(0, |(s, e)| e - s)
+    match cur {
+        Some((cs, ce)) => total + (ce - cs),
+        None => total,
+    }
 }
 
 /// The median (the mean of the two middle values for an even count); `None` when empty.
@@ -461,6 +468,6 @@ mod tests {
     #[test]
     fn union_of_intervals() {
         assert_eq!(union_len(vec![(0, 10), (5, 15), (20, 30)]), 25);
-        assert_eq!(union_len(vec![]), 0);
+        assert_eq!(union_len::<i64>(vec![]), 0);
     }
 }

@@ -8,7 +8,7 @@
 //! normalised by the step time. Traces from different pipelines, or actions present on one side
 //! only, are an error or a warning, never a silently wrong number. No IO here.
 
-use crate::measured::breakdown::median;
+use crate::measured::breakdown::{median, union_len};
 use crate::report::trace::TraceEvent;
 use crate::schedule::ir::{Action, CommKind, Kind, Token};
 use crate::sim::{Span, Stream, Timeline};
@@ -284,27 +284,6 @@ fn span_of(events: &[Ev]) -> (f64, f64) {
         .map(|e| e.start_us + e.dur_us)
         .fold(f64::NEG_INFINITY, f64::max);
     (start, end)
-}
-
-/// Union length of intervals (start, end).
-fn union_len(mut iv: Vec<(f64, f64)>) -> f64 {
-    iv.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    let mut total = 0.0;
-    let mut cur: Option<(f64, f64)> = None;
-    for (s, e) in iv {
-        match cur {
-            Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
-            Some((cs, ce)) => {
-                total += ce - cs;
-                cur = Some((s, e));
-            }
-            None => cur = Some((s, e)),
-        }
-    }
-    if let Some((cs, ce)) = cur {
-        total += ce - cs;
-    }
-    total
 }
 
 /// Devices with compute-stream events anywhere in the trace.
@@ -859,6 +838,6 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(union_len(vec![(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]), 4.0);
-        assert_eq!(union_len(vec![]), 0.0);
+        assert_eq!(union_len::<f64>(vec![]), 0.0);
     }
 }
