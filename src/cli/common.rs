@@ -517,15 +517,16 @@ pub(crate) struct StackArgs {
 
 impl StackArgs {
     /// The stack `--stack` names on `hw`, with these flags and `overlap_grad_reduce` (the
-    /// subcommand's `--overlap-grad-reduce`) applied; `base` gives the fields no flag here
-    /// sets (ZeRO, scatter/gather).
+    /// subcommand's `--overlap-grad-reduce`) applied, and the ZeRO stage and scatter/gather
+    /// the subcommand gives.
     pub(crate) fn apply(
         &self,
-        base: Stack,
+        zero: pplan::cost::Zero,
+        scatter_gather: bool,
         overlap_grad_reduce: Option<OnOff>,
         hw: &pplan::inputs::hardware::Hardware,
     ) -> Result<Stack, CliError> {
-        let preset = match self.preset {
+        let stack = match self.preset {
             StackPreset::MegatronCore => Stack {
                 // The fused kernel needs the profile's measured rates; without them, unfused.
                 attention: if hw.attention_efficiencies().is_some() {
@@ -537,17 +538,12 @@ impl StackArgs {
             },
             StackPreset::Megatron2021 => Stack::default(),
         };
-        let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, |f| f == OnOff::On);
         let stack = Stack {
-            attention: preset.attention,
-            tp_comm_overlap: preset.tp_comm_overlap,
-            tp_async_backward: preset.tp_async_backward,
-            blocking_p2p: preset.blocking_p2p,
-            overlap_grad_reduce: preset.overlap_grad_reduce,
-            overlap_param_gather: preset.overlap_param_gather,
-            grad_accumulation_fusion: preset.grad_accumulation_fusion,
-            ..base
+            zero,
+            scatter_gather,
+            ..stack
         };
+        let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, |f| f == OnOff::On);
         Ok(Stack {
             precision: self
                 .precision

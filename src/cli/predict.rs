@@ -137,7 +137,7 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
 }
 
 fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), CliError> {
-    use pplan::cost::{Recompute, Stack};
+    use pplan::cost::Recompute;
     use pplan::plan::predict::{predict, PredictError, PredictRequest};
     let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
     let window = parse_gantt_window(args.gantt_window.as_deref())?;
@@ -181,15 +181,9 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
         );
     }
-    req.stack = args.stack.apply(
-        Stack {
-            zero,
-            scatter_gather: !args.no_scatter_gather,
-            ..Stack::default()
-        },
-        args.overlap_grad_reduce,
-        &hw,
-    )?;
+    req.stack = args
+        .stack
+        .apply(zero, !args.no_scatter_gather, args.overlap_grad_reduce, &hw)?;
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let profile = args.profile.as_deref().map(load_profile).transpose()?;
     req.profile = profile.as_ref();

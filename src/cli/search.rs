@@ -138,7 +138,12 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     req.top = args.top;
     req.pins = pins;
     req.exhaustive = args.exhaustive;
-    req.stack = args.stack.apply(req.stack, args.overlap_grad_reduce, &hw)?;
+    req.stack = args.stack.apply(
+        req.stack.zero,
+        req.stack.scatter_gather,
+        args.overlap_grad_reduce,
+        &hw,
+    )?;
     req.partition = args
         .partition
         .parse()
