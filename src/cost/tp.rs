@@ -16,6 +16,12 @@ pub const TP_OVERLAP_RS_SPLITS: f64 = 4.0;
 pub const TP_OVERLAP_RS_SM_FRACTION: [f64; 2] = [24.0 / 132.0, 16.0 / 132.0];
 
 impl CostModel<'_> {
+    /// `--tp-comm-overlap` is in effect: set, with sequence parallelism (Megatron requires it)
+    /// and more than one tensor-parallel rank.
+    pub fn tp_overlap(&self) -> bool {
+        self.stack.tp_comm_overlap && self.layout.sequence_parallel && self.layout.tp > 1
+    }
+
     /// The exposed and hidden parts of one layer's tensor-parallel communication, forward and
     /// backward, as `((forward exposed, forward hidden), (backward exposed, backward hidden))`,
     /// given the four linear layers' (QKV, projection, MLP-in, MLP-out) forward, input-gradient
@@ -83,7 +89,7 @@ impl CostModel<'_> {
                 .fold((0.0, 0.0), add);
             return (fwd_comm, bwd_comm);
         }
-        let overlap = self.stack.tp_comm_overlap;
+        let overlap = self.tp_overlap();
         let ag_bytes = match self.stack.precision {
             Precision::Fp8 | Precision::Mxfp8 if overlap => 1.0,
             _ => 2.0,
@@ -119,11 +125,10 @@ impl CostModel<'_> {
         dgrad: [f64; 4],
         chunk: impl Fn(usize, f64) -> (f64, f64),
     ) -> ([f64; 4], [f64; 4]) {
-        let t = self.layout.tp;
-        if !(self.stack.tp_comm_overlap && self.layout.sequence_parallel && t > 1) {
+        if !self.tp_overlap() {
             return (fwd, dgrad);
         }
-        let t = t as f64;
+        let t = self.layout.tp as f64;
         let (mut f, mut d) = (fwd, dgrad);
         // Column-parallel (QKV, MLP-in): ring-exchange all-gather into the forward.
         for i in [0, 2] {

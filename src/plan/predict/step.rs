@@ -506,7 +506,7 @@ pub fn prediction_from(
         stack: req.stack.preset_name().to_string(),
         // The switches in effect: the tensor-parallel overlap needs sequence parallelism and
         // t > 1, the parameter-gather overlap a sharded optimizer that gathers after its step.
-        tp_comm_overlap: req.stack.tp_comm_overlap && req.sequence_parallel && req.tp > 1,
+        tp_comm_overlap: cm.tp_overlap(),
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
         overlap_param_gather: req.stack.overlap_param_gather
             && req.stack.zero.shards_optimizer()
