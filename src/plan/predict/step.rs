@@ -29,6 +29,14 @@ pub struct StepCosts {
     pub device_expert_params: Vec<u64>,
 }
 
+/// One dense stage's costs, kept for the stages equal to it.
+#[derive(Clone, Copy)]
+struct StageMemo {
+    stage: StageCost,
+    tp_comm: TpCommNs,
+    params: f64,
+}
+
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
 /// `placement` over `req.pp` devices. The request must have passed [`check`] (which gives `dp`).
 /// Shared by [`predict`] and the planner's search, so both see exactly the same costs.
@@ -113,7 +121,18 @@ pub fn step_costs(
     let mut stage_params = Vec::with_capacity(num_stages as usize);
     // Routed-expert parameters of each stage on one rank (mixture of experts only).
     let mut stage_expert_params: Vec<f64> = Vec::new();
+    // Dense layers from the cost model: a stage's costs depend only on its layer count and
+    // whether it holds the embedding or the output layer, so equal stages are costed once.
+    let memoizable = prof.is_none() && model.moe.is_none() && model.sliding_window.is_none();
+    let mut memo: Vec<((u64, bool, bool), StageMemo)> = Vec::new();
     for s in 0..num_stages {
+        let key = (layers_of(s), s == 0, s + 1 == num_stages);
+        if let Some((_, m)) = memo.iter().find(|(k, _)| memoizable && *k == key) {
+            stages.push(m.stage);
+            tp_comm.push(m.tp_comm);
+            stage_params.push(m.params);
+            continue;
+        }
         let n = layers_of(s) as f64;
         let (mut c, mut act): (BlockCost, u64) = match prof {
             // Mixture of experts: MoE and dense layers cost differently (cost::moe).
@@ -192,15 +211,15 @@ pub fn step_costs(
         // MAX_SIMULATED_ACTIONS in-flight micro-batches cannot overflow.
         too_big |= act > MEMORY_CLAMP_BYTES;
         let act = act.min(MEMORY_CLAMP_BYTES);
-        stages.push(StageCost {
+        let stage = StageCost {
             forward_ns: ns(f),
             backward_ns: ns(i) + ns(w),
             backward_input_ns: ns(i),
             backward_weight_ns: ns(w),
             activation_bytes: act,
             weight_grad_bytes: weight_share,
-        });
-        tp_comm.push(TpCommNs {
+        };
+        let stage_tp_comm = TpCommNs {
             forward_ns: ns(c.forward.tp_comm_s
                 + c.forward.tp_hidden_s
                 + c.forward.cp_comm_s
@@ -219,7 +238,19 @@ pub fn step_costs(
                 + sharded.forward_hidden_s
                 + sharded.backward_hidden_s
                 > 0.0,
-        });
+        };
+        if memoizable {
+            memo.push((
+                key,
+                StageMemo {
+                    stage,
+                    tp_comm: stage_tp_comm,
+                    params,
+                },
+            ));
+        }
+        stages.push(stage);
+        tp_comm.push(stage_tp_comm);
         stage_params.push(params);
     }
     // Without a profile a boundary's transfer depends only on its devices: the first p

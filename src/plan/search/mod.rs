@@ -38,14 +38,17 @@ pub use schedule_summary::{DeviceSummary, ScheduleSummary};
 pub use space::*;
 use space::{apply_partition, check_inputs, enumerate, CostKey, ScheduleKey, Tally, BATCH};
 
-use crate::plan::predict::{check, prediction_from, step_costs, StepCosts};
+use crate::plan::predict::{check, prediction_from, step_costs};
 use crate::schedule::generators::{generate, GenParams};
 use crate::schedule::ir::Schedule;
 use crate::sim::{simulate, SimOptions};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::OnceLock;
+
+/// A schedule's summary, made by the first candidate that needs it.
+type SummarySlot = OnceLock<Result<ScheduleSummary, SearchError>>;
 
 /// A feasible candidate waiting to be simulated.
 #[derive(Debug, Clone, Copy)]
@@ -92,20 +95,30 @@ pub fn search(
         .tensor_budget_bytes(req.hardware.gpu.memory_bytes);
 
     // The per-stage costs depend on the candidate but not on its schedule beyond the stage
-    // placement: computed once per distinct cost key, shared by the two memory checks.
-    // The model-state check depends on the cost key alone, so it runs as the costs are made:
-    // a key whose static bytes cannot fit keeps its reason, not its costs (exact: the peak is
-    // at least the static bytes).
-    let cost_keys: BTreeMap<CostKey, Candidate> =
-        cands.iter().map(|c| (c.cost_key(), *c)).collect();
-    let costs: BTreeMap<CostKey, Result<Arc<StepCosts>, Reason>> = cost_keys
+    // placement: made once per distinct cost key, used by the candidates that share it, and
+    // dropped (the few simulated candidates rebuild theirs), so the costs of tens of
+    // thousands of keys are never all held at once. The model-state check depends on the cost
+    // key alone: a key whose static bytes cannot fit rejects its candidates without a
+    // schedule summary (exact: the peak is at least the static bytes). A schedule's summary is
+    // made the first time a candidate that passed it needs one, and kept for the others.
+    let mut groups: BTreeMap<CostKey, Vec<Candidate>> = BTreeMap::new();
+    for c in &cands {
+        groups.entry(c.cost_key()).or_default().push(*c);
+    }
+    let slots: BTreeMap<ScheduleKey, SummarySlot> = cands
+        .iter()
+        .map(|c| (c.schedule_key(), OnceLock::new()))
+        .collect();
+    drop(cands);
+    let checked: Vec<Result<Vec<Result<Feasible, Reason>>, SearchError>> = groups
         .par_iter()
-        .map(|(k, c)| {
-            let r = c.request_in(req, &splits);
+        .map(|(_, group)| {
+            let r = group[0].request_in(req, &splits);
+            let stages = (group[0].pp * group[0].chunks) as u32;
             let step = check(&r)
                 .map_err(|_| Reason::TooLarge)
                 .and_then(|dp| {
-                    step_costs(&r, dp, (c.pp * c.chunks) as u32, c.schedule.placement())
+                    step_costs(&r, dp, stages, group[0].schedule.placement())
                         .map_err(|_| Reason::TooLarge)
                 })
                 .and_then(|step| {
@@ -114,75 +127,48 @@ pub fn search(
                     } else if step.costs.static_bytes.iter().any(|&b| b > limit) {
                         Err(Reason::ModelStateMemory)
                     } else {
-                        Ok(Arc::new(step))
+                        Ok(step)
                     }
                 });
-            (*k, step)
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .collect();
-
-    type Step1 = Result<Candidate, Reason>;
-    let step1: Vec<Step1> = cands
-        .par_iter()
-        .map(|c| costs[&c.cost_key()].clone().map(|_| *c))
-        .collect();
-    let mut survivors = Vec::new();
-    for s in step1 {
-        match s {
-            Ok(c) => survivors.push(c),
-            Err(r) => tally.add(r, 1),
-        }
-    }
-
-    // Summaries of the distinct schedules the survivors use.
-    let keys: BTreeMap<ScheduleKey, Candidate> =
-        survivors.iter().map(|c| (c.schedule_key(), *c)).collect();
-    let summaries: Vec<(ScheduleKey, Result<Arc<ScheduleSummary>, SearchError>)> = keys
-        .par_iter()
-        .map(|(k, c)| {
-            (
-                *k,
-                generate_for(c).map(|s| Arc::new(ScheduleSummary::new(&s))),
-            )
-        })
-        .collect();
-    let mut by_key: BTreeMap<ScheduleKey, Arc<ScheduleSummary>> = BTreeMap::new();
-    for (k, s) in summaries {
-        by_key.insert(k, s?);
-    }
-
-    // Exact peak memory, then the lower bound.
-    let step2: Vec<Result<Feasible, Reason>> = survivors
-        .par_iter()
-        .map(|c| {
-            let sum = &by_key[&c.schedule_key()];
-            let step = costs[&c.cost_key()].clone()?;
-            let peak = sum
-                .peak_memory_bytes(&step.costs)
-                .into_iter()
-                .max()
-                .unwrap_or(0);
-            if peak > limit {
-                return Err(Reason::ActivationMemory);
-            }
-            Ok(Feasible {
-                cand: *c,
-                lower_bound_ns: sum.lower_bound_ns(&step.costs),
-            })
+            let step = match step {
+                Ok(step) => step,
+                Err(reason) => return Ok(vec![Err(reason); group.len()]),
+            };
+            group
+                .iter()
+                .map(|c| {
+                    let sum = slots[&c.schedule_key()]
+                        .get_or_init(|| generate_for(c).map(|s| ScheduleSummary::new(&s)))
+                        .as_ref()
+                        .map_err(Clone::clone)?;
+                    let peak = sum
+                        .peak_memory_bytes(&step.costs)
+                        .into_iter()
+                        .max()
+                        .unwrap_or(0);
+                    Ok(if peak > limit {
+                        Err(Reason::ActivationMemory)
+                    } else {
+                        Ok(Feasible {
+                            cand: *c,
+                            lower_bound_ns: sum.lower_bound_ns(&step.costs),
+                        })
+                    })
+                })
+                .collect()
         })
         .collect();
     let mut feasible = Vec::new();
-    for s in step2 {
-        match s {
-            Ok(f) => feasible.push(f),
-            Err(r) => tally.add(r, 1),
+    for group in checked {
+        for s in group? {
+            match s {
+                Ok(f) => feasible.push(f),
+                Err(r) => tally.add(r, 1),
+            }
         }
     }
-    let schedules_summarised = by_key.len() as u64;
-    drop(by_key);
-    drop(costs);
+    let schedules_summarised = slots.values().filter(|s| s.get().is_some()).count() as u64;
+    drop(slots);
     let rejected = tally.list(req);
     let memory_rejected =
         tally.0[Reason::ModelStateMemory as usize] + tally.0[Reason::ActivationMemory as usize];
