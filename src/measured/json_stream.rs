@@ -195,11 +195,12 @@ pub fn stream(
     mut on_event: impl FnMut(&[u8], usize) -> Result<(), MeasuredError>,
 ) -> Result<TopLevel, MeasuredError> {
     let mut s = Scanner { r, file, pos: 0 };
-    // A UTF-8 byte-order mark is allowed.
-    if s.peek()? == Some(0xEF) {
-        for _ in 0..3 {
-            s.bump();
+    // A UTF-8 byte-order mark is allowed; a byte of one alone is the parser's to reject.
+    for b in [0xEF, 0xBB, 0xBF] {
+        if s.peek()? != Some(b) {
+            break;
         }
+        s.bump();
     }
     let mut top = TopLevel::default();
     match s.skip_ws()? {

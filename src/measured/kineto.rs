@@ -640,6 +640,21 @@ mod never_panic {
         {"name": "0F1", "ph": "X", "ts": 1, "dur": 2, "pid": 0, "tid": 0, "args": {"step": 0}}
     ]}"#;
 
+    /// Found by `random_bytes`: the first bytes of a byte-order mark alone, at the end of the
+    /// file, were skipped past it.
+    #[test]
+    fn a_cut_byte_order_mark_is_an_error() {
+        for bytes in [
+            &[0xEF][..],
+            &[0xEF, 0xBB],
+            &[0xEF, 0xBB, 0xBF],
+            &[0xEF, b'{'],
+        ] {
+            let e = read(bytes, "f.json", None).unwrap_err().to_string();
+            assert!(e.starts_with("f.json: "), "{bytes:?}: {e}");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
