@@ -453,6 +453,18 @@ pub(crate) enum StackPreset {
     /// Megatron-LM as used for Narayanan et al. 2021.
     #[value(name = "megatron-2021")]
     Megatron2021,
+    /// torchtitan: FSDP2 (ZeRO-3), eager PyTorch kernels.
+    Torchtitan,
+}
+
+impl StackPreset {
+    /// The ZeRO stage the framework runs when neither --zero nor --zero1 is given.
+    pub(crate) fn default_zero(self) -> pplan::cost::Zero {
+        match self {
+            StackPreset::Torchtitan => pplan::cost::Zero::Full,
+            StackPreset::MegatronCore | StackPreset::Megatron2021 => pplan::cost::Zero::Off,
+        }
+    }
 }
 
 /// The training-stack flags `predict` and `search` share (for `search`, every candidate gets
@@ -465,7 +477,9 @@ pub(crate) struct StackArgs {
     /// flash attention, tensor-parallel, gradient-reduction and parameter-gather overlap where
     /// they apply, fused weight-gradient accumulation, non-blocking pipeline sends) or
     /// megatron-2021 (Megatron-LM as in Narayanan et al. 2021: unfused attention, nothing
-    /// overlapped, blocking sends).
+    /// overlapped, blocking sends) or torchtitan (FSDP2 over the data-parallel group, i.e.
+    /// --zero 3 unless given, FP32 gradient reduction, SDPA flash attention, eager PyTorch
+    /// kernels, FSDP2's copies around its collectives).
     #[arg(
         long = "stack",
         value_name = "STACK",
@@ -537,6 +551,14 @@ impl StackArgs {
                 ..Stack::megatron_core()
             },
             StackPreset::Megatron2021 => Stack::default(),
+            StackPreset::Torchtitan => Stack {
+                attention: if hw.attention_efficiencies().is_some() {
+                    Attention::Flash
+                } else {
+                    Attention::Unfused
+                },
+                ..Stack::torchtitan()
+            },
         };
         let stack = Stack {
             zero,
@@ -587,12 +609,12 @@ impl StackArgs {
     }
 }
 
-/// The ZeRO stage from `--zero N` and its older spelling `--zero1 on|off` (0 when neither is
-/// given); the two must agree.
+/// The ZeRO stage from `--zero N` and its older spelling `--zero1 on|off` (None when neither
+/// is given); the two must agree.
 pub(crate) fn zero_stage(
     zero: Option<&str>,
     zero1: Option<OnOff>,
-) -> Result<pplan::cost::Zero, CliError> {
+) -> Result<Option<pplan::cost::Zero>, CliError> {
     use pplan::cost::Zero;
     let stage = zero
         .map(|z| z.parse::<Zero>())
@@ -610,8 +632,8 @@ pub(crate) fn zero_stage(
             "--zero {z} and --zero1 {} disagree (--zero1 on is --zero 1, off is --zero 0); give one of them",
             if s == Zero::Optimizer { "on" } else { "off" }
         ))),
-        (Some(z), _) | (None, Some(z)) => Ok(z),
-        (None, None) => Ok(Zero::Off),
+        (Some(z), _) | (None, Some(z)) => Ok(Some(z)),
+        (None, None) => Ok(None),
     }
 }
 

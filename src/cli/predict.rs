@@ -167,7 +167,8 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     req.chunks = args.chunks;
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
-    let zero = zero_stage(args.zero.as_deref(), args.zero1)?;
+    let zero =
+        zero_stage(args.zero.as_deref(), args.zero1)?.unwrap_or(args.stack.preset.default_zero());
     if args.stack.overlap_param_gather == Some(OnOff::On)
         && (!zero.shards_optimizer() || zero.shards_weights())
     {

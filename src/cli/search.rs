@@ -128,10 +128,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
             .transpose()
             .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?,
         sequence_parallel: args.sequence_parallel.map(|x| x == OnOff::On),
-        zero: match (&args.zero, args.zero1) {
-            (None, None) => None,
-            (z, z1) => Some(zero_stage(z.as_deref(), z1)?),
-        },
+        zero: zero_stage(args.zero.as_deref(), args.zero1)?,
         dp_replicate: args.dp_replicate,
     };
     let mut req = SearchRequest::new(&model, &hw, args.gpus, args.global_batch);

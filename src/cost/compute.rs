@@ -318,12 +318,21 @@ impl CostModel<'_> {
                 (6.0 + 6.0 + 11.0 + 11.0) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
             )
         } else {
-            // Unfused: scale, mask, softmax as three kernels (4 each) and dropout 5 forward,
-            // their backwards 3 x 4 + softmax's extra read 2 and dropout 5 (the 17 and 19
-            // above); bias add 4, dropout 5, residual add 6 per block; bias 4 + GeLU 4.
+            // Eager PyTorch, as torchtitan's Llama code runs it (no biases, no dropout; the
+            // unfused attention core is the 17 and 19 as^2b above): per element, the eager
+            // RMSNorm EAGER_RMSNORM_BYTES, rotary embedding on q and k EAGER_ROPE_BYTES each
+            // way, the residual adds 6 (their gradient adds 6), the MLP activation SwiGLU
+            // 10 / 18 (GeLU 4 / 6) bytes per element of f.
+            let qk =
+                s * b * (a + self.model.num_kv_heads as f64) * self.model.head_dim() as f64 / t;
+            let (norm_f, norm_b) = EAGER_RMSNORM_BYTES;
             (
-                (4.0 + 4.0 + 15.0 + 15.0) * sbh + if gated { 10.0 } else { 8.0 } * sbf,
-                (6.0 + 6.0 + 15.0 + 15.0) * sbh + if gated { 14.0 } else { 10.0 } * sbf,
+                (2.0 * norm_f + 2.0 * 6.0) * sbh
+                    + EAGER_ROPE_BYTES * qk
+                    + if gated { 10.0 } else { 4.0 } * sbf,
+                (2.0 * norm_b + 2.0 * 6.0) * sbh
+                    + EAGER_ROPE_BYTES * qk
+                    + if gated { 18.0 } else { 6.0 } * sbf,
             )
         };
         let (cast_f, cast_b) = self.low_precision_cast_bytes();
@@ -734,6 +743,21 @@ pub fn sharded_exposure(
     }
 }
 
+/// Bytes per element of torchtitan's eager RMSNorm (`torchtitan/models/norms.py`, `norm_type =
+/// "rmsnorm"` in its Llama configs: `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
+/// .type_as(x) * weight`), one PyTorch kernel per operation: forward, cast to fp32 (read 2,
+/// write 4), square (4, 4), mean (4), normalise (4, 4), cast back (4, 2), weight (2, 2) = 36;
+/// backward, by autograd, weight (2, 2) and its gradient (2, 2), cast (2, 4), normalise
+/// (4, 4) and its scale's gradient (4, 4), square (4, 4), the sum of the two input
+/// gradients (4, 4, 4) and the cast back (4, 2) = 56. The per-row mean and rsqrt are
+/// negligible.
+pub const EAGER_RMSNORM_BYTES: (f64, f64) = (36.0, 56.0);
+
+/// Bytes per element of q and k of torchtitan's eager rotary embedding (`apply_rotary_emb`:
+/// `view_as_complex(x.float()) * freqs_cis`, `view_as_real`, `type_as`), each way: cast (read
+/// 2, write 4), complex multiply (4, 4), cast back (4, 2).
+pub const EAGER_ROPE_BYTES: f64 = 20.0;
+
 /// HBM traffic of one layer's memory-bound kernels on one rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryTraffic {
@@ -806,6 +830,29 @@ mod tests {
         c.layout.recompute = Recompute::None;
         c.stack = stack;
         c
+    }
+
+    #[test]
+    fn eager_kernels_move_what_torchtitans_llama_code_moves() {
+        // Llama 3 8B, t 2, b 1, no sequence parallelism, BF16: per token h 4096, q and k
+        // 32 + 8 heads of 128, f 14336 / 2 per rank.
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let eager = Stack {
+            fused_kernels: false,
+            attention: Attention::Flash,
+            ..Stack::default()
+        };
+        let c = with_stack(&m, &hw, 2, 1, eager);
+        let s = m.seq_len as f64;
+        let (sbh, qk, sbf) = (s * 4096.0, s * 40.0 * 128.0 / 2.0, s * 14336.0 / 2.0);
+        // Two RMSNorms 36 each, two residual adds 6, RoPE 20 on q and k, SwiGLU 10.
+        let fwd = (2.0 * 36.0 + 12.0) * sbh + 20.0 * qk + 10.0 * sbf;
+        // Their backwards: 56 per norm, 6 per gradient add, 20, 18.
+        let bwd = (2.0 * 56.0 + 12.0) * sbh + 20.0 * qk + 18.0 * sbf;
+        let t = c.layer_memory_bytes();
+        assert!((t.other_forward_bytes / fwd - 1.0).abs() < 1e-12);
+        assert!((t.other_backward_bytes / bwd - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -303,6 +303,42 @@ impl CostModel<'_> {
         }
     }
 
+    /// PyTorch FSDP2's copies around its collectives for a layer of `params` parameters (one
+    /// rank's, unsharded), per micro-batch, on the compute stream: (the copy-out after the
+    /// forward all-gather, the copy-out after the backward one, the reduce-scatter copy-in).
+    /// Zero unless [`Stack::fsdp2`](crate::cost::Stack) with sharded gradients.
+    /// - Copy-out (`foreach_all_gather_copy_out`: `torch.split_with_sizes_copy` from the flat
+    ///   all-gather output into each parameter, on the current stream after waiting for the
+    ///   all-gather): reads and writes the layer's 16-bit parameters, 2 + 2 bytes each, for
+    ///   every all-gather (ZeRO-3: the forward's, and the backward's when resharded).
+    /// - Copy-in (`foreach_reduce`: `torch._chunk_cat` of the 16-bit gradients into the flat
+    ///   reduce-scatter input of the reduce dtype, on the reduce-scatter stream, then
+    ///   `current_stream.wait_stream(reduce_scatter_stream)` before the gradients are freed):
+    ///   reads 2 bytes and writes `grad_reduce_bytes_per_param` per parameter, and the
+    ///   compute stream waits for it.
+    ///
+    /// (`torch/distributed/_composable/fsdp/_fsdp_collectives.py`, PyTorch 2.4–2.5, the
+    /// versions of torchtitan's 2024 runs; HBM at [`Hardware::hbm_bytes_per_s`].)
+    pub fn fsdp2_copies_s(&self, params: f64) -> (f64, f64, f64) {
+        if !self.stack.fsdp2 || !self.stack.zero.shards_gradients() || params <= 0.0 {
+            return (0.0, 0.0, 0.0);
+        }
+        let hbm = self.hw.hbm_bytes_per_s();
+        let gathered = self.stack.zero == Zero::Full;
+        let copy_out = if gathered {
+            (2.0 + 2.0) * params / hbm
+        } else {
+            0.0
+        };
+        let copy_out_backward = if self.stack.reshard_after_forward {
+            copy_out
+        } else {
+            0.0
+        };
+        let copy_in = (2.0 + self.stack.grad_reduce_bytes_per_param) * params / hbm;
+        (copy_out, copy_out_backward, copy_in)
+    }
+
     /// Per layer of `params` parameters (one rank's), per micro-batch, with sharded gradients
     /// or parameters: (all-gather of the 16-bit parameters over the shard group, reduce-scatter
     /// of the gradients over it plus, with HSDP replicas, the all-reduce of the shard across
@@ -323,6 +359,55 @@ impl CostModel<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fsdp2_copies_move_the_layer_once_per_collective() {
+        use crate::cost::stack::{Layout, Stack};
+        use crate::inputs::model::Model;
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let copies = |stack: Stack| {
+            CostModel {
+                model: &m,
+                hw: &hw,
+                layout: Layout {
+                    dp: 64,
+                    ..Layout::tensor_parallel(1)
+                },
+                stack,
+            }
+            .fsdp2_copies_s(1e9)
+        };
+        let hbm = hw.hbm_bytes_per_s();
+        // ZeRO-3 resharded, FP32 reduction: 4 bytes a parameter out of each all-gather,
+        // 2 + 4 into each reduce-scatter.
+        let (f, b, r) = copies(Stack::torchtitan());
+        assert_eq!((f, b, r), (4e9 / hbm, 4e9 / hbm, 6e9 / hbm));
+        // Not resharded: one gather per step, no backward copy-out.
+        let kept = copies(Stack {
+            reshard_after_forward: false,
+            ..Stack::torchtitan()
+        });
+        assert_eq!(kept, (4e9 / hbm, 0.0, 6e9 / hbm));
+        // ZeRO-2: only the reduce-scatter; BF16 reduction 2 + 2.
+        let z2 = copies(Stack {
+            zero: Zero::Gradients,
+            grad_reduce_bytes_per_param: 2.0,
+            ..Stack::torchtitan()
+        });
+        assert_eq!(z2, (0.0, 0.0, 4e9 / hbm));
+        // Megatron's buffers (parameters and gradients are views) and unsharded states: none.
+        let megatron = Stack {
+            zero: Zero::Full,
+            ..Stack::megatron_core()
+        };
+        assert_eq!(copies(megatron), (0.0, 0.0, 0.0));
+        let ddp = Stack {
+            zero: Zero::Optimizer,
+            ..Stack::torchtitan()
+        };
+        assert_eq!(copies(ddp), (0.0, 0.0, 0.0));
+    }
 
     #[test]
     fn tensor_parallel_groups_and_nvlink_domains() {

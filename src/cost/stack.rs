@@ -299,6 +299,13 @@ pub struct Stack {
     /// ZeRO-3: free the gathered parameters after each layer's forward and gather them again
     /// for its backward (FSDP2's `reshard_after_forward`, the default).
     pub reshard_after_forward: bool,
+    /// Sharded data parallelism (ZeRO-2/3) runs as PyTorch FSDP2 (`fully_shard`, what
+    /// torchtitan uses): each all-gather's flat output is copied out to the per-parameter
+    /// tensors on the compute stream, and each reduce-scatter's input is copied in (and cast
+    /// to the reduce dtype) from the per-parameter gradients before the compute stream may go
+    /// on ([`CostModel::fsdp2_copies_s`]). Megatron's buffers, whose parameters and gradients
+    /// are views, need neither copy.
+    pub fsdp2: bool,
     /// The context-parallel K/V exchange (with `Layout::cp` > 1).
     pub cp_comm: CpComm,
     /// Bytes per parameter of the data-parallel gradient reduction (2: fp16/bf16 gradients).
@@ -356,11 +363,36 @@ impl Stack {
         }
     }
 
-    /// The framework these switches describe, as `--stack` names it: `megatron-core` when the
-    /// weight-gradient accumulation is fused, sends do not block and the tensor-parallel
-    /// backward is asynchronous (what [`Stack::megatron_core`] sets), else `megatron-2021`.
+    /// torchtitan as its Llama recipes run it (`--stack torchtitan`): FSDP2 over the whole
+    /// data-parallel group (ZeRO-3, `data_parallel_shard_degree = -1`), parameters resharded
+    /// after the forward, BF16 parameters with FP32 gradient reduction
+    /// (`mixed_precision_param = bfloat16`, `mixed_precision_reduce = float32`: 4 bytes per
+    /// gradient), PyTorch SDPA's flash attention, eager PyTorch kernels (no compile, no
+    /// Megatron fusions), a separate gradient accumulation, DDP's reduction overlapped with
+    /// the backward when unsharded, and `torch.distributed.pipelining`'s asynchronous sends.
+    /// Tensor-parallel collectives are not overlapped (async TP needs `torch.compile`).
+    pub fn torchtitan() -> Stack {
+        Stack {
+            attention: Attention::Flash,
+            fused_kernels: false,
+            zero: Zero::Full,
+            reshard_after_forward: true,
+            fsdp2: true,
+            grad_reduce_bytes_per_param: 4.0,
+            overlap_grad_reduce: true,
+            blocking_p2p: false,
+            ..Stack::default()
+        }
+    }
+
+    /// The framework these switches describe, as `--stack` names it: `torchtitan` when
+    /// sharding runs as FSDP2, `megatron-core` when the weight-gradient accumulation is fused,
+    /// sends do not block and the tensor-parallel backward is asynchronous (what
+    /// [`Stack::megatron_core`] sets), else `megatron-2021`.
     pub fn preset_name(&self) -> &'static str {
-        if self.grad_accumulation_fusion && !self.blocking_p2p && self.tp_async_backward {
+        if self.fsdp2 {
+            "torchtitan"
+        } else if self.grad_accumulation_fusion && !self.blocking_p2p && self.tp_async_backward {
             "megatron-core"
         } else {
             "megatron-2021"
@@ -394,6 +426,7 @@ impl Default for Stack {
             overlap_param_gather: false,
             zero: Zero::Off,
             reshard_after_forward: true,
+            fsdp2: false,
             cp_comm: CpComm::P2p,
             grad_reduce_bytes_per_param: 2.0,
             grad_accumulation_bytes_per_param: 12.0,

@@ -17,7 +17,7 @@
 
 use super::plan_file::Plan;
 use super::predict::{check, step_costs, PredictRequest, Split};
-use crate::cost::{memory, Attention, Recompute, Stack};
+use crate::cost::{memory, Attention, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::profile::{LayerProfile, ProfiledLayer};
 use crate::measured::breakdown::{median, Breakdown};
@@ -184,10 +184,10 @@ fn request<'a>(
     req.schedule = plan.schedule.name.parse().ok();
     req.recompute = p.recompute.parse::<Recompute>()?;
     req.sequence_parallel = p.sequence_parallel;
-    let framework = if p.stack == "megatron-core" {
-        Stack::megatron_core()
-    } else {
-        Stack::default()
+    let framework = match p.stack.as_str() {
+        "megatron-core" => Stack::megatron_core(),
+        "torchtitan" => Stack::torchtitan(),
+        _ => Stack::default(),
     };
     req.stack = Stack {
         attention: if p.attention == "flash" {
@@ -198,6 +198,7 @@ fn request<'a>(
         tp_comm_overlap: p.tp_comm_overlap,
         overlap_grad_reduce: p.overlap_grad_reduce,
         overlap_param_gather: p.overlap_param_gather,
+        zero: Zero::from_stage(if p.zero1 { p.zero.max(1) } else { 0 }).unwrap_or(Zero::Off),
         ..framework
     };
     req.profile = profile;

@@ -161,8 +161,8 @@ pub struct Parallelism {
         skip_serializing_if = "is_default_attention"
     )]
     pub attention: String,
-    /// The framework the plan was predicted for (`--stack`): `megatron-core`, or
-    /// `megatron-2021` (the default, omitted: plans written before the field existed).
+    /// The framework the plan was predicted for (`--stack`): `megatron-core`, `torchtitan`,
+    /// or `megatron-2021` (the default, omitted: plans written before the field existed).
     #[serde(default = "default_stack", skip_serializing_if = "is_default_stack")]
     pub stack: String,
     /// Tensor-parallel collectives pipelined with the GEMMs (omitted when off).
@@ -234,6 +234,9 @@ fn default_attention() -> String {
 fn is_default_attention(a: &str) -> bool {
     a == "unfused"
 }
+/// The frameworks a plan's `parallelism.stack` may name (`--stack`).
+pub const STACKS: [&str; 3] = ["megatron-core", "megatron-2021", "torchtitan"];
+
 fn default_stack() -> String {
     "megatron-2021".to_string()
 }
@@ -706,6 +709,13 @@ impl Plan {
                     "{} (valid: 1, or a divisor of dp = {} with zero1 true)",
                     par.dp_replicate, par.dp
                 ),
+            ));
+        }
+        if !STACKS.contains(&par.stack.as_str()) {
+            return Err(field(
+                origin,
+                "parallelism.stack",
+                format!("'{}' (valid: {})", par.stack, STACKS.join(", ")),
             ));
         }
         if !["p2p", "all-gather"].contains(&par.cp_comm.as_str()) {

@@ -185,6 +185,13 @@ pub fn step_costs(
         // their own group, after its dense part on the same stream.
         let (dense_ag, dense_rs) = cm.sharded_layer_comm_s(params / n.max(1.0));
         let (expert_ag, expert_rs) = cm.expert_sharded_layer_comm_s(expert_per_layer);
+        // FSDP2: its copies out of each all-gather and into each reduce-scatter run on (or
+        // hold) the compute stream, before the layer's forward and input gradients and after
+        // its weight gradients.
+        let (out_f, out_b, copy_in) = cm.fsdp2_copies_s(params / n.max(1.0) + expert_per_layer);
+        c.forward.memory_s += n * out_f;
+        c.backward_input.memory_s += n * out_b;
+        c.backward_weight.memory_s += n * copy_in;
         let sharded = sharded_exposure(
             req.stack.zero,
             req.stack.reshard_after_forward,

@@ -794,7 +794,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     None if t > 1 => vec![false, true],
                     None => vec![false],
                 };
-                // Unpinned, replicated state (ZeRO-0) is not enumerated where ZeRO-1 applies:
+                // Unpinned, replicated state (ZeRO-0) is not enumerated where ZeRO-1 applies
+                // (in Megatron's stacks):
                 // the same bytes cross the network (reduce-scatter + all-gather = all-reduce),
                 // the optimizer step runs on a shard and less memory is held, so it never
                 // ranks above its ZeRO-1 twin.
@@ -804,6 +805,9 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     // them triples a space of up to a million candidates (DeepSeek-V3 on
                     // 2,048 GPUs: 2.9 s against the 2 s budget), so unpinned MoE stays at 1.
                     None if d * c > 1 && model.moe.is_some() => vec![Zero::Optimizer],
+                    // torchtitan replicates (DDP) or shards everything (FSDP2): it has no
+                    // sharded optimizer alone, nor sharded gradients alone.
+                    None if d * c > 1 && req.stack.fsdp2 => vec![Zero::Off, Zero::Full],
                     None if d * c > 1 => vec![Zero::Optimizer, Zero::Gradients, Zero::Full],
                     None => vec![Zero::Off],
                 };
