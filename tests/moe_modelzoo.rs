@@ -51,6 +51,8 @@ fn each_request_takes_the_rows_layout_and_stated_stack() {
         assert_eq!(r.sequence_parallel, row.t > 1);
         assert_eq!(r.stack.moe_comm_overlap, row.id == "m287", "{}", row.id);
         assert_eq!(r.stack.moe_node_dedup, row.notes.contains("DeepEP"));
+        // Megatron-LM overlaps the interleaved schedule's sends by default.
+        assert_eq!(r.stack.blocking_p2p, row.vp == 1, "{}", row.id);
         assert_eq!(r.model.total_params(), c.model.total_params());
     }
     assert_eq!(cases[2].recompute(), Recompute::Full);

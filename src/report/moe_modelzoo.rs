@@ -142,6 +142,10 @@ impl MoeCase {
             tp_async_backward: true,
             moe_comm_overlap: self.row.notes.contains("EP A2A overlap"),
             moe_node_dedup: self.row.notes.contains("dispatcher DeepEP"),
+            // Megatron-LM's training loop overlaps the interleaved schedule's pipeline sends
+            // unless told not to (`--no-overlap-p2p-communication`, `store_false` into
+            // `overlap_p2p_comm`); the 1F1B schedule's sends block.
+            blocking_p2p: self.row.vp <= 1,
             ..Stack::default()
         }
     }
