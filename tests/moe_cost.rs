@@ -436,3 +436,69 @@ fn predict_shards_expert_state_deeper_with_each_zero_stage() {
     assert!(z2.memory_breakdown.gradients < z1.memory_breakdown.gradients);
     assert!(z3.step_time_s > z2.step_time_s);
 }
+
+#[test]
+fn megatron_core_recompute_modules_drop_and_rebuild_what_they_name() {
+    use pplan::cost::memory::{layer_activation_bytes_for, norm_output_bytes, ActDims};
+    use pplan::cost::Attention;
+    let (m, hw) = (small(), Hardware::bundled("h100-80gb").unwrap());
+    let flash = Stack {
+        attention: Attention::Flash,
+        ..balanced()
+    };
+    let mut c = cm(&m, &hw, 2, 8, 8, flash);
+    fn with<'a>(c: &CostModel<'a>, r: Recompute) -> CostModel<'a> {
+        let mut c = *c;
+        c.layout.recompute = r;
+        c
+    }
+    // Hand counts, t = 2 with sequence parallelism, b = 1, s = 1024, h = 1024: the two norm
+    // outputs are 2 x 2 s h / t bytes.
+    let d = ActDims::new(&m, 1, 2);
+    assert_eq!(norm_output_bytes(d, true), 4 * 1024 * 1024 / 2);
+    let dense = |r| layer_activation_bytes_for(d, r, true, Attention::Flash);
+    assert_eq!(
+        dense(Recompute::Selective) - dense(Recompute::NormAct),
+        4 * 1024 * 1024 / 2
+    );
+    assert_eq!(dense(Recompute::NormAct), dense(Recompute::NormMoe));
+    // MoE activations: the routed rows (s/t tokens x top-2, balanced: 1024 rows over the 8
+    // ranks' 8 experts, one expert each here) keep the dispatched input and the combined
+    // output (2 x 2h), the up-projection output (2 x 2 f_e for SwiGLU) and, unless moe_act
+    // is recomputed, the activation output (2 f_e). With `moe` none of them.
+    c.layout.recompute = Recompute::None;
+    let rows = c.moe_rows_per_expert();
+    assert_eq!(rows, 1024.0 / 2.0 * 2.0 * 8.0 / 8.0);
+    let base = 1_000_000_000u64;
+    let keep = |r| with(&c, r).moe_layer_activation_bytes(base) as f64;
+    assert_eq!(
+        keep(Recompute::Selective) - keep(Recompute::NormAct),
+        rows * 2.0 * 512.0
+    );
+    assert_eq!(
+        keep(Recompute::Selective) - keep(Recompute::NormMoe),
+        rows * (4.0 * 1024.0 + 4.0 * 512.0 + 2.0 * 512.0)
+    );
+    // ... and rebuilds them one layer at a time.
+    assert_eq!(
+        with(&c, Recompute::NormMoe).moe_recompute_working_bytes() as f64,
+        rows * (4.0 * 1024.0 + 4.0 * 512.0 + 2.0 * 512.0)
+    );
+    assert_eq!(
+        with(&c, Recompute::NormAct).moe_recompute_working_bytes(),
+        0
+    );
+    // Time: `moe` runs the block's forward again, all-to-alls included; `moe_act` only the
+    // activation; both run the two norms again.
+    let none = with(&c, Recompute::None).moe_layer();
+    let moe = with(&c, Recompute::NormMoe).moe_layer();
+    let act = with(&c, Recompute::NormAct).moe_layer();
+    let a2a = c.moe_a2a_s();
+    assert!(
+        (moe.backward_input.tp_comm_s - none.backward_input.tp_comm_s - 2.0 * a2a).abs() < 1e-12
+    );
+    assert!(moe.backward_input.gemm_s > none.backward_input.gemm_s);
+    assert_eq!(act.backward_input.gemm_s, none.backward_input.gemm_s);
+    assert!(act.backward_input.memory_s > none.backward_input.memory_s);
+    assert!(moe.backward_input.total_s() > act.backward_input.total_s());
+}

@@ -110,6 +110,71 @@ fn moe_plans_emit_upstream_flags_and_read_back() {
     assert_eq!(back.model.mla, m.mla);
     assert_eq!(back.model.total_params(), m.total_params());
 
+    // Megatron-Core's recompute modules are written as its flags and read back.
+    let mut emitted = String::new();
+    for (recompute, module) in [
+        ("selective-norm-act", "moe_act"),
+        ("selective-norm-moe", "moe"),
+    ] {
+        let modules_plan = dir.join(format!("{recompute}.json"));
+        let (code, _, stderr) = pplan(&[
+            "predict",
+            "--model",
+            model.to_str().unwrap(),
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            "16",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--ep",
+            "4",
+            "--global-batch",
+            "16",
+            "--sequence-parallel",
+            "on",
+            "--recompute",
+            recompute,
+            "--output",
+            modules_plan.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let (code, text, stderr) = pplan(&[
+            "emit",
+            "--plan",
+            modules_plan.to_str().unwrap(),
+            "--target",
+            "megatron",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let words: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .collect();
+        let at = words
+            .iter()
+            .position(|w| *w == "--recompute-modules")
+            .unwrap_or_else(|| panic!("no --recompute-modules in\n{text}"));
+        assert_eq!(&words[at + 1..at + 3], ["layernorm", module], "{text}");
+        assert!(text.contains("--recompute-granularity selective"), "{text}");
+        let back = parse_megatron_args(&text, "megatron.sh").unwrap();
+        assert_eq!(back.recompute, recompute);
+        emitted = text;
+    }
+    // A module list pplan does not model is refused, naming the flag and what it reads.
+    let other = emitted.replace("\n  moe\n", "\n  mlp\n");
+    assert_ne!(other, emitted);
+    let err = parse_megatron_args(&other, "args.sh")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--recompute-modules") && err.contains("layernorm moe_act"),
+        "{err}"
+    );
+
     let (_, text, _) = pplan(&[
         "emit",
         "--plan",

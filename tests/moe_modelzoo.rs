@@ -55,6 +55,8 @@ fn each_request_takes_the_rows_layout_and_stated_stack() {
         assert_eq!(r.stack.blocking_p2p, row.vp == 1, "{}", row.id);
         assert_eq!(r.model.total_params(), c.model.total_params());
     }
+    // `norm, act` is Megatron-Core's `--recompute-modules layernorm moe_act`.
+    assert_eq!(cases[0].recompute(), Recompute::NormAct);
     assert_eq!(cases[2].recompute(), Recompute::Full);
     assert_eq!(cases[3].recompute(), Recompute::None);
 }

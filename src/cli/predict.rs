@@ -50,9 +50,11 @@ pub(crate) struct PredictArgs {
     /// Model chunks per pipeline device v (interleaving).
     #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
     pub(crate) chunks: u64,
-    /// Activation recomputation: none, selective (Megatron: the attention core), full, or
+    /// Activation recomputation: none, selective (Megatron: the attention core), full,
     /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
-    /// selective-layer (every second layer whole).
+    /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
+    /// selective-norm-act (--recompute-modules layernorm moe_act) and selective-norm-moe
+    /// (layernorm moe).
     #[arg(long, default_value = "full")]
     pub(crate) recompute: String,
     /// Sequence parallelism (Korthikanti et al. 2022).

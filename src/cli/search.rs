@@ -58,8 +58,8 @@ pub(crate) struct PlanSearchArgs {
     /// Pin the chunks per device v.
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) chunks: Option<u64>,
-    /// Pin recomputation: none, selective or full (searched), or torchtitan's selective-op or
-    /// selective-layer.
+    /// Pin recomputation: none, selective or full (searched), torchtitan's selective-op or
+    /// selective-layer, or Megatron-Core's selective-norm-act or selective-norm-moe.
     #[arg(long)]
     pub(crate) recompute: Option<String>,
     /// Pin sequence parallelism.

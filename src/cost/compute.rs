@@ -273,6 +273,25 @@ impl CostModel<'_> {
         2.0 * b * s * h * self.model.vocab_size as f64 * self.layout.cp.max(1) as f64
     }
 
+    /// HBM traffic of one layer's two norm forwards on one rank: 4 bytes per element fused,
+    /// [`EAGER_RMSNORM_BYTES`] eager (`sbh`, `/t` with sequence parallelism), as in
+    /// [`CostModel::layer_memory_bytes`].
+    pub fn norm_forward_bytes(&self) -> f64 {
+        let (b, s, h, _, _, t, _) = self.dims();
+        let sbh = s * b * h
+            / if self.layout.sequence_parallel {
+                t
+            } else {
+                1.0
+            };
+        let per_element = if self.stack.fused_kernels {
+            4.0
+        } else {
+            EAGER_RMSNORM_BYTES.0
+        };
+        2.0 * per_element * sbh
+    }
+
     /// HBM traffic of the memory-bound kernels of one layer on one rank, (forward, backward),
     /// split into the attention-core part (scales with a s^2 b / t) and the rest.
     /// Fused (Megatron-LM 2021): per layer forward two layer norms (read + write 2 bytes:
@@ -525,6 +544,12 @@ impl CostModel<'_> {
                     .map(|(share, g)| share * lin(g))
                     .sum(),
                 memory_s: mem.other_forward_bytes / hbm,
+                ..Part::default()
+            },
+            // Megatron-Core's `layernorm` module: the two norms' forward kernels again (the
+            // MoE modules add theirs in `moe_layer`).
+            Recompute::NormAct | Recompute::NormMoe => Part {
+                memory_s: self.norm_forward_bytes() / hbm,
                 ..Part::default()
             },
             // Every second layer recomputed whole: half a forward per layer on average.

@@ -154,6 +154,10 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         (Recompute::Selective, true) => 34 * sbh / t as u128,
         (Recompute::Full, false) => 2 * sbh,
         (Recompute::Full, true) => 2 * sbh / t as u128,
+        // The two norms' outputs (the QKV and MLP-in GEMMs' inputs, 2 sbh each) are dropped;
+        // the attention core is kept (Megatron-Core's modules list replaces `core_attn`).
+        (Recompute::NormAct | Recompute::NormMoe, false) => 6 * sbh + (24 * sbh + as2b) / t as u128,
+        (Recompute::NormAct | Recompute::NormMoe, true) => (30 * sbh + as2b) / t as u128,
         (Recompute::SelectiveOp, _) => selective_op_bytes(d),
         (Recompute::SelectiveLayer, sp) => {
             (layer_activation_bytes(d, Recompute::None, sp) as u128
@@ -210,10 +214,28 @@ pub fn layer_activation_bytes_for(
             let full = layer_activation_bytes(d, Recompute::Full, sequence_parallel);
             none / 2 + full / 2
         }
-        (Attention::Flash, _) => {
+        (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
+            layer_activation_bytes(d, Recompute::Selective, sequence_parallel)
+                .saturating_sub(norm_output_bytes(d, sequence_parallel))
+                .saturating_add(lse())
+        }
+        (Attention::Flash, Recompute::None | Recompute::Selective) => {
             layer_activation_bytes(d, Recompute::Selective, sequence_parallel).saturating_add(lse())
         }
     }
+}
+
+/// The two norms' outputs of one layer, `2 x 2 sbh` bytes (`/t` with sequence parallelism):
+/// what Megatron-Core's `layernorm` recompute module drops after the GEMMs that read them and
+/// rebuilds before their backward.
+pub fn norm_output_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
+    let sbh = d.s as u128 * d.b as u128 * d.h as u128;
+    let v = if sequence_parallel {
+        4 * sbh / d.t as u128
+    } else {
+        4 * sbh
+    };
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 /// [`recompute_working_bytes`] for an attention kernel: with flash attention the recomputed
@@ -230,6 +252,9 @@ pub fn recompute_working_bytes_for(
             recompute_working_bytes(d, recompute, sequence_parallel)
         }
         (Attention::Flash, Recompute::Selective) => 0,
+        (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
+            norm_output_bytes(d, sequence_parallel)
+        }
         (Attention::Flash, Recompute::Full | Recompute::SelectiveLayer) => {
             layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention)
         }
@@ -262,6 +287,7 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
         }
         Recompute::SelectiveOp => layer_activation_bytes(d, Recompute::None, sequence_parallel)
             .saturating_sub(layer_activation_bytes(d, recompute, sequence_parallel)),
+        Recompute::NormAct | Recompute::NormMoe => norm_output_bytes(d, sequence_parallel),
     }
 }
 
@@ -343,7 +369,13 @@ mod tests {
             (Recompute::Selective, true) => sbh / t * 34.0,
             (Recompute::Full, false) => 2.0 * sbh,
             (Recompute::Full, true) => 2.0 * sbh / t,
-            (Recompute::SelectiveOp | Recompute::SelectiveLayer, _) => {
+            (
+                Recompute::SelectiveOp
+                | Recompute::SelectiveLayer
+                | Recompute::NormAct
+                | Recompute::NormMoe,
+                _,
+            ) => {
                 unreachable!("not in Table 2: the tests iterate over Recompute::ALL")
             }
         }

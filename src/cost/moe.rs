@@ -330,8 +330,12 @@ impl CostModel<'_> {
             cp_comm_s: 0.0,
             cp_hidden_s: 0.0,
         };
-        if self.layout.recompute == Recompute::Full {
-            backward_input = backward_input.plus(forward);
+        match self.layout.recompute {
+            // The MoE block again (router, dispatch, experts, combine) before its backward.
+            Recompute::Full | Recompute::NormMoe => backward_input = backward_input.plus(forward),
+            // The experts' activation kernel again.
+            Recompute::NormAct => backward_input.memory_s += act_f * rows * f / hbm,
+            _ => {}
         }
         // Expert weight gradients accumulate into their fp32 main gradients like the dense
         // ones (fused epilogue or a kernel of its own).
@@ -454,6 +458,38 @@ impl CostModel<'_> {
         k * (moe_dense + routed) + (l - k) * self.layer_forward_flops()
     }
 
+    /// Working memory of rebuilding one MoE layer's routed activations before its backward
+    /// (`selective-norm-moe`): what [`CostModel::moe_layer_activation_bytes`] keeps without
+    /// the module; zero otherwise.
+    pub fn moe_recompute_working_bytes(&self) -> u64 {
+        if self.layout.recompute != Recompute::NormMoe || self.model.moe.is_none() {
+            return 0;
+        }
+        let h = self.model.hidden_size as f64;
+        let [up, down] = self.moe_expert_gemms();
+        let rows = self.moe_rows_per_expert() * up.batch;
+        // `down.k` is the expert's hidden width on this rank, f_e / etp.
+        (rows * (4.0 * h + 2.0 * up.n + 2.0 * down.k)).ceil() as u64
+    }
+
+    /// Forward FLOPs of the routed part of the MoE blocks (router and routed experts) of all
+    /// MoE layers for one micro-batch, all ranks: what `--recompute selective-norm-moe` runs
+    /// again in pplan (shared experts, which pplan costs with the layer's dense part, are not
+    /// counted as recomputed).
+    pub fn moe_blocks_forward_flops(&self) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
+        let (b, s) = (self.layout.micro_batch as f64, self.model.seq_len as f64);
+        let h = self.model.hidden_size as f64;
+        let mats = if self.model.gated_mlp { 3.0 } else { 2.0 };
+        let per_layer = b
+            * s
+            * 2.0
+            * (moe.top_k as f64 * mats * h * moe.expert_ffn as f64 + h * moe.num_experts as f64);
+        moe.num_moe_layers() as f64 * per_layer
+    }
+
     /// An all-reduce of `bytes` per rank over the expert data-parallel group (`edp` ranks,
     /// `ep x etp` apart): hierarchical when several share an NVLink domain, else a ring over
     /// the NICs. Zero with one member.
@@ -542,6 +578,9 @@ impl CostModel<'_> {
     /// experts' up-projection and activation outputs (2 x (2) f_e/etp and 2 f_e/etp bytes per
     /// row), and the shared experts' (the same per token, `/t`). Unchanged with full
     /// recompute (only the layer input is kept).
+    /// With `selective-norm-act` the experts' activation outputs (`2 f_e/etp` bytes per row)
+    /// are not kept; with `selective-norm-moe` nothing of the routed part is (the block's input
+    /// is the dense layer's pre-MLP norm input, already counted).
     pub fn moe_layer_activation_bytes(&self, dense_layer_bytes: u64) -> u64 {
         let Some(moe) = &self.model.moe else {
             return dense_layer_bytes;
@@ -554,7 +593,11 @@ impl CostModel<'_> {
         let [up, _] = self.moe_expert_gemms();
         let rows = self.moe_rows_per_expert() * up.batch;
         let f = moe.expert_ffn as f64 / self.etp() as f64;
-        let routed = rows * (4.0 * h + 2.0 * up.n + 2.0 * f);
+        let routed = match self.layout.recompute {
+            Recompute::NormAct => rows * (4.0 * h + 2.0 * up.n),
+            Recompute::NormMoe => 0.0,
+            _ => rows * (4.0 * h + 2.0 * up.n + 2.0 * f),
+        };
         let fs = moe.shared_ffn as f64 / t;
         let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
         let shared = b * s * (2.0 * up_s + 2.0 * fs);

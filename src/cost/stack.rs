@@ -30,18 +30,28 @@ pub enum Recompute {
     /// torchtitan's per-layer selective checkpointing with `selective_ac_option = "2"`: every
     /// second layer is checkpointed whole (full recompute), the others keep everything.
     SelectiveLayer,
+    /// Megatron-Core's `--recompute-granularity selective --recompute-modules layernorm
+    /// moe_act` (the Megatron-MoE-ModelZoo H100 and GB200 recipes): the two norms' outputs and
+    /// the experts' activation output are dropped after use and recomputed in the backward.
+    NormAct,
+    /// Megatron-Core's `--recompute-modules layernorm moe`: the norms' outputs dropped and the
+    /// whole MoE block (router, dispatch and combine, experts) checkpointed, run again before
+    /// its backward.
+    NormMoe,
 }
 
 impl Recompute {
     /// Megatron-LM's modes: what the search enumerates.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
     /// Every mode a user can pin (`--recompute`, a plan's `parallelism.recompute`).
-    pub const EVERY: [Recompute; 5] = [
+    pub const EVERY: [Recompute; 7] = [
         Recompute::None,
         Recompute::Selective,
         Recompute::Full,
         Recompute::SelectiveOp,
         Recompute::SelectiveLayer,
+        Recompute::NormAct,
+        Recompute::NormMoe,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,6 +60,8 @@ impl Recompute {
             Recompute::Full => "full",
             Recompute::SelectiveOp => "selective-op",
             Recompute::SelectiveLayer => "selective-layer",
+            Recompute::NormAct => "selective-norm-act",
+            Recompute::NormMoe => "selective-norm-moe",
         }
     }
 }
@@ -67,9 +79,8 @@ impl FromStr for Recompute {
             .into_iter()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
-                format!(
-                    "unknown recompute '{s}' (valid: none, selective, full, selective-op, selective-layer)"
-                )
+                let valid: Vec<&str> = Recompute::EVERY.iter().map(|r| r.as_str()).collect();
+                format!("unknown recompute '{s}' (valid: {})", valid.join(", "))
             })
     }
 }

@@ -229,6 +229,7 @@ const USED: &[&str] = &[
     "--vocab-size",
     "--make-vocab-size-divisible-by",
     "--recompute-granularity",
+    "--recompute-modules",
     "--recompute-method",
     "--recompute-num-layers",
     "--sequence-parallel",
@@ -474,7 +475,27 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
 
     let recompute = match flags.str("--recompute-granularity") {
         None => "none",
-        Some("selective") => "selective",
+        Some("selective") => {
+            // Megatron-Core's modules (default `core_attn`); pplan models three sets.
+            let mut modules: Vec<&str> = flags
+                .map
+                .get("--recompute-modules")
+                .map(|v| v.iter().map(String::as_str).collect())
+                .unwrap_or_default();
+            modules.sort_unstable();
+            match modules.as_slice() {
+                [] | ["core_attn"] => "selective",
+                ["layernorm", "moe_act"] => "selective-norm-act",
+                ["layernorm", "moe"] => "selective-norm-moe",
+                _ => {
+                    return Err(flags.bad(
+                        "--recompute-modules",
+                        &modules.join(" "),
+                        "core_attn (the default), layernorm moe_act, or layernorm moe",
+                    ))
+                }
+            }
+        }
         Some("full") => "full",
         Some(other) => {
             return Err(flags.bad("--recompute-granularity", other, "full or selective"))

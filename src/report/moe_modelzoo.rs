@@ -114,12 +114,14 @@ pub struct MoeCase {
 }
 
 impl MoeCase {
-    /// The recomputation the row states: `full`, none, or Megatron-Core's selective modules
-    /// (`norm, act`: layer norms and the expert activation), which pplan has no finer setting
-    /// for than `selective` (with flash attention it recomputes nothing).
+    /// The recomputation the row states: `full`, none, or Megatron-Core's selective modules:
+    /// `norm, act` (`--recompute-modules layernorm moe_act`, the recipe's) is
+    /// `selective-norm-act`; other module lists (only m291's, which is not predicted) fall
+    /// back to `selective`.
     pub fn recompute(&self) -> Recompute {
         match self.row.recompute.as_deref() {
             Some("full") => Recompute::Full,
+            Some("selective: norm, act") => Recompute::NormAct,
             Some(_) => Recompute::Selective,
             None => Recompute::None,
         }

@@ -234,6 +234,20 @@ pub fn megatron(plan: &Plan) -> Emitted {
             flag("--recompute-method", Some("uniform".into()));
             flag("--recompute-num-layers", val(1));
         }
+        // Megatron-Core's recompute modules; `--recompute-modules` takes its modules as
+        // separate words, so the second is an array element of its own.
+        modules @ ("selective-norm-act" | "selective-norm-moe") => {
+            flag("--recompute-granularity", Some("selective".into()));
+            flag("--recompute-modules", Some("layernorm".into()));
+            flag(
+                if modules == "selective-norm-act" {
+                    "moe_act"
+                } else {
+                    "moe"
+                },
+                None,
+            );
+        }
         other @ ("selective-op" | "selective-layer") => notes.push(format!(
             "recompute {other} is torchtitan's selective activation checkpointing; Megatron-LM has no such mode, so no recompute flag is written"
         )),

@@ -131,6 +131,12 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         }
         "full" => "FullAC.Config()",
         "selective-op" => "SelectiveAC.Config()",
+        modules @ ("selective-norm-act" | "selective-norm-moe") => {
+            notes.push(format!(
+                "recompute {modules} is Megatron-Core's recompute modules; torchtitan has no such mode, so its per-op SelectiveAC is written"
+            ));
+            "SelectiveAC.Config()"
+        }
         "selective-layer" => {
             notes.push(
                 "selective-layer (every second layer checkpointed) is gone from torchtitan main; SelectiveAC (per-op, of about the same cost) is written instead".into(),

@@ -104,6 +104,13 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
             ac.push(format!("mode = {}", quoted("selective")));
             ac.push(format!("selective_ac_option = {}", quoted(option)));
         }
+        modules @ ("selective-norm-act" | "selective-norm-moe") => {
+            ac.push(format!("mode = {}", quoted("selective")));
+            ac.push(format!("selective_ac_option = {}", quoted("op")));
+            notes.push(format!(
+                "recompute {modules} is Megatron-Core's recompute modules; torchtitan has no such mode, so its per-op selective checkpointing is written"
+            ));
+        }
         other => ac.push(format!("mode = {}", quoted(other))),
     }
     // The network: a flavor with exactly the plan's dimensions, or no [model] section and a

@@ -29,14 +29,6 @@ pub struct StepCosts {
     pub device_expert_params: Vec<u64>,
 }
 
-/// One dense stage's costs, kept for the stages equal to it.
-#[derive(Clone, Copy)]
-struct StageMemo {
-    stage: StageCost,
-    tp_comm: TpCommNs,
-    params: f64,
-}
-
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
 /// `placement` over `req.pp` devices. The request must have passed [`check`] (which gives `dp`).
 /// Shared by [`predict`] and the planner's search, so both see exactly the same costs.
@@ -124,13 +116,16 @@ pub fn step_costs(
     // Dense layers from the cost model: a stage's costs depend only on its layer count and
     // whether it holds the embedding or the output layer, so equal stages are costed once.
     let memoizable = prof.is_none() && model.moe.is_none() && model.sliding_window.is_none();
-    let mut memo: Vec<((u64, bool, bool), StageMemo)> = Vec::new();
+    type Memo = ((u64, bool, bool), (StageCost, TpCommNs, f64));
+    let mut memo: Vec<Memo> = Vec::new();
     for s in 0..num_stages {
         let key = (layers_of(s), s == 0, s + 1 == num_stages);
-        if let Some((_, m)) = memo.iter().find(|(k, _)| memoizable && *k == key) {
-            stages.push(m.stage);
-            tp_comm.push(m.tp_comm);
-            stage_params.push(m.params);
+        if let Some(&(_, (stage, comm, params))) =
+            memo.iter().find(|(k, _)| memoizable && *k == key)
+        {
+            stages.push(stage);
+            tp_comm.push(comm);
+            stage_params.push(params);
             continue;
         }
         let n = layers_of(s) as f64;
@@ -247,14 +242,7 @@ pub fn step_costs(
                 > 0.0,
         };
         if memoizable {
-            memo.push((
-                key,
-                StageMemo {
-                    stage,
-                    tp_comm: stage_tp_comm,
-                    params,
-                },
-            ));
+            memo.push((key, (stage, stage_tp_comm, params)));
         }
         stages.push(stage);
         tp_comm.push(stage_tp_comm);
@@ -283,7 +271,8 @@ pub fn step_costs(
         req.recompute,
         req.sequence_parallel,
         req.stack.attention,
-    );
+    )
+    .saturating_add(cm.moe_recompute_working_bytes());
     let extra = req.stack.low_precision_weight_bytes_per_param();
     let shard = cm.shard_ranks();
     let state = |prm: f64| {
@@ -479,6 +468,9 @@ pub fn prediction_from(
         Recompute::Full => layer_fwd,
         Recompute::SelectiveOp => cm.selective_op_recompute_flops() / req.micro_batch as f64,
         Recompute::SelectiveLayer => layer_fwd / 2.0,
+        // No GEMM is recomputed by the norms or the expert activation; the MoE block's
+        // recompute is counted below.
+        Recompute::NormAct | Recompute::NormMoe => 0.0,
     };
     let layers_fwd = match &model.moe {
         None => layers as f64 * layer_fwd,
@@ -487,6 +479,8 @@ pub fn prediction_from(
     let model_flops = samples * 3.0 * (layers_fwd + logit_fwd);
     let recomputed = match (&model.moe, req.recompute) {
         (Some(_), Recompute::Full) => layers_fwd,
+        // The routed and shared experts and the router of every MoE layer again.
+        (Some(_), Recompute::NormMoe) => cm.moe_blocks_forward_flops() / req.micro_batch as f64,
         _ => layers as f64 * recompute_per_layer,
     };
     let hardware_flops = model_flops + samples * recomputed;
