@@ -540,25 +540,19 @@ impl StackArgs {
         overlap_grad_reduce: Option<OnOff>,
         hw: &pplan::inputs::hardware::Hardware,
     ) -> Result<Stack, CliError> {
-        let stack = match self.preset {
-            StackPreset::MegatronCore => Stack {
-                // The fused kernel needs the profile's measured rates; without them, unfused.
-                attention: if hw.attention_efficiencies().is_some() {
-                    Attention::Flash
-                } else {
-                    Attention::Unfused
-                },
-                ..Stack::megatron_core()
-            },
+        let preset = match self.preset {
+            StackPreset::MegatronCore => Stack::megatron_core(),
             StackPreset::Megatron2021 => Stack::default(),
-            StackPreset::Torchtitan => Stack {
-                attention: if hw.attention_efficiencies().is_some() {
-                    Attention::Flash
-                } else {
-                    Attention::Unfused
-                },
-                ..Stack::torchtitan()
+            StackPreset::Torchtitan => Stack::torchtitan(),
+        };
+        // A preset's fused kernel needs the profile's measured rates; without them, unfused.
+        let stack = Stack {
+            attention: if hw.attention_efficiencies().is_some() {
+                preset.attention
+            } else {
+                Attention::Unfused
             },
+            ..preset
         };
         let stack = Stack {
             zero,
