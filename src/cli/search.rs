@@ -233,8 +233,14 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
             String::new()
         }
     };
+    // The recompute column as wide as its longest value (pinned modes have long names).
+    let rw = o
+        .results
+        .iter()
+        .map(|r| r.prediction.recompute.len())
+        .fold(9, usize::max);
     println!(
-        "{:>4} {:>4} {:>3} {:>5}{}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
+        "{:>4} {:>4} {:>3} {:>5}{}{} {:>4} {:>5} {:<16} {:>2} {:<rw$} {:<3} {:<6} {:<8} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}",
         "rank", "p", "t", "d", cp_col(&"cp"), ep_col(&"ep", &"etp"), "b", "m", "schedule", "v", "recompute", "SP", "ZeRO", "split", "step (s)", "TFLOP/s", "MFU", "bubble", "peak GB", "headroom"
     );
     for r in &o.results {
@@ -249,7 +255,7 @@ pub(crate) fn print_search_table(o: &pplan::plan::search::SearchOutcome, elapsed
             }
         };
         println!(
-            "{:>4} {:>4} {:>3} {:>5}{}{} {:>4} {:>5} {:<16} {:>2} {:<9} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
+            "{:>4} {:>4} {:>3} {:>5}{}{} {:>4} {:>5} {:<16} {:>2} {:<rw$} {:<3} {:<6} {:<8} {:>9.3} {:>8.1} {:>6.3} {:>6.3} {:>8.1} {:>8.1}",
             r.rank,
             p.pp,
             p.tp,
