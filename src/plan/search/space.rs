@@ -132,7 +132,7 @@ fn schedule_index(s: ScheduleName) -> usize {
 }
 
 fn recompute_index(r: Recompute) -> usize {
-    Recompute::ALL
+    Recompute::EVERY
         .iter()
         .position(|&x| x == r)
         .unwrap_or(usize::MAX)
@@ -739,8 +739,15 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         Some(s) => vec![s],
         None => SEARCHED_SCHEDULES.to_vec(),
     };
+    // Mixture of experts: Megatron-Core's recompute modules too (the ModelZoo recipes'
+    // `layernorm moe_act`, and `layernorm moe` for long sequences).
     let recomputes: Vec<Recompute> = match pins.recompute {
         Some(r) => vec![r],
+        None if req.model.moe.is_some() => {
+            let mut v = Recompute::ALL.to_vec();
+            v.extend([Recompute::NormAct, Recompute::NormMoe]);
+            v
+        }
         None => Recompute::ALL.to_vec(),
     };
     let flash = req.stack.attention == crate::cost::Attention::Flash;
