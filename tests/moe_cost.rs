@@ -475,9 +475,10 @@ fn megatron_core_recompute_modules_drop_and_rebuild_what_they_name() {
         keep(Recompute::Selective) - keep(Recompute::NormAct),
         rows * 2.0 * 512.0
     );
+    // (`moe` keeps the checkpoint's input, the pre-MLP norm output, 2 s h / t.)
     assert_eq!(
         keep(Recompute::Selective) - keep(Recompute::NormMoe),
-        rows * (4.0 * 1024.0 + 4.0 * 512.0 + 2.0 * 512.0)
+        rows * (4.0 * 1024.0 + 4.0 * 512.0 + 2.0 * 512.0) - 2.0 * 1024.0 * 1024.0 / 2.0
     );
     // ... and rebuilds them one layer at a time.
     assert_eq!(

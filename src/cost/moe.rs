@@ -579,8 +579,9 @@ impl CostModel<'_> {
     /// row), and the shared experts' (the same per token, `/t`). Unchanged with full
     /// recompute (only the layer input is kept).
     /// With `selective-norm-act` the experts' activation outputs (`2 f_e/etp` bytes per row)
-    /// are not kept; with `selective-norm-moe` nothing of the routed part is (the block's input
-    /// is the dense layer's pre-MLP norm input, already counted).
+    /// are not kept; with `selective-norm-moe` nothing of the routed part is but the
+    /// checkpoint's input, the pre-MLP norm output (`2 sbh / t`, which the `layernorm` module
+    /// would otherwise drop).
     pub fn moe_layer_activation_bytes(&self, dense_layer_bytes: u64) -> u64 {
         let Some(moe) = &self.model.moe else {
             return dense_layer_bytes;
@@ -595,7 +596,7 @@ impl CostModel<'_> {
         let f = moe.expert_ffn as f64 / self.etp() as f64;
         let routed = match self.layout.recompute {
             Recompute::NormAct => rows * (4.0 * h + 2.0 * up.n),
-            Recompute::NormMoe => 0.0,
+            Recompute::NormMoe => 2.0 * sbh / t,
             _ => rows * (4.0 * h + 2.0 * up.n + 2.0 * f),
         };
         let fs = moe.shared_ffn as f64 / t;

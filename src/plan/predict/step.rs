@@ -479,7 +479,7 @@ pub fn prediction_from(
     let model_flops = samples * 3.0 * (layers_fwd + logit_fwd);
     let recomputed = match (&model.moe, req.recompute) {
         (Some(_), Recompute::Full) => layers_fwd,
-        // The routed and shared experts and the router of every MoE layer again.
+        // The router and routed experts of every MoE layer again.
         (Some(_), Recompute::NormMoe) => cm.moe_blocks_forward_flops() / req.micro_batch as f64,
         _ => layers as f64 * recompute_per_layer,
     };
