@@ -458,11 +458,13 @@ pub(crate) enum StackPreset {
 }
 
 impl StackPreset {
-    /// The ZeRO stage the framework runs when neither --zero nor --zero1 is given.
-    pub(crate) fn default_zero(self) -> pplan::cost::Zero {
+    /// The stack the preset names (its ZeRO stage is the one used when neither --zero nor
+    /// --zero1 is given).
+    pub(crate) fn stack(self) -> Stack {
         match self {
-            StackPreset::Torchtitan => pplan::cost::Zero::Full,
-            StackPreset::MegatronCore | StackPreset::Megatron2021 => pplan::cost::Zero::Off,
+            StackPreset::MegatronCore => Stack::megatron_core(),
+            StackPreset::Megatron2021 => Stack::default(),
+            StackPreset::Torchtitan => Stack::torchtitan(),
         }
     }
 }
@@ -540,11 +542,7 @@ impl StackArgs {
         overlap_grad_reduce: Option<OnOff>,
         hw: &pplan::inputs::hardware::Hardware,
     ) -> Result<Stack, CliError> {
-        let preset = match self.preset {
-            StackPreset::MegatronCore => Stack::megatron_core(),
-            StackPreset::Megatron2021 => Stack::default(),
-            StackPreset::Torchtitan => Stack::torchtitan(),
-        };
+        let preset = self.preset.stack();
         // A preset's fused kernel needs the profile's measured rates; without them, unfused.
         let stack = Stack {
             attention: if hw.attention_efficiencies().is_some() {

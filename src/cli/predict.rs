@@ -170,7 +170,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     req.recompute = recompute;
     req.sequence_parallel = args.sequence_parallel == OnOff::On;
     let zero =
-        zero_stage(args.zero.as_deref(), args.zero1)?.unwrap_or(args.stack.preset.default_zero());
+        zero_stage(args.zero.as_deref(), args.zero1)?.unwrap_or(args.stack.preset.stack().zero);
     if args.stack.overlap_param_gather == Some(OnOff::On)
         && (!zero.shards_optimizer() || zero.shards_weights())
     {

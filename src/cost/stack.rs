@@ -396,6 +396,19 @@ impl Stack {
         }
     }
 
+    /// The presets `--stack` and a plan's `parallelism.stack` name, in the CLI's order.
+    pub const PRESET_NAMES: [&'static str; 3] = ["megatron-core", "megatron-2021", "torchtitan"];
+
+    /// The preset of one of [`Stack::PRESET_NAMES`]; `None` for any other name.
+    pub fn preset(name: &str) -> Option<Stack> {
+        match name {
+            "megatron-core" => Some(Stack::megatron_core()),
+            "megatron-2021" => Some(Stack::default()),
+            "torchtitan" => Some(Stack::torchtitan()),
+            _ => None,
+        }
+    }
+
     /// The framework these switches describe, as `--stack` names it: `torchtitan` when
     /// sharding runs as FSDP2, `megatron-core` when the weight-gradient accumulation is fused,
     /// sends do not block and the tensor-parallel backward is asynchronous (what
@@ -560,5 +573,19 @@ impl Default for Overheads {
             workspace_bytes: 4 * 32 * MIB,
             allocator_reserve_fraction: 0.05,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_named_back_by_preset_name() {
+        for name in Stack::PRESET_NAMES {
+            let stack = Stack::preset(name).unwrap();
+            assert_eq!(stack.preset_name(), name);
+        }
+        assert_eq!(Stack::preset("deepspeed"), None);
     }
 }

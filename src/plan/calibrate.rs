@@ -184,11 +184,8 @@ fn request<'a>(
     req.schedule = plan.schedule.name.parse().ok();
     req.recompute = p.recompute.parse::<Recompute>()?;
     req.sequence_parallel = p.sequence_parallel;
-    let framework = match p.stack.as_str() {
-        "megatron-core" => Stack::megatron_core(),
-        "torchtitan" => Stack::torchtitan(),
-        _ => Stack::default(),
-    };
+    // The plan file's reader has checked the name.
+    let framework = Stack::preset(&p.stack).unwrap_or_default();
     req.stack = Stack {
         attention: if p.attention == "flash" {
             Attention::Flash

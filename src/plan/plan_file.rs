@@ -11,6 +11,7 @@
 //! stage count and placement, every action parses, and the schedule passes the one validator)
 //! so that the executor never starts a run that cannot finish. No IO here.
 
+use crate::cost::Stack;
 use crate::inputs::hardware::valid_names;
 use crate::inputs::model::Model;
 use crate::inputs::profile::even_split;
@@ -234,9 +235,6 @@ fn default_attention() -> String {
 fn is_default_attention(a: &str) -> bool {
     a == "unfused"
 }
-/// The frameworks a plan's `parallelism.stack` may name (`--stack`).
-pub const STACKS: [&str; 3] = ["megatron-core", "megatron-2021", "torchtitan"];
-
 fn default_stack() -> String {
     "megatron-2021".to_string()
 }
@@ -711,11 +709,15 @@ impl Plan {
                 ),
             ));
         }
-        if !STACKS.contains(&par.stack.as_str()) {
+        if Stack::preset(&par.stack).is_none() {
             return Err(field(
                 origin,
                 "parallelism.stack",
-                format!("'{}' (valid: {})", par.stack, STACKS.join(", ")),
+                format!(
+                    "'{}' (valid: {})",
+                    par.stack,
+                    Stack::PRESET_NAMES.join(", ")
+                ),
             ));
         }
         if !["p2p", "all-gather"].contains(&par.cp_comm.as_str()) {
