@@ -2,15 +2,16 @@
 //! of docs/validation.md, then the held-out Llama 3 rows of the same page:
 //! `cargo run --release --example validate_torchtitan`.
 
+use pplan::cost::Stack;
 use pplan::inputs::hardware::Hardware;
 use pplan::report::torchtitan::{
-    torchtitan_fsdp2_stack, torchtitan_markdown, validate_torchtitan, validate_torchtitan_llama3,
+    torchtitan_markdown, validate_torchtitan, validate_torchtitan_llama3,
 };
 
 fn main() {
     let hw = Hardware::bundled("a100-80gb").expect("bundled profile");
-    let both = validate_torchtitan(&hw, torchtitan_fsdp2_stack()).and_then(|rows| {
-        validate_torchtitan_llama3(&hw, torchtitan_fsdp2_stack()).map(|held| (rows, held))
+    let both = validate_torchtitan(&hw, Stack::torchtitan()).and_then(|rows| {
+        validate_torchtitan_llama3(&hw, Stack::torchtitan()).map(|held| (rows, held))
     });
     match both {
         Ok((rows, held)) => {

@@ -6,11 +6,11 @@
 mod common;
 
 use common::pplan;
-use pplan::cost::Zero;
+use pplan::cost::{Stack, Zero};
 use pplan::inputs::hardware::Hardware;
 use pplan::report::torchtitan::{
-    recompute_of, torchtitan_fsdp2_stack, torchtitan_markdown, torchtitan_rows,
-    validate_torchtitan, validate_torchtitan_llama3,
+    recompute_of, torchtitan_markdown, torchtitan_rows, validate_torchtitan,
+    validate_torchtitan_llama3,
 };
 
 #[test]
@@ -18,7 +18,7 @@ fn rows_load_and_the_stack_is_torchtitans() {
     let rows = torchtitan_rows().unwrap();
     assert_eq!(rows.len(), 5);
     assert!(rows.iter().all(|r| r.gpus_total == 64 && r.d == 64));
-    let s = torchtitan_fsdp2_stack();
+    let s = Stack::torchtitan();
     assert_eq!(s.zero, Zero::Full);
     assert_eq!(s.grad_reduce_bytes_per_param, 4.0);
     let modelled: Vec<&str> = rows
@@ -32,8 +32,8 @@ fn rows_load_and_the_stack_is_torchtitans() {
 #[test]
 fn predicted_rows_stay_within_the_guard_and_the_output_is_deterministic() {
     let hw = Hardware::bundled("a100-80gb").unwrap();
-    let a = validate_torchtitan(&hw, torchtitan_fsdp2_stack()).unwrap();
-    let b = validate_torchtitan(&hw, torchtitan_fsdp2_stack()).unwrap();
+    let a = validate_torchtitan(&hw, Stack::torchtitan()).unwrap();
+    let b = validate_torchtitan(&hw, Stack::torchtitan()).unwrap();
     assert_eq!(a, b);
     let errors: Vec<f64> = a
         .iter()
@@ -196,7 +196,7 @@ fn torchtitan_checkpointing_is_emitted_as_torchtitan_spells_it() {
 fn held_out_llama3_rows_are_predicted_within_the_bar() {
     // Not used to build the model: torchtitan's Llama 3 8B and 70B on the same 64 A100.
     let hw = Hardware::bundled("a100-80gb").unwrap();
-    let rows = validate_torchtitan_llama3(&hw, torchtitan_fsdp2_stack()).unwrap();
+    let rows = validate_torchtitan_llama3(&hw, Stack::torchtitan()).unwrap();
     assert_eq!(rows.len(), 3);
     for c in &rows {
         let (p, err) = c.outcome.as_ref().unwrap();

@@ -5,7 +5,8 @@
 //! The rows (`data/torchtitan-a100-fsdp.json`, copied unchanged from the project's shared
 //! data) are compiled in; the Llama 2 architectures are the ones of
 //! `data/nemo-24.07-models.json` (the same public Hugging Face configs). The stack is
-//! torchtitan's default for these runs ([`torchtitan_fsdp2_stack`]). torchtitan's selective
+//! torchtitan's default for these runs ([`Stack::torchtitan`]: FSDP2 over all 64 ranks, FP32
+//! gradient reduction, SDPA flash attention, eager kernels, FSDP2's copies). torchtitan's selective
 //! activation checkpointing runs as pplan's `selective-op` (every second linear GEMM and the
 //! elementwise kernels recomputed) and `selective-layer` (every second layer whole), not as
 //! Megatron's selective recomputation (the attention core).
@@ -59,13 +60,6 @@ pub fn torchtitan_rows() -> Result<Vec<TorchtitanRow>, TorchtitanError> {
     serde_json::from_str::<RunsFile>(TORCHTITAN_A100_FSDP_RUNS)
         .map(|f| f.rows)
         .map_err(|e| TorchtitanError::Data(format!("data/torchtitan-a100-fsdp.json: {e}")))
-}
-
-/// torchtitan's training stack for these runs: [`Stack::torchtitan`] (FSDP2 over all 64
-/// ranks, resharded after the forward, FP32 gradient reduction, SDPA flash attention, eager
-/// kernels, FSDP2's copies around its collectives).
-pub fn torchtitan_fsdp2_stack() -> Stack {
-    Stack::torchtitan()
 }
 
 /// pplan's recomputation for a row, or why the row's is not one pplan models.
