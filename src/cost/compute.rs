@@ -273,23 +273,32 @@ impl CostModel<'_> {
         2.0 * b * s * h * self.model.vocab_size as f64 * self.layout.cp.max(1) as f64
     }
 
-    /// HBM traffic of one layer's two norm forwards on one rank: 4 bytes per element fused,
-    /// [`EAGER_RMSNORM_BYTES`] eager (`sbh`, `/t` with sequence parallelism), as in
-    /// [`CostModel::layer_memory_bytes`].
-    pub fn norm_forward_bytes(&self) -> f64 {
+    /// Elements of one layer's `s b h` activations on one rank (`/t` with sequence
+    /// parallelism): what the norms, residual adds and bias-dropout-adds touch.
+    fn sbh_per_rank(&self) -> f64 {
         let (b, s, h, _, _, t, _) = self.dims();
-        let sbh = s * b * h
+        s * b * h
             / if self.layout.sequence_parallel {
                 t
             } else {
                 1.0
-            };
-        let per_element = if self.stack.fused_kernels {
-            4.0
+            }
+    }
+
+    /// Bytes per element of one norm, (forward, backward): fused, read and write 2 (the
+    /// backward also reads the input, 6); eager, [`EAGER_RMSNORM_BYTES`].
+    fn norm_bytes(&self) -> (f64, f64) {
+        if self.stack.fused_kernels {
+            (4.0, 6.0)
         } else {
-            EAGER_RMSNORM_BYTES.0
-        };
-        2.0 * per_element * sbh
+            EAGER_RMSNORM_BYTES
+        }
+    }
+
+    /// HBM traffic of one layer's two norm forwards on one rank, as in
+    /// [`CostModel::layer_memory_bytes`].
+    pub fn norm_forward_bytes(&self) -> f64 {
+        2.0 * self.norm_bytes().0 * self.sbh_per_rank()
     }
 
     /// HBM traffic of the memory-bound kernels of one layer on one rank, (forward, backward),
@@ -303,12 +312,8 @@ impl CostModel<'_> {
     /// rank (/t). Unfused kernels add round trips (docs/cost-model.md).
     pub fn layer_memory_bytes(&self) -> MemoryTraffic {
         let (b, s, h, a, f, t, _) = self.dims();
-        let sbh = s * b * h
-            / if self.layout.sequence_parallel {
-                t
-            } else {
-                1.0
-            };
+        let sbh = self.sbh_per_rank();
+        let (norm_f, norm_b) = self.norm_bytes();
         let sbf = s * b * f / t;
         let as2b = a * s * s * b / t;
         let gated = self.model.gated_mlp;
@@ -333,8 +338,8 @@ impl CostModel<'_> {
         };
         let (rest_f, rest_b) = if self.stack.fused_kernels {
             (
-                (4.0 + 4.0 + 7.0 + 7.0) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
-                (6.0 + 6.0 + 11.0 + 11.0) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
+                (2.0 * norm_f + 7.0 + 7.0) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
+                (2.0 * norm_b + 11.0 + 11.0) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
             )
         } else {
             // Eager PyTorch, as torchtitan's Llama code runs it (no biases, no dropout; the
@@ -344,7 +349,6 @@ impl CostModel<'_> {
             // 10 / 18 (GeLU 4 / 6) bytes per element of f.
             let qk =
                 s * b * (a + self.model.num_kv_heads as f64) * self.model.head_dim() as f64 / t;
-            let (norm_f, norm_b) = EAGER_RMSNORM_BYTES;
             (
                 (2.0 * norm_f + 2.0 * 6.0) * sbh
                     + EAGER_ROPE_BYTES * qk
