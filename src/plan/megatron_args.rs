@@ -205,6 +205,14 @@ impl Flags {
 }
 
 /// The flags this reader interprets.
+/// Megatron-Core's `--recompute-modules` lists (with `--recompute-granularity selective`)
+/// that pplan models beside the default `core_attn`, each with the `--recompute` value it is;
+/// the modules in sorted order. Emitting and reading Megatron-LM arguments both use it.
+pub const RECOMPUTE_MODULES: [(&str, [&str; 2]); 2] = [
+    ("selective-norm-act", ["layernorm", "moe_act"]),
+    ("selective-norm-moe", ["layernorm", "moe"]),
+];
+
 const USED: &[&str] = &[
     "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size",
@@ -485,15 +493,18 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
             modules.sort_unstable();
             match modules.as_slice() {
                 [] | ["core_attn"] => "selective",
-                ["layernorm", "moe_act"] => "selective-norm-act",
-                ["layernorm", "moe"] => "selective-norm-moe",
-                _ => {
-                    return Err(flags.bad(
-                        "--recompute-modules",
-                        &modules.join(" "),
-                        "core_attn (the default), layernorm moe_act, or layernorm moe",
-                    ))
-                }
+                listed => match RECOMPUTE_MODULES.iter().find(|(_, m)| m == listed) {
+                    Some((recompute, _)) => recompute,
+                    None => {
+                        let valid: Vec<String> =
+                            RECOMPUTE_MODULES.iter().map(|(_, m)| m.join(" ")).collect();
+                        return Err(flags.bad(
+                            "--recompute-modules",
+                            &modules.join(" "),
+                            &format!("core_attn (the default), {}", valid.join(", or ")),
+                        ));
+                    }
+                },
             }
         }
         Some("full") => "full",

@@ -14,6 +14,7 @@
 //! learned absolute positions, biases), and the output says so in a comment.
 
 use crate::plan::emit::common::{all_equal, common_notes, Emitted};
+use crate::plan::megatron_args::RECOMPUTE_MODULES;
 use crate::plan::plan_file::Plan;
 use std::fmt::Write as _;
 
@@ -227,28 +228,26 @@ pub fn megatron(plan: &Plan) -> Emitted {
     }
 
     // Training stack the prediction assumed.
-    match par.recompute.as_str() {
-        "selective" => flag("--recompute-granularity", Some("selective".into())),
-        "full" => {
+    let modules = RECOMPUTE_MODULES
+        .iter()
+        .find(|(recompute, _)| *recompute == par.recompute);
+    match (par.recompute.as_str(), modules) {
+        // Megatron-Core's recompute modules; `--recompute-modules` takes its modules as
+        // separate words, so each after the first is an array element of its own.
+        (_, Some((_, modules))) => {
+            flag("--recompute-granularity", Some("selective".into()));
+            flag("--recompute-modules", Some(modules[0].into()));
+            for m in &modules[1..] {
+                flag(m, None);
+            }
+        }
+        ("selective", None) => flag("--recompute-granularity", Some("selective".into())),
+        ("full", None) => {
             flag("--recompute-granularity", Some("full".into()));
             flag("--recompute-method", Some("uniform".into()));
             flag("--recompute-num-layers", val(1));
         }
-        // Megatron-Core's recompute modules; `--recompute-modules` takes its modules as
-        // separate words, so the second is an array element of its own.
-        modules @ ("selective-norm-act" | "selective-norm-moe") => {
-            flag("--recompute-granularity", Some("selective".into()));
-            flag("--recompute-modules", Some("layernorm".into()));
-            flag(
-                if modules == "selective-norm-act" {
-                    "moe_act"
-                } else {
-                    "moe"
-                },
-                None,
-            );
-        }
-        other @ ("selective-op" | "selective-layer") => notes.push(format!(
+        (other @ ("selective-op" | "selective-layer"), None) => notes.push(format!(
             "recompute {other} is torchtitan's selective activation checkpointing; Megatron-LM has no such mode, so no recompute flag is written"
         )),
         _ => {}
