@@ -465,11 +465,19 @@ impl CostModel<'_> {
         if self.layout.recompute != Recompute::NormMoe || self.model.moe.is_none() {
             return 0;
         }
+        let (kept, act) = self.moe_routed_activation_bytes();
+        (kept + act).ceil() as u64
+    }
+
+    /// Activations of one MoE layer's routed rows on the busiest rank, in bytes: (the
+    /// dispatched input and combined output, 2 x 2h per row, and the up-projection output,
+    /// 2 x (2) f_e/etp; the activation output, 2 f_e/etp per row).
+    fn moe_routed_activation_bytes(&self) -> (f64, f64) {
         let h = self.model.hidden_size as f64;
         let [up, down] = self.moe_expert_gemms();
         let rows = self.moe_rows_per_expert() * up.batch;
         // `down.k` is the expert's hidden width on this rank, f_e / etp.
-        (rows * (4.0 * h + 2.0 * up.n + 2.0 * down.k)).ceil() as u64
+        (rows * (4.0 * h + 2.0 * up.n), rows * 2.0 * down.k)
     }
 
     /// Forward FLOPs of the routed part of the MoE blocks (router and routed experts) of all
@@ -591,13 +599,11 @@ impl CostModel<'_> {
         }
         let (b, s, h, _, _, t, _) = self.dims();
         let sbh = s * b * h;
-        let [up, _] = self.moe_expert_gemms();
-        let rows = self.moe_rows_per_expert() * up.batch;
-        let f = moe.expert_ffn as f64 / self.etp() as f64;
+        let (kept, act) = self.moe_routed_activation_bytes();
         let routed = match self.layout.recompute {
-            Recompute::NormAct => rows * (4.0 * h + 2.0 * up.n),
+            Recompute::NormAct => kept,
             Recompute::NormMoe => 2.0 * sbh / t,
-            _ => rows * (4.0 * h + 2.0 * up.n + 2.0 * f),
+            _ => kept + act,
         };
         let fs = moe.shared_ffn as f64 / t;
         let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
