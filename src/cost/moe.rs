@@ -447,15 +447,22 @@ impl CostModel<'_> {
             ..*self
         }
         .layer_forward_flops();
+        let k = moe.num_moe_layers() as f64;
+        k * (moe_dense + self.moe_routed_forward_flops()) + (l - k) * self.layer_forward_flops()
+    }
+
+    /// Forward FLOPs of one MoE layer's router and routed experts for one micro-batch, all
+    /// ranks: every token's top-k experts (not the imbalance) and its router scores.
+    fn moe_routed_forward_flops(&self) -> f64 {
+        let Some(moe) = &self.model.moe else {
+            return 0.0;
+        };
         let (b, s) = (self.layout.micro_batch as f64, self.model.seq_len as f64);
         let h = self.model.hidden_size as f64;
         let mats = if self.model.gated_mlp { 3.0 } else { 2.0 };
-        let routed = b
-            * s
+        b * s
             * 2.0
-            * (moe.top_k as f64 * mats * h * moe.expert_ffn as f64 + h * moe.num_experts as f64);
-        let k = moe.num_moe_layers() as f64;
-        k * (moe_dense + routed) + (l - k) * self.layer_forward_flops()
+            * (moe.top_k as f64 * mats * h * moe.expert_ffn as f64 + h * moe.num_experts as f64)
     }
 
     /// Working memory of rebuilding one MoE layer's routed activations before its backward
@@ -485,17 +492,8 @@ impl CostModel<'_> {
     /// again in pplan (shared experts, which pplan costs with the layer's dense part, are not
     /// counted as recomputed).
     pub fn moe_blocks_forward_flops(&self) -> f64 {
-        let Some(moe) = &self.model.moe else {
-            return 0.0;
-        };
-        let (b, s) = (self.layout.micro_batch as f64, self.model.seq_len as f64);
-        let h = self.model.hidden_size as f64;
-        let mats = if self.model.gated_mlp { 3.0 } else { 2.0 };
-        let per_layer = b
-            * s
-            * 2.0
-            * (moe.top_k as f64 * mats * h * moe.expert_ffn as f64 + h * moe.num_experts as f64);
-        moe.num_moe_layers() as f64 * per_layer
+        let layers = self.model.moe.as_ref().map_or(0, |m| m.num_moe_layers());
+        layers as f64 * self.moe_routed_forward_flops()
     }
 
     /// An all-reduce of `bytes` per rank over the expert data-parallel group (`edp` ranks,
