@@ -47,10 +47,13 @@ impl CostModel<'_> {
     /// Megatron-LM 2021 ran it in line). With `--tp-comm-overlap` (userbuffers;
     /// sequence parallelism) the collectives that feed or follow a GEMM are pipelined with it
     /// in t chunks, a two-stage flow shop whose makespan is `max(c, g) + min(c, g) / t`, so
-    /// `min(c, g) (1 - 1/t)` of the communication is hidden; with FP8 or MXFP8 its all-gathers
-    /// move the 1-byte cast activations (Transformer Engine keeps its all-gather buffers in
-    /// FP8: `fp8_buf` for every all-gather layer in `initialize_ub`). Otherwise all of it is
-    /// exposed.
+    /// `min(c, g) (1 - 1/t)` of the communication is hidden. Otherwise all of it is exposed.
+    /// With FP8 or MXFP8 the all-gathers move the 1-byte cast tensors, with or without the
+    /// overlap: Transformer Engine casts before it gathers (`LayerNormLinear` writes the norm
+    /// output in FP8 and all-gathers that, and re-gathers the saved FP8 copy for the weight
+    /// gradient; `grad_output_preprocess` casts the output gradient to FP8, then gathers it;
+    /// the userbuffers keep their all-gather buffers in FP8, `fp8_buf` in `initialize_ub`).
+    /// The reduce-scatters move the 16-bit GEMM outputs.
     pub fn tp_comm_s(
         &self,
         fwd: [f64; 4],
@@ -91,7 +94,7 @@ impl CostModel<'_> {
         }
         let overlap = self.tp_overlap();
         let ag_bytes = match self.stack.precision {
-            Precision::Fp8 | Precision::Mxfp8 if overlap => 1.0,
+            Precision::Fp8 | Precision::Mxfp8 => 1.0,
             _ => 2.0,
         };
         let (ag, rs) = (u(ag_bytes), u(2.0));
@@ -229,6 +232,23 @@ mod tests {
         let ((f, _), (b, _)) = fp8.tp_comm_s(none, none, none);
         close(f, 2.0 * u(1.0) + 2.0 * u(2.0));
         close(b, 4.0 * u(1.0) + 2.0 * u(2.0));
+        // Without the overlap Transformer Engine still gathers the FP8 casts: the same bytes,
+        // all of them exposed in the forward.
+        let fp8_nccl = cm(
+            &m,
+            &hw,
+            true,
+            Stack {
+                precision: Precision::Fp8,
+                ..Stack::default()
+            },
+        );
+        let ((f, fh), (b, _)) = fp8_nccl.tp_comm_s(long, long, long);
+        close(f, 2.0 * u(1.0) + 2.0 * u(2.0));
+        close(fh, 0.0);
+        let ((_, _), (b0, _)) = fp8_nccl.tp_comm_s(none, none, none);
+        close(b0, 4.0 * u(1.0) + 2.0 * u(2.0));
+        assert!(b < b0);
     }
 
     /// The userbuffers overlap runs QKV and MLP-in as t chunks, the projection and MLP-out as
