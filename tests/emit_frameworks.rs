@@ -97,6 +97,8 @@ fn plan(
             tp_comm_overlap: variant % 2 == 1,
             overlap_grad_reduce: variant > 0,
             overlap_param_gather: variant % 3 == 1,
+            defer_embedding_wgrad_compute: variant % 2 == 0,
+            wgrad_deferral_limit: if variant == 2 { 22 } else { 0 },
         },
         dtype: if variant == 3 { "f32" } else { "bf16" }.into(),
         stages: stages_from_counts(&counts, name.placement(), p),
@@ -196,6 +198,8 @@ fn every_megatron_flag_is_in_megatron_lms_argument_list() {
         "--use-distributed-optimizer",
         "--context-parallel-size",
         "--cp-comm-type",
+        "--defer-embedding-wgrad-compute",
+        "--wgrad-deferral-limit",
     ] {
         assert!(seen.contains(f), "the grid never emits {f}");
     }
@@ -231,6 +235,11 @@ fn megatron_round_trip(p: &Plan) {
     assert_eq!(back.tp_comm_overlap, par.tp_comm_overlap);
     assert_eq!(back.overlap_grad_reduce, par.overlap_grad_reduce);
     assert_eq!(back.overlap_param_gather, par.overlap_param_gather);
+    assert_eq!(
+        back.defer_embedding_wgrad_compute,
+        par.defer_embedding_wgrad_compute
+    );
+    assert_eq!(back.wgrad_deferral_limit, par.wgrad_deferral_limit);
     assert_eq!(back.bf16, p.dtype == "bf16");
     let mut model = PlanModel::from_model(&back.model);
     model.name = p.model.name.clone();

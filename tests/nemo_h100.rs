@@ -222,8 +222,18 @@ fn requests_carry_the_rows_layout_and_the_given_stack() {
             overlap_grad_reduce: recipe.overlap_grad_sync,
             tp_comm_overlap: recipe.tp_comm_overlap,
             blocking_p2p: !recipe.overlap_p2p_comm,
+            defer_embedding_wgrad: recipe.defer_embedding_wgrad_compute,
+            wgrad_deferral_limit: recipe.wgrad_deferral_limit,
             ..stack
         };
+        // Only Nemotron-340B's recipe (dgxc-benchmarking's) defers the output layer's weight
+        // gradients.
+        assert_eq!(
+            req.stack.defer_embedding_wgrad,
+            r.model == "Nemotron-340B",
+            "{}",
+            r.id
+        );
         assert_eq!(req.stack, want_stack, "{}", r.id);
     }
     // VP=k is k chunks.
@@ -356,9 +366,9 @@ fn every_row_fits() {
     assert!(over.is_empty(), "do not fit: {over:?}");
 }
 
-/// Where the FP8 model stands on the twelve rows (docs/validation.md): mean absolute error
-/// 5.0 % over the ten cp = 1 rows (the calibration set), the two cp = 2 rows (held out) within
-/// 10 %, every row but r090 within 10 %.
+/// The bar on the twelve rows (docs/validation.md): mean absolute error at most 5 %
+/// over the ten cp = 1 rows (the calibration set; 3.9 %), every row within 10 %, the two
+/// cp = 2 rows (held out) included.
 #[test]
 fn fp8_model_error_on_the_calibration_set() {
     let r = validate_nemo(&h100(), nemo_24_07_stack()).unwrap();
@@ -372,9 +382,8 @@ fn fp8_model_error_on_the_calibration_set() {
     let mae = cp1.iter().map(|e| e.abs()).sum::<f64>() / cp1.len() as f64;
     assert!(mae <= 0.05, "cp = 1 mean absolute error {mae}");
     for c in &r.compared {
-        let bound = if c.row.id == "r090" { 0.13 } else { 0.10 };
         assert!(
-            c.tflops_error.abs() < bound,
+            c.tflops_error.abs() < 0.10,
             "{} {}",
             c.row.id,
             c.tflops_error

@@ -187,3 +187,48 @@ fn bucketed_reduction_runs_under_the_last_backward() {
         .to_string();
     assert!(e.contains("grad_reduce_buckets"), "{e}");
 }
+
+#[test]
+fn deferred_weight_gradients_run_at_the_flush_before_the_reduction() {
+    // 1F1B, p = 2, m = 2, F = 10, B = 20: device 1 (the last stage) ends its program at 70,
+    // device 0 at 90. Deferring 15 of stage 1's weight gradients fills device 1's flush:
+    // 70..85, then its overlapped reduction (5) and optimizer step (3); device 0 still ends
+    // the step at 90 + 5 + 3. Deferring 30 runs to 100 and the step ends at 108.
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(2, 2)).unwrap();
+    let mut c = unit(2, 1, 0);
+    c.grad_reduce_ns = vec![5, 5];
+    c.optimizer_ns = vec![3, 3];
+    c.overlap_grad_reduce = true;
+    c.deferred_weight_grad_ns = vec![0, 15];
+    let r = simulate(&s, &c, SimOptions::default()).unwrap();
+    assert_eq!(r.makespan_ns, 98);
+    c.deferred_weight_grad_ns = vec![0, 30];
+    let r = simulate(&s, &c, SimOptions::default()).unwrap();
+    assert_eq!(r.makespan_ns, 108);
+    // The deferred work is compute (busy), shown as the stage's W; the reduction waits for it.
+    assert_eq!(r.devices[1].busy_ns, 2 * 10 + 2 * 20 + 30 + 3);
+    let tl = r.timeline.unwrap();
+    let on_1: Vec<_> = tl
+        .spans
+        .iter()
+        .filter(|x| x.device == 1 && x.start_ns >= 70)
+        .map(|x| (x.stream, x.start_ns, x.end_ns, x.name()))
+        .collect();
+    assert_eq!(
+        on_1,
+        vec![
+            (Stream::Compute, 70, 100, "1W0".to_string()),
+            (Stream::DataParallel, 100, 105, "1REDUCE_GRAD".to_string()),
+            (Stream::Optimizer, 105, 108, "OPTIMIZER_STEP".to_string()),
+        ]
+    );
+    // Without overlap the same order holds.
+    c.overlap_grad_reduce = false;
+    assert_eq!(
+        simulate(&s, &c, SimOptions::default()).unwrap().makespan_ns,
+        108
+    );
+    // A vector of the wrong length is refused.
+    c.deferred_weight_grad_ns = vec![1];
+    assert!(simulate(&s, &c, SimOptions::default()).is_err());
+}

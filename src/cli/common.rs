@@ -529,6 +529,15 @@ pub(crate) struct StackArgs {
     /// deepep (DeepEP / DeepSeek-V3: one copy per remote node, forwarded over NVLink).
     #[arg(long, default_value = "alltoall")]
     pub(crate) moe_dispatcher: String,
+    /// Run the output layer's weight-gradient GEMMs of the last pipeline stage at its pipeline
+    /// flush instead of in each micro-batch's backward (Megatron-Core
+    /// --defer-embedding-wgrad-compute); what they need stays in memory until then.
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) defer_embedding_wgrad_compute: OnOff,
+    /// With --defer-embedding-wgrad-compute on: how many micro-batches' weight gradients are
+    /// deferred, the first ones (0: all; Megatron-Core --wgrad-deferral-limit).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) wgrad_deferral_limit: u32,
 }
 
 impl StackArgs {
@@ -587,6 +596,8 @@ impl StackArgs {
                 )));
             },
             moe_comm_overlap: self.moe_comm_overlap == OnOff::On,
+            defer_embedding_wgrad: self.defer_embedding_wgrad_compute == OnOff::On,
+            wgrad_deferral_limit: self.wgrad_deferral_limit,
             moe_node_dedup: match self.moe_dispatcher.as_str() {
                 "alltoall" => false,
                 "deepep" => true,

@@ -131,7 +131,7 @@ impl Part {
     pub fn plus(self, o: Part) -> Part {
         self.add(o)
     }
-    fn scale(self, x: f64) -> Part {
+    pub fn scale(self, x: f64) -> Part {
         Part {
             gemm_s: self.gemm_s * x,
             memory_s: self.memory_s * x,

@@ -309,6 +309,17 @@ pub fn output_activation_bytes(d: ActDims, vocab: u64) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
+/// What Megatron-Core's deferred output-layer weight gradient keeps per micro-batch until the
+/// pipeline flush (`--defer-embedding-wgrad-compute`): the layer's 16-bit input (the `1/t`
+/// sequence shard with sequence parallelism, which the flush all-gathers again) and the 16-bit
+/// gradient of its `s b V/t` logits.
+pub fn deferred_wgrad_bytes(d: ActDims, vocab: u64, sequence_parallel: bool) -> u64 {
+    let (s, b, t) = (d.s as u128, d.b as u128, d.t as u128);
+    let input = 2 * s * b * d.h as u128 / if sequence_parallel { t } else { 1 };
+    let logit_grad = 2 * s * b * vocab as u128 / t;
+    u64::try_from(input + logit_grad).unwrap_or(u64::MAX)
+}
+
 /// Where a GPU's memory goes at its peak (`memory_breakdown` in `pplan predict --format json`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MemoryBreakdown {

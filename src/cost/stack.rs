@@ -349,6 +349,17 @@ pub struct Stack {
     /// over NVLink (`--moe-dispatcher deepep`: DeepEP, DeepSeek-V3's kernels) instead of one
     /// copy per expert (`alltoall`, NCCL's all-to-all).
     pub moe_node_dedup: bool,
+    /// The output layer's weight-gradient GEMMs of the last pipeline stage wait until its
+    /// pipeline flush and run there, after the device's last backward and before the stage's
+    /// gradient reduction, instead of inside each micro-batch's backward (Megatron-Core
+    /// `--defer-embedding-wgrad-compute`: `LinearWithGradAccumulationAndAsyncCommunication`
+    /// keeps each micro-batch's input and output gradient, `finish_embedding_wgrad_compute`
+    /// drains them). The kept tensors stay in memory until then.
+    pub defer_embedding_wgrad: bool,
+    /// With [`Stack::defer_embedding_wgrad`], how many micro-batches' weight gradients are
+    /// deferred (the first ones; the rest run in their backward); 0: all of them
+    /// (Megatron-Core `--wgrad-deferral-limit`).
+    pub wgrad_deferral_limit: u32,
 }
 
 impl Stack {
@@ -461,6 +472,21 @@ impl Default for Stack {
             moe_imbalance: DEFAULT_MOE_IMBALANCE,
             moe_comm_overlap: false,
             moe_node_dedup: false,
+            defer_embedding_wgrad: false,
+            wgrad_deferral_limit: 0,
+        }
+    }
+}
+
+impl Stack {
+    /// Of `microbatches` per step, how many have their output-layer weight gradients deferred
+    /// to the pipeline flush ([`Stack::defer_embedding_wgrad`]): none when off, all with limit
+    /// 0, else the first `wgrad_deferral_limit`.
+    pub fn deferred_wgrad_microbatches(&self, microbatches: u64) -> u64 {
+        match (self.defer_embedding_wgrad, self.wgrad_deferral_limit) {
+            (false, _) => 0,
+            (true, 0) => microbatches,
+            (true, k) => microbatches.min(k as u64),
         }
     }
 }

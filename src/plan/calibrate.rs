@@ -195,6 +195,8 @@ fn request<'a>(
         tp_comm_overlap: p.tp_comm_overlap,
         overlap_grad_reduce: p.overlap_grad_reduce,
         overlap_param_gather: p.overlap_param_gather,
+        defer_embedding_wgrad: p.defer_embedding_wgrad_compute,
+        wgrad_deferral_limit: p.wgrad_deferral_limit,
         zero: Zero::from_stage(if p.zero1 { p.zero.max(1) } else { 0 }).unwrap_or(Zero::Off),
         ..framework
     };

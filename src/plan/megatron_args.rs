@@ -50,6 +50,9 @@ pub struct MegatronPlan {
     pub tp_comm_overlap: bool,
     pub overlap_grad_reduce: bool,
     pub overlap_param_gather: bool,
+    /// `--defer-embedding-wgrad-compute`, and `--wgrad-deferral-limit` (0 when absent: all).
+    pub defer_embedding_wgrad_compute: bool,
+    pub wgrad_deferral_limit: u32,
     pub bf16: bool,
     /// `--expert-model-parallel-size` (1 when absent).
     pub ep: u64,
@@ -255,6 +258,8 @@ const USED: &[&str] = &[
     "--tp-comm-overlap",
     "--overlap-grad-reduce",
     "--overlap-param-gather",
+    "--defer-embedding-wgrad-compute",
+    "--wgrad-deferral-limit",
     "--bf16",
     "--expert-model-parallel-size",
     "--expert-tensor-parallel-size",
@@ -606,6 +611,17 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         tp_comm_overlap: flags.has("--tp-comm-overlap"),
         overlap_grad_reduce: flags.has("--overlap-grad-reduce"),
         overlap_param_gather: flags.has("--overlap-param-gather"),
+        defer_embedding_wgrad_compute: flags.has("--defer-embedding-wgrad-compute"),
+        wgrad_deferral_limit: match flags.num("--wgrad-deferral-limit")? {
+            None => 0,
+            Some(k) => u32::try_from(k).map_err(|_| {
+                flags.bad(
+                    "--wgrad-deferral-limit",
+                    &k.to_string(),
+                    "a micro-batch count below 2^32 (0: all)",
+                )
+            })?,
+        },
         bf16: flags.has("--bf16"),
         ep: flags.num("--expert-model-parallel-size")?.unwrap_or(1),
         etp: flags.num("--expert-tensor-parallel-size")?.unwrap_or(1),

@@ -175,6 +175,13 @@ pub struct Parallelism {
     /// Parameter all-gather overlapped with the next forward (omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub overlap_param_gather: bool,
+    /// The last stage's output-layer weight gradients run at its pipeline flush
+    /// (`--defer-embedding-wgrad-compute`; omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub defer_embedding_wgrad_compute: bool,
+    /// With it, how many micro-batches' are deferred (0: all, omitted).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub wgrad_deferral_limit: u32,
 }
 
 impl Parallelism {
@@ -204,8 +211,14 @@ impl Parallelism {
             tp_comm_overlap: false,
             overlap_grad_reduce: false,
             overlap_param_gather: false,
+            defer_embedding_wgrad_compute: false,
+            wgrad_deferral_limit: 0,
         }
     }
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 fn below_two(z: &u8) -> bool {
@@ -491,6 +504,8 @@ pub fn plan_from_prediction(
             tp_comm_overlap: pred.tp_comm_overlap,
             overlap_grad_reduce: pred.overlap_grad_reduce,
             overlap_param_gather: pred.overlap_param_gather,
+            defer_embedding_wgrad_compute: pred.defer_embedding_wgrad_compute,
+            wgrad_deferral_limit: pred.wgrad_deferral_limit,
         },
         dtype: "bf16".to_string(),
         stages: stages_from_counts(&counts, schedule.placement, p),

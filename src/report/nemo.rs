@@ -96,6 +96,13 @@ pub struct NemoRecipe {
     pub overlap_p2p_comm: bool,
     /// `ub_tp_comm_overlap` (tensor-parallel communication overlap).
     pub tp_comm_overlap: bool,
+    /// `defer_embedding_wgrad_compute` (absent: off): the output layer's weight gradients at
+    /// the last stage's pipeline flush.
+    #[serde(default)]
+    pub defer_embedding_wgrad_compute: bool,
+    /// `wgrad_deferral_limit` (absent: 0, all deferred micro-batches).
+    #[serde(default)]
+    pub wgrad_deferral_limit: u32,
 }
 
 /// One model's architecture as NeMo 24.07 trained it. The dimension fields use Megatron-style
@@ -292,6 +299,8 @@ impl NemoCase {
             overlap_grad_reduce: r.overlap_grad_sync,
             tp_comm_overlap: r.tp_comm_overlap,
             blocking_p2p: !r.overlap_p2p_comm,
+            defer_embedding_wgrad: r.defer_embedding_wgrad_compute,
+            wgrad_deferral_limit: r.wgrad_deferral_limit,
             ..stack
         };
         Ok(req)

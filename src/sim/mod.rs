@@ -24,6 +24,9 @@
 //!   runs in its [`Costs::grad_reduce_buckets`], each reduced once the stage's last backward has
 //!   produced it, otherwise all of a device's reductions start when its last compute action has
 //!   finished; reductions on one device run one after another (FIFO);
+//! - deferred weight gradients of a stage ([`Costs::deferred_weight_grad_ns`], Megatron-Core's
+//!   `--defer-embedding-wgrad-compute`): compute on the stage's device after its last action
+//!   (shown as the stage's `W`, micro-batch 0), before that stage's reduction may start;
 //! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
 //!   the device's compute and all its reductions. It counts as busy compute time.
 
@@ -32,125 +35,8 @@ use crate::schedule::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-/// Cost of one stage for one micro-batch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StageCost {
-    pub forward_ns: u64,
-    /// Full backward (`B`).
-    pub backward_ns: u64,
-    /// Input-gradient part (`I`).
-    pub backward_input_ns: u64,
-    /// Weight-gradient part (`W`).
-    pub backward_weight_ns: u64,
-    /// Activations stashed from the start of `F` until the backward ends (`B`, or `W`).
-    pub activation_bytes: u64,
-    /// The part of `activation_bytes` that `W` still needs after `I` (the rest is freed at `I`'s end).
-    pub weight_grad_bytes: u64,
-}
-
-impl StageCost {
-    pub fn duration_ns(&self, kind: Kind) -> u64 {
-        match kind {
-            Kind::F => self.forward_ns,
-            Kind::B => self.backward_ns,
-            Kind::I => self.backward_input_ns,
-            Kind::W => self.backward_weight_ns,
-        }
-    }
-}
-
-/// Everything the simulator needs to time a schedule.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Costs {
-    /// One entry per stage (`num_stages` entries).
-    pub stages: Vec<StageCost>,
-    /// `send_forward_ns[s]`: moving stage `s`'s output activation to stage `s+1` (`num_stages-1` entries).
-    pub send_forward_ns: Vec<u64>,
-    /// `send_backward_ns[s]`: moving the gradient from stage `s+1` back to stage `s`.
-    pub send_backward_ns: Vec<u64>,
-    /// Memory that does not depend on the schedule (weights, gradients, optimizer state), per device.
-    pub static_bytes: Vec<u64>,
-    /// Per stage, the part of each action's duration spent in tensor-parallel collectives
-    /// (empty: none). Shown on [`Stream::TensorParallel`]; it does not add time.
-    pub tensor_parallel: Vec<TpCommNs>,
-    /// The sender's compute stream is held until each point-to-point send has completed.
-    pub blocking_sends: bool,
-    /// Per stage, the data-parallel gradient reduction (empty: none).
-    pub grad_reduce_ns: Vec<u64>,
-    /// Start each stage's reduction when its last backward finishes, instead of when the
-    /// device's whole program has finished.
-    pub overlap_grad_reduce: bool,
-    /// Per stage, the buckets its gradients are reduced in (empty or 1: one piece). With
-    /// [`Costs::overlap_grad_reduce`] bucket k of n is ready k/n of the way through the
-    /// stage's last backward and is reduced as soon as the data-parallel stream is free, so
-    /// the reduction runs under that backward (Megatron-Core's bucketed `overlap_grad_reduce`).
-    pub grad_reduce_buckets: Vec<u32>,
-    /// Per device, the optimizer step after all its reductions (empty: none).
-    pub optimizer_ns: Vec<u64>,
-}
-
-/// Time spent in tensor-parallel collectives inside one stage's actions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TpCommNs {
-    /// Inside `F`.
-    pub forward_ns: u64,
-    /// Inside `B` or `I` (input-gradient collectives, and the recomputed forward's).
-    pub backward_ns: u64,
-    /// The collectives are pipelined with the action's GEMMs (`--tp-comm-overlap`): shown
-    /// from the action's start, under its compute, rather than at its end.
-    pub overlapped: bool,
-}
-
-/// Unit costs as the CLI takes them: per *device* (a device's whole share of the model); with
-/// `v` chunks a chunk's forward takes `forward/v`. Splits are exact: the `v` chunk durations
-/// sum to the device total.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UnitCosts {
-    pub forward_ns: u64,
-    pub backward_ns: u64,
-    pub backward_input_ns: Option<u64>,
-    pub backward_weight_ns: Option<u64>,
-    pub p2p_ns: u64,
-}
-
-fn share(total: u64, parts: u32, index: u32) -> u64 {
-    let (parts, index) = (parts as u128, index as u128);
-    let t = total as u128;
-    ((index + 1) * t / parts - index * t / parts) as u64
-}
-
-impl Costs {
-    /// Uniform costs for a schedule of `num_stages` stages over `devices` devices. When the
-    /// backward is split and only `backward_ns` is given, `I` and `W` each take half of it.
-    pub fn uniform(num_stages: u32, devices: u32, unit: UnitCosts) -> Costs {
-        let v = (num_stages / devices.max(1)).max(1);
-        let bi = unit.backward_input_ns.unwrap_or(unit.backward_ns / 2);
-        let bw = unit
-            .backward_weight_ns
-            .unwrap_or(unit.backward_ns - unit.backward_ns / 2);
-        let stages = (0..num_stages)
-            .map(|s| {
-                let c = s / devices.max(1);
-                StageCost {
-                    forward_ns: share(unit.forward_ns, v, c),
-                    backward_ns: share(unit.backward_ns, v, c),
-                    backward_input_ns: share(bi, v, c),
-                    backward_weight_ns: share(bw, v, c),
-                    activation_bytes: 0,
-                    weight_grad_bytes: 0,
-                }
-            })
-            .collect();
-        let links = num_stages.saturating_sub(1) as usize;
-        Costs {
-            stages,
-            send_forward_ns: vec![unit.p2p_ns; links],
-            send_backward_ns: vec![unit.p2p_ns; links],
-            static_bytes: vec![0; devices as usize],
-            ..Costs::default()
-        }
-    }
-}
+mod costs;
+pub use costs::{Costs, StageCost, TpCommNs, UnitCosts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stream {
@@ -356,6 +242,17 @@ struct Device {
     reduces_waiting: u32,
     /// The optimizer step has started (or there is none and the step is over).
     step_ending: bool,
+    /// The deferred weight gradients of the device's stages.
+    flush: Flush,
+}
+
+/// Where a device is with its deferred weight gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    Waiting,
+    /// Running since the given time.
+    Running(u64),
+    Done,
 }
 
 /// Per-stage weight-version bookkeeping, used only for non-flush schedules.
@@ -443,6 +340,7 @@ pub fn simulate(
                 reduces_running: 0,
                 reduces_waiting: 0,
                 step_ending: false,
+                flush: Flush::Waiting,
             })
             .collect(),
         heap: BinaryHeap::with_capacity(2 * p + 16),
@@ -486,6 +384,12 @@ pub fn simulate(
         }
         now = t;
         match ev {
+            Event::ComputeDone(d)
+                if sim.dev[d as usize].pc >= schedule.devices[d as usize].len()
+                    && matches!(sim.dev[d as usize].flush, Flush::Running(_)) =>
+            {
+                sim.flush_done(d as usize, t);
+            }
             Event::ComputeDone(d)
                 if sim.dev[d as usize].pc >= schedule.devices[d as usize].len() =>
             {
@@ -560,6 +464,11 @@ fn check_costs(schedule: &Schedule, costs: &Costs) -> Result<(), SimError> {
             "optimizer_ns",
             costs.optimizer_ns.len(),
             schedule.devices.len(),
+        ),
+        (
+            "deferred_weight_grad_ns",
+            costs.deferred_weight_grad_ns.len(),
+            s,
         ),
     ];
     for (i, (field, got, want)) in checks.into_iter().enumerate() {
@@ -735,7 +644,10 @@ impl Sim<'_> {
             self.weight_update(a, slot);
             let left = &mut self.grads_left[a.stage as usize];
             *left -= 1;
-            if *left == 0 && self.costs.overlap_grad_reduce && !self.costs.grad_reduce_ns.is_empty()
+            if *left == 0
+                && self.costs.overlap_grad_reduce
+                && !self.costs.grad_reduce_ns.is_empty()
+                && self.deferred_ns(a.stage) == 0
             {
                 let produced_from = self.dev[d].start_ns;
                 self.start_reduce(d, a.stage, now, produced_from);
@@ -768,6 +680,35 @@ impl Sim<'_> {
         if dev.busy || dev.waking || dev.step_ending || dev.pc < self.sched.devices[d].len() {
             return;
         }
+        if dev.flush == Flush::Waiting {
+            let deferred: Vec<(u32, u64)> = (0..self.stages)
+                .filter(|&s| self.device_of[s as usize] as usize == d && self.deferred_ns(s) > 0)
+                .map(|s| (s, self.deferred_ns(s)))
+                .collect();
+            let dur: u64 = deferred.iter().map(|&(_, ns)| ns).sum();
+            let dev = &mut self.dev[d];
+            if dur == 0 {
+                dev.flush = Flush::Done;
+            } else {
+                dev.flush = Flush::Running(now);
+                dev.busy = true;
+                dev.start_ns = now;
+                if let Some(spans) = self.spans.as_mut() {
+                    let stage = deferred.last().map_or(0, |&(s, _)| s);
+                    spans.push(Span {
+                        device: d as u32,
+                        stream: Stream::Compute,
+                        action: Action::w(stage, 0),
+                        peer: None,
+                        start_ns: now,
+                        end_ns: now + dur,
+                    });
+                }
+                self.push(now + dur, Event::ComputeDone(d as u32));
+                return;
+            }
+        }
+        let dev = &self.dev[d];
         if dev.reduces_waiting > 0 {
             // Not overlapped: reduce every stage of this device now, last stage first (the order
             // in which their backwards finished).
@@ -804,6 +745,36 @@ impl Sim<'_> {
             });
         }
         self.push(now + dur, Event::ComputeDone(d as u32));
+    }
+
+    /// Deferred weight-gradient work of `stage` (0 when none).
+    fn deferred_ns(&self, stage: u32) -> u64 {
+        self.costs
+            .deferred_weight_grad_ns
+            .get(stage as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The deferred weight gradients of device `d`, started at the time `Flush::Running`
+    /// holds, have finished at `now`: with overlapped reduction their stages' reductions start
+    /// (their gradients completed over the flush), then the step goes on.
+    fn flush_done(&mut self, d: usize, now: u64) {
+        let dev = &mut self.dev[d];
+        let Flush::Running(from) = dev.flush else {
+            return;
+        };
+        dev.flush = Flush::Done;
+        dev.busy = false;
+        dev.busy_ns += now - dev.start_ns;
+        if self.costs.overlap_grad_reduce && !self.costs.grad_reduce_ns.is_empty() {
+            for s in 0..self.stages {
+                if self.device_of[s as usize] as usize == d && self.deferred_ns(s) > 0 {
+                    self.start_reduce(d, s, now, from);
+                }
+            }
+        }
+        self.program_progress(d, now);
     }
 
     /// Queue the gradient reduction of `stage` on device `d`'s data-parallel stream. Its

@@ -231,6 +231,11 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism ({async_tp_key}, with torch.compile)"
         ));
     }
+    if par.defer_embedding_wgrad_compute {
+        notes.push(
+            "the deferred output-layer weight gradient is Megatron-Core's (--defer-embedding-wgrad-compute); torchtitan computes it in each micro-batch's backward".into(),
+        );
+    }
     // FSDP2 always reduces gradients under the backward, which is what the plan says when
     // the reduction is overlapped; an in-line reduction it cannot run.
     if !par.overlap_grad_reduce {

@@ -319,6 +319,15 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
+    if par.defer_embedding_wgrad_compute {
+        flag("--defer-embedding-wgrad-compute", None);
+        if par.wgrad_deferral_limit > 0 {
+            flag(
+                "--wgrad-deferral-limit",
+                Some(par.wgrad_deferral_limit.to_string()),
+            );
+        }
+    }
     if plan.dtype == "bf16" {
         flag("--bf16", None);
     }

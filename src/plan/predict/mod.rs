@@ -11,10 +11,12 @@
 //! No IO; the caller loads the model and hardware.
 //!
 //! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (costs,
-//! balanced split, simulation).
+//! simulation), [`balance`] (the balanced split).
 
+pub mod balance;
 pub mod request;
 pub mod step;
 
+pub use balance::*;
 pub use request::*;
 pub use step::*;

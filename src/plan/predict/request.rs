@@ -158,6 +158,12 @@ pub struct Prediction {
     /// Parameter all-gather overlapped with the next step's forward: set and in effect (ZeRO-1
     /// or 2).
     pub overlap_param_gather: bool,
+    /// The last stage's output-layer weight gradients run at its pipeline flush
+    /// (`--defer-embedding-wgrad-compute`).
+    pub defer_embedding_wgrad_compute: bool,
+    /// With it, how many micro-batches' are deferred, the first ones (0: all;
+    /// `--wgrad-deferral-limit`).
+    pub wgrad_deferral_limit: u32,
     pub tokens_per_s: f64,
     /// `tokens_per_s` over the GPUs.
     pub tokens_per_s_per_gpu: f64,

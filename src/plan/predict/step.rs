@@ -1,10 +1,11 @@
 //! The step: per-stage costs of a checked request from the cost model (or a layer profile),
 //! the balanced layer split, the simulation of the whole step and the figures reported from it.
 
+use super::balance::{balanced_split, profiled_block, split_label};
 use super::request::*;
 use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, ActDims, MemoryBreakdown};
-use crate::cost::{BlockCost, CostModel, Part, Recompute};
+use crate::cost::{BlockCost, CostModel, Recompute};
 use crate::inputs::profile::{sum_layers, ProfiledLayer};
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::schedule::ir::Placement;
@@ -95,6 +96,8 @@ pub fn step_costs(
         Some(l) => l.activation_bytes,
         None => memory::output_activation_bytes(dims, model.vocab_size),
     };
+    let microbatches = req.global_batch / dp / req.micro_batch;
+    let deferred_mb = req.stack.deferred_wgrad_microbatches(microbatches);
     let mut first_layer = 0usize;
     let mut stage_output_bytes = Vec::with_capacity(num_stages as usize);
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
@@ -167,7 +170,13 @@ pub fn step_costs(
             params += params_embedding;
         }
         if s + 1 == num_stages {
-            c = c.plus(output);
+            // Deferred output-layer weight gradients leave the micro-batches' backward (the
+            // average share when only the first k of m are deferred) for the flush.
+            let inline = (microbatches - deferred_mb) as f64 / microbatches.max(1) as f64;
+            c = c.plus(BlockCost {
+                backward_weight: output.backward_weight.scale(inline),
+                ..output
+            });
             act = act.saturating_add(output_act);
             // Untied output weights, or the tied copy Megatron keeps on the last stage when
             // the first and last stages differ.
@@ -307,6 +316,20 @@ pub fn step_costs(
     // the expert data-parallel group), their own gradient reduction and optimizer step.
     let mut static_bytes = static_bytes;
     let mut model_state_max_bytes = model_state_max_bytes;
+    // Deferred output-layer weight gradients: run at the last stage's flush; what each
+    // deferred micro-batch keeps is counted for the whole step (it peaks at the flush).
+    let mut deferred_weight_grad_ns = Vec::new();
+    if deferred_mb > 0 {
+        let last = num_stages - 1;
+        deferred_weight_grad_ns = vec![0; num_stages as usize];
+        deferred_weight_grad_ns[last as usize] =
+            ns(deferred_mb as f64 * output.backward_weight.total_s());
+        let kept = memory::deferred_wgrad_bytes(dims, model.vocab_size, req.sequence_parallel);
+        let d = device_of(last);
+        static_bytes[d] = static_bytes[d]
+            .saturating_add(kept.saturating_mul(deferred_mb))
+            .min(1 << 60);
+    }
     // Stages with equal parameter counts (all but the first and last, mostly) reduce alike.
     let mut reduced: Vec<(f64, u64)> = Vec::new();
     let mut grad_reduce_ns: Vec<u64> = stage_params
@@ -370,11 +393,12 @@ pub fn step_costs(
             .map(|&prm| grad_reduce_buckets(prm, dp * req.cp))
             .collect(),
         optimizer_ns,
+        deferred_weight_grad_ns,
     };
     Ok(StepCosts {
         costs,
         dp,
-        microbatches: req.global_batch / dp / req.micro_batch,
+        microbatches,
         too_big,
         model_state_max_bytes,
         stage_layers,
@@ -543,6 +567,8 @@ pub fn prediction_from(
         overlap_param_gather: req.stack.overlap_param_gather
             && req.stack.zero.shards_optimizer()
             && !req.stack.zero.shards_weights(),
+        defer_embedding_wgrad_compute: req.stack.defer_embedding_wgrad,
+        wgrad_deferral_limit: req.stack.wgrad_deferral_limit,
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
         params: model.total_params(),
@@ -575,193 +601,6 @@ pub fn prediction_from(
         ep: req.ep,
         etp: req.etp,
         timeline: result.timeline,
-    }
-}
-
-/// `even`, `balanced` or `custom` for the stage layer counts of `req` (see
-/// [`Prediction::split`]).
-pub fn split_label(req: &PredictRequest, counts: &[u32]) -> &'static str {
-    if counts == crate::inputs::profile::even_split(req.model.num_layers, counts.len() as u32) {
-        "even"
-    } else if req.partition == Split::Balanced {
-        "balanced"
-    } else {
-        "custom"
-    }
-}
-
-/// The partitioner's problem for a checked request over `num_stages` stages
-/// (docs/partition.md, "Used by the search"): one partitioner layer per transformer layer
-/// with the forward + backward time `step_costs` gives it (recomputation included; from the
-/// profile when there is one); the embedding's time added to layer 0 and the output layer's
-/// to the last layer, so they stay on the first and last stage. With blocking sends every
-/// boundary costs the largest point-to-point transfer `x` of the schedule's boundaries, once
-/// forward and once backward; the partitioner charges `2x` to every stage but the last, the
-/// simulator `x` to each end stage and `2x` to the others, so `x` moves from layer 0 to the
-/// last layer. One device per stage; no memory limit (the caller checks memory exactly).
-pub fn balance_problem(
-    req: &PredictRequest,
-    dp: u64,
-    num_stages: u32,
-) -> Result<crate::plan::partition::Problem, PredictError> {
-    use crate::plan::partition::{Layer, Link, Problem};
-    let model = req.model;
-    let p = req.pp;
-    let cm = CostModel {
-        model,
-        hw: req.hardware,
-        layout: req.layout(dp),
-        stack: req.stack,
-    };
-    let prof = match req.profile {
-        None => None,
-        Some(pr) => Some(
-            pr.for_model(model.num_layers)
-                .map_err(PredictError::Profile)?,
-        ),
-    };
-    let fb_ns = |c: BlockCost| {
-        ns(c.forward.total_s()) + ns(c.backward_input.total_s()) + ns(c.backward_weight.total_s())
-    };
-    let n = model.num_layers as usize;
-    let mut compute: Vec<u64> = match prof {
-        None if model.moe.is_some() || model.sliding_window.is_some() => {
-            let kinds = cm.layer_kinds();
-            (0..n).map(|i| fb_ns(kinds.of(model, i))).collect()
-        }
-        None => vec![fb_ns(cm.layer()); n],
-        Some(mp) => mp
-            .layers
-            .iter()
-            .map(|l| fb_ns(profiled_block(std::slice::from_ref(l))))
-            .collect(),
-    };
-    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
-    let embedding = prof
-        .and_then(|mp| profiled(mp.embedding))
-        .unwrap_or(cm.embedding());
-    let output = prof
-        .and_then(|mp| profiled(mp.output))
-        .unwrap_or(cm.output_layer());
-    compute[0] += fb_ns(embedding);
-    compute[n - 1] += fb_ns(output);
-    let stages = num_stages as u64;
-    let mut x_ns = 0u64;
-    if req.stack.blocking_p2p && stages > 1 {
-        let max_bytes = prof.map(|mp| mp.layers.iter().map(|l| l.output_bytes).max().unwrap_or(0));
-        for s in 0..stages - 1 {
-            let t = match max_bytes {
-                None => cm.p2p_s(s % p, (s + 1) % p),
-                Some(b) => cm.p2p_bytes_s(s % p, (s + 1) % p, b as f64),
-            };
-            x_ns = x_ns.max(ns(t));
-        }
-        compute[0] = compute[0].saturating_sub(x_ns);
-        compute[n - 1] += x_ns;
-    }
-    let layers = compute
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| Layer {
-            name: format!("layer{i}"),
-            compute_ns: c,
-            weight_bytes: 0,
-            activation_bytes: 0,
-            output_bytes: 0,
-        })
-        .collect();
-    let link = Link {
-        bandwidth_bytes_per_s: f64::INFINITY,
-        latency_s: x_ns as f64 / 1e9,
-    };
-    Ok(Problem {
-        layers,
-        stages: num_stages as usize,
-        devices: num_stages as usize,
-        device_speeds: Vec::new(),
-        memory_limit_bytes: None,
-        weight_memory_factor: crate::plan::partition::DEFAULT_WEIGHT_MEMORY_FACTOR,
-        in_flight: crate::plan::partition::InFlight::OneFOneB,
-        microbatches: req.global_batch / dp / req.micro_batch,
-        gpus_per_node: 1,
-        intra_node: link,
-        inter_node: link,
-    })
-}
-
-/// The balanced split of a checked request over the schedule's `num_stages` stages placed by
-/// `placement`: `partition::dp` on [`balance_problem`] (every stage at least one transformer
-/// layer), kept only when it is strictly better than the even split by (slowest device's
-/// summed stage time, slowest stage), both evaluated on the same problem; otherwise the even
-/// split. With `v > 1` chunks the DP minimises the slowest of the `p v` stages, not the
-/// slowest device (an approximation; the device comparison only guards against a worse
-/// result).
-pub fn balanced_split(
-    req: &PredictRequest,
-    dp: u64,
-    num_stages: u32,
-    placement: Placement,
-) -> Result<Vec<u32>, PredictError> {
-    let layers = req.model.num_layers;
-    let even = crate::inputs::profile::even_split(layers, num_stages);
-    if num_stages <= 1 || num_stages >= layers {
-        return Ok(even);
-    }
-    let pb = balance_problem(req, dp, num_stages)?;
-    let part =
-        crate::plan::partition::dp(&pb).map_err(|e| PredictError::Internal(e.to_string()))?;
-    let bounds = |counts: &[u32]| -> Vec<usize> {
-        let mut b = Vec::with_capacity(counts.len());
-        let mut at = 0usize;
-        for &c in counts {
-            b.push(at);
-            at += c as usize;
-        }
-        b
-    };
-    let ones = vec![1usize; num_stages as usize];
-    let even_eval = crate::plan::partition::evaluate(&pb, &bounds(&even), &ones)
-        .map_err(|e| PredictError::Internal(e.to_string()))?;
-    let p = req.pp as u32;
-    let score = |times: &[f64]| {
-        let mut dev = vec![0.0f64; p as usize];
-        for (s, t) in times.iter().enumerate() {
-            dev[placement.device_of(s as u32, p) as usize] += t;
-        }
-        let d = dev.iter().copied().fold(0.0, f64::max);
-        let st = times.iter().copied().fold(0.0, f64::max);
-        (d, st)
-    };
-    let (de, se) = score(&even_eval.stage_times_ms);
-    let (db, sb) = score(&part.stage_times_ms);
-    if db < de || (db == de && sb < se) {
-        let mut counts = Vec::with_capacity(num_stages as usize);
-        for (s, &b) in part.boundaries.iter().enumerate() {
-            let end = part
-                .boundaries
-                .get(s + 1)
-                .copied()
-                .unwrap_or(layers as usize);
-            counts.push((end - b) as u32);
-        }
-        Ok(counts)
-    } else {
-        Ok(even)
-    }
-}
-
-/// A run of profiled layers as a [`BlockCost`]: measured times, no tensor-parallel part shown
-/// separately (the measurement includes whatever collectives ran).
-fn profiled_block(layers: &[ProfiledLayer]) -> BlockCost {
-    let s = sum_layers(layers);
-    let part = |ms: f64| Part {
-        gemm_s: ms / 1e3,
-        ..Part::default()
-    };
-    BlockCost {
-        forward: part(s.forward_ms),
-        backward_input: part(s.backward_input_ms),
-        backward_weight: part(s.backward_weight_ms),
     }
 }
 
@@ -816,6 +655,7 @@ pub fn best_micro_batch_and_chunks(
 mod tests {
     use super::*;
     use crate::inputs::{Hardware, Model};
+    use crate::plan::predict::balance::balance_problem;
 
     fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
         let mut r = PredictRequest::new(m, hw);
@@ -825,6 +665,47 @@ mod tests {
         r.global_batch = 64;
         r.micro_batch = 1;
         r
+    }
+
+    /// Deferring the output layer's weight gradients: the last stage's backward loses the
+    /// deferred share of the output layer's weight-gradient time, which reappears whole as
+    /// the stage's flush work; the last device keeps each deferred micro-batch's 16-bit
+    /// input shard and logit gradient (memory::deferred_wgrad_bytes) for the step.
+    #[test]
+    fn deferred_embedding_wgrad_moves_time_and_keeps_tensors() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let mut r = base(&m, &hw);
+        r.sequence_parallel = true;
+        let dp = r.gpus / (r.tp * r.pp);
+        let costs = |r: &PredictRequest| step_costs(r, dp, 4, Placement::Loop).unwrap();
+        let off = costs(&r);
+        r.stack.defer_embedding_wgrad = true;
+        r.stack.wgrad_deferral_limit = 4;
+        let on = costs(&r);
+        let m_b = off.microbatches;
+        assert_eq!(m_b, 32);
+        let cm = CostModel {
+            model: &m,
+            hw: &hw,
+            layout: r.layout(dp),
+            stack: r.stack,
+        };
+        let w = cm.output_layer().backward_weight.total_s();
+        let last = |c: &StepCosts| c.costs.stages[3].backward_weight_ns as f64;
+        // 4 of 32 deferred: an eighth of each micro-batch's output-layer weight gradient goes.
+        assert!((last(&off) - last(&on) - w / 8.0 * 1e9).abs() <= 2.0);
+        assert_eq!(on.costs.stages[..3], off.costs.stages[..3]);
+        assert_eq!(on.costs.deferred_weight_grad_ns, vec![0, 0, 0, ns(4.0 * w)]);
+        assert!(off.costs.deferred_weight_grad_ns.is_empty());
+        let dims = ActDims::new(&m, 1, 8);
+        let kept = 4 * memory::deferred_wgrad_bytes(dims, m.vocab_size, true);
+        assert_eq!(
+            kept,
+            4 * (2 * 8192 * 4096 / 8 + 2 * 8192 * m.vocab_size / 8)
+        );
+        assert_eq!(on.costs.static_bytes[3], off.costs.static_bytes[3] + kept);
+        assert_eq!(on.costs.static_bytes[..3], off.costs.static_bytes[..3]);
     }
 
     #[test]
