@@ -589,8 +589,8 @@ fn stack_presets_and_their_overrides() {
 
 /// `--defer-embedding-wgrad-compute on` (Megatron-Core's): the last stage's output-layer
 /// weight gradients move to its flush, so a pipeline whose last stage carries a 128k
-/// vocabulary gets faster, and the kept tensors of every deferred micro-batch (16-bit input
-/// shard and logit gradients) raise that device's memory by exactly their bytes.
+/// vocabulary gets faster (with every micro-batch deferred, or the first 4), the prediction
+/// says so, and the peak memory does not fall; a bad limit exits 2 naming the flag.
 #[test]
 fn deferred_embedding_wgrad_shortens_the_step_and_keeps_its_tensors() {
     let base = [

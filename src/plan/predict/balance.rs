@@ -5,7 +5,7 @@ use crate::cost::BlockCost;
 use crate::cost::CostModel;
 use crate::cost::Part;
 use crate::inputs::profile::sum_layers;
-use crate::inputs::profile::ProfiledLayer;
+use crate::inputs::profile::{ModelProfile, ProfiledLayer};
 use crate::schedule::ir::Placement;
 
 /// `even`, `balanced` or `custom` for the stage layer counts of `req` (see
@@ -66,13 +66,7 @@ pub fn balance_problem(
             .map(|l| fb_ns(profiled_block(std::slice::from_ref(l))))
             .collect(),
     };
-    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
-    let embedding = prof
-        .and_then(|mp| profiled(mp.embedding))
-        .unwrap_or(cm.embedding());
-    let output = prof
-        .and_then(|mp| profiled(mp.output))
-        .unwrap_or(cm.output_layer());
+    let (embedding, output) = end_blocks(&cm, prof);
     compute[0] += fb_ns(embedding);
     compute[n - 1] += fb_ns(output);
     let stages = num_stages as u64;
@@ -193,4 +187,17 @@ pub(super) fn profiled_block(layers: &[ProfiledLayer]) -> BlockCost {
         backward_input: part(s.backward_input_ms),
         backward_weight: part(s.backward_weight_ms),
     }
+}
+
+/// The embedding's and the output layer's costs: measured where the profile has them, else the
+/// cost model's.
+pub(super) fn end_blocks(cm: &CostModel, prof: Option<ModelProfile>) -> (BlockCost, BlockCost) {
+    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
+    let embedding = prof
+        .and_then(|mp| profiled(mp.embedding))
+        .unwrap_or(cm.embedding());
+    let output = prof
+        .and_then(|mp| profiled(mp.output))
+        .unwrap_or(cm.output_layer());
+    (embedding, output)
 }

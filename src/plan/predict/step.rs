@@ -1,12 +1,12 @@
 //! The step: per-stage costs of a checked request from the cost model (or a layer profile),
 //! the balanced layer split, the simulation of the whole step and the figures reported from it.
 
-use super::balance::{balanced_split, profiled_block, split_label};
+use super::balance::{balanced_split, end_blocks, profiled_block, split_label};
 use super::request::*;
 use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, ActDims, MemoryBreakdown};
 use crate::cost::{BlockCost, CostModel, Recompute};
-use crate::inputs::profile::{sum_layers, ProfiledLayer};
+use crate::inputs::profile::sum_layers;
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::schedule::ir::Placement;
 use crate::sim::{simulate, Costs, SimOptions, SimResult, StageCost, TpCommNs};
@@ -81,13 +81,7 @@ pub fn step_costs(
             )
         }
     };
-    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
-    let embedding = prof
-        .and_then(|mp| profiled(mp.embedding))
-        .unwrap_or(cm.embedding());
-    let output = prof
-        .and_then(|mp| profiled(mp.output))
-        .unwrap_or(cm.output_layer());
+    let (embedding, output) = end_blocks(&cm, prof);
     let embedding_act = match prof.and_then(|mp| mp.embedding) {
         Some(l) => l.activation_bytes,
         None => memory::embedding_activation_bytes(dims, req.sequence_parallel),
