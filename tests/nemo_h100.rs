@@ -2,8 +2,8 @@
 //! `data/nemo-24.07-models.json`): the data, the models, the FLOP convention and the harness.
 //!
 //! The ten cp = 1 rows are H100's calibration set (docs/cost-model.md, "What was fitted"):
-//! their mean absolute error is within the 5 %; r090 (Nemotron-340B) is 12.8 % under,
-//! outside its 10 % (docs/validation.md). `examples/validate_nemo.rs` prints the table.
+//! their mean absolute error is within the 5 % and every row within its 10 %
+//! (docs/validation.md). `examples/validate_nemo.rs` prints the table.
 
 use pplan::cost::{Attention, Recompute, Stack, Zero};
 use pplan::inputs::hardware::Hardware;
