@@ -19,6 +19,7 @@
 //! activations by the micro-batches that stage holds at once, which the schedule decides.
 
 use super::stack::{Attention, Overheads, Recompute, Zero};
+use crate::inputs::hardware::Precision;
 use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
@@ -101,19 +102,49 @@ pub struct ActDims {
     /// MLP width and whether the MLP is gated (SwiGLU: two input GEMMs).
     pub f: u64,
     pub gated: bool,
+    /// Widths of the attention kernel's query, key, value and output tensors: heads x head
+    /// size for Q and the output, KV heads x head size for K and V; with latent attention,
+    /// heads x (nope + rope) for Q and K and heads x v_head_dim for V and the output.
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    /// Latent attention's compressed query and key/value widths (q_lora_rank + kv_lora_rank
+    /// + the rotary key), 0 without it.
+    pub latent: u64,
+    /// Bytes x 32 of one element of a linear layer's input as Transformer Engine saves it
+    /// for the weight gradient: 64 (BF16), 32 (FP8), 33 (MXFP8: a shared 8-bit exponent per
+    /// 32 elements), 18 (NVFP4: 4 bits plus an FP8 scale per 16).
+    pub input_32ths: u64,
 }
 
 impl ActDims {
     pub fn new(model: &Model, micro_batch: u64, tp: u64) -> ActDims {
+        let a = model.num_heads;
+        let kv = model.num_kv_heads * model.head_dim();
+        let (q, k, v, o, latent) = match &model.mla {
+            Some(m) => {
+                let qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+                let latent = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim;
+                (qk, qk, a * m.v_head_dim, a * m.v_head_dim, latent)
+            }
+            None => (a * model.head_dim(), kv, kv, a * model.head_dim(), 0),
+        };
         ActDims {
             s: model.seq_len,
             b: micro_batch,
             h: model.hidden_size,
-            a: model.num_heads,
+            a,
             t: tp.max(1),
-            kv: model.num_kv_heads * model.head_dim(),
+            kv,
             f: model.ffn_hidden_size,
             gated: model.gated_mlp,
+            q,
+            k,
+            v,
+            o,
+            latent,
+            input_32ths: 64,
         }
     }
 
@@ -128,6 +159,26 @@ impl ActDims {
             kv: h,
             f: 4 * h,
             gated: false,
+            q: h,
+            k: h,
+            v: h,
+            o: h,
+            latent: 0,
+            input_32ths: 64,
+        }
+    }
+
+    /// The same with the linear layers' GEMMs in `precision`: Transformer Engine saves their
+    /// inputs for the weight gradient in that format (the cast it fed the GEMM), not in BF16.
+    pub fn precision(self, precision: Precision) -> ActDims {
+        ActDims {
+            input_32ths: match precision {
+                Precision::Bf16 => 64,
+                Precision::Fp8 => 32,
+                Precision::Mxfp8 => 33,
+                Precision::Nvfp4 => 18,
+            },
+            ..self
         }
     }
 
@@ -187,41 +238,102 @@ fn selective_op_bytes(d: ActDims) -> u128 {
     2 * sb * saved / d.t as u128
 }
 
-/// [`layer_activation_bytes`] for an attention kernel. With flash attention the scores, the
-/// softmax output and the dropout mask over them (the `5as^2b/t` term) are never stored; the
-/// kernel keeps the log-sum-exp of each row, 4 bytes x a s b / t, for its backward, so selective
-/// recomputation has nothing left to save and equals none (Dao 2023; Megatron-Core with
-/// Transformer Engine).
+/// [`layer_activation_bytes`] for an attention kernel. Unfused attention (the 2021 path) is
+/// Korthikanti et al.'s GPT layer. With flash attention the scores, the softmax output and the
+/// dropout mask over them are never stored, and the layer is counted tensor by tensor as
+/// Megatron-Core with Transformer Engine keeps it ([`flash_layer_bytes`]); selective
+/// recomputation then has nothing left to save and equals none (Dao 2023).
 pub fn layer_activation_bytes_for(
     d: ActDims,
     recompute: Recompute,
     sequence_parallel: bool,
     attention: Attention,
 ) -> u64 {
-    let lse = || {
-        let v = 4 * d.a as u128 * d.s as u128 * d.b as u128 / d.t as u128;
-        u64::try_from(v).unwrap_or(u64::MAX)
-    };
     match (attention, recompute) {
         (Attention::Unfused, _) | (_, Recompute::Full) => {
             layer_activation_bytes(d, recompute, sequence_parallel)
         }
         (Attention::Flash, Recompute::SelectiveOp) => {
-            layer_activation_bytes(d, recompute, sequence_parallel).saturating_add(lse())
+            layer_activation_bytes(d, recompute, sequence_parallel).saturating_add(lse_bytes(d))
         }
         (Attention::Flash, Recompute::SelectiveLayer) => {
-            let none = layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention);
+            let none = flash_layer_bytes(d, sequence_parallel);
             let full = layer_activation_bytes(d, Recompute::Full, sequence_parallel);
             none / 2 + full / 2
         }
         (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
-            layer_activation_bytes(d, Recompute::Selective, sequence_parallel)
-                .saturating_sub(norm_output_bytes(d, sequence_parallel))
-                .saturating_add(lse())
+            flash_layer_bytes(d, sequence_parallel)
+                .saturating_sub(norm_recompute_bytes(d, sequence_parallel))
         }
         (Attention::Flash, Recompute::None | Recompute::Selective) => {
-            layer_activation_bytes(d, Recompute::Selective, sequence_parallel).saturating_add(lse())
+            flash_layer_bytes(d, sequence_parallel)
         }
+    }
+}
+
+/// Flash attention's log-sum-exp per row, 4 bytes x a s b / t.
+fn lse_bytes(d: ActDims) -> u64 {
+    let v = 4 * d.a as u128 * d.s as u128 * d.b as u128 / d.t as u128;
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// Bytes one pre-norm layer keeps for its backward with flash attention, without
+/// recomputation, as Megatron-Core (TE layer spec) and Transformer Engine save them. Per
+/// token, `e` the bytes of a linear layer's input as TE saves it ([`ActDims::precision`]: 2
+/// in BF16, 1 in FP8), the first three terms of each block and the masks split over t only
+/// with sequence parallelism, the rest always:
+///
+/// - attention: the norm's input (2h) and output (`e h`: `LayerNormLinear` keeps the cast
+///   it gathered from); Q, K, V (`2 (q + k + v)`); the kernel's output (`2 o`) and
+///   log-sum-exp (`4 a`); in low precision the output projection's own cast of its input
+///   (`e o`; in BF16 it is the kernel's output tensor); the dropout mask after the
+///   projection (h, 1 byte); with latent attention the compressed query and key/value and
+///   their norms' outputs (`2 x 2 latent`);
+/// - MLP: the norm's input and output (`2h + e h`); the activation's input, the first
+///   GEMM's output (`2 f`, `2 x 2 f` gated: SwiGLU keeps the gate and the up projection);
+///   the second GEMM's input (`e f`); the mask (h).
+///
+/// For GPT (`q = k = v = h`, `f = 4h`, BF16) this is Korthikanti et al.'s selective figure,
+/// `34 sbh/t` with sequence parallelism and `sbh (10 + 24/t)` without, plus the log-sum-exp.
+/// Dropout masks are counted for every model (Megatron-Core's default dropout of 0.1; a
+/// model trained without dropout keeps `2 sbh/t` less).
+pub fn flash_layer_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
+    let (n, t) = (d.s as u128 * d.b as u128, d.t as u128);
+    let sp = if sequence_parallel { t } else { 1 };
+    let e = d.input_32ths as u128;
+    let (h, a, o) = (d.h as u128, d.a as u128, d.o as u128);
+    let qkv = (d.q + d.k + d.v) as u128;
+    let proj_in = if e < 64 { e * o } else { 0 };
+    // In 32ths of a byte: the sequence-parallel region's tensors, then the head-split ones.
+    let per_sp = 2 * (64 * h + e * h + 32 * h) + 2 * 64 * d.latent as u128;
+    let per_tp = 64 * qkv + 64 * o + 32 * 4 * a + proj_in;
+    let total = (per_sp * n).div_ceil(32 * sp)
+        + (per_tp * n).div_ceil(32 * t)
+        + flash_mlp_intermediate_bytes(d) as u128;
+    u64::try_from(total).unwrap_or(u64::MAX)
+}
+
+/// The MLP's intermediates one layer keeps with flash attention ([`flash_layer_bytes`]): the
+/// activation's input (`2 f`, or `2 x 2 f` gated) and the second GEMM's input (`e f`), per
+/// token, split over t. What a mixture-of-experts layer replaces by its routed rows.
+pub fn flash_mlp_intermediate_bytes(d: ActDims) -> u64 {
+    let f = d.f as u128;
+    let up = if d.gated { 2 * f } else { f };
+    let per_token = 64 * up + d.input_32ths as u128 * f;
+    let v = (per_token * d.s as u128 * d.b as u128).div_ceil(32 * d.t as u128);
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// The MLP intermediates [`layer_activation_bytes_for`] counts for an attention kernel:
+/// Korthikanti et al.'s `16 sbh/t` (a `4h` MLP, 2 bytes) for the unfused 2021 layer, else
+/// [`flash_mlp_intermediate_bytes`].
+pub fn mlp_intermediate_bytes(d: ActDims, attention: Attention) -> u64 {
+    match attention {
+        Attention::Unfused => {
+            let v = 16 * d.s as u128 * d.b as u128 * d.h as u128 / d.t as u128;
+            u64::try_from(v).unwrap_or(u64::MAX)
+        }
+        Attention::Flash => flash_mlp_intermediate_bytes(d),
     }
 }
 
@@ -236,6 +348,18 @@ pub fn norm_output_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
         4 * sbh
     };
     u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// What the `layernorm` recompute module saves with flash attention: the two BF16 norm
+/// outputs ([`norm_output_bytes`]) in BF16; nothing in a low precision, where the linear
+/// layer that reads the rebuilt norm output keeps its own cast of it for the weight gradient,
+/// as the fused `LayerNormLinear` did.
+pub fn norm_recompute_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
+    if d.input_32ths < 64 {
+        0
+    } else {
+        norm_output_bytes(d, sequence_parallel)
+    }
 }
 
 /// [`recompute_working_bytes`] for an attention kernel: with flash attention the recomputed
@@ -253,7 +377,7 @@ pub fn recompute_working_bytes_for(
         }
         (Attention::Flash, Recompute::Selective) => 0,
         (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
-            norm_output_bytes(d, sequence_parallel)
+            norm_recompute_bytes(d, sequence_parallel)
         }
         (Attention::Flash, Recompute::Full | Recompute::SelectiveLayer) => {
             layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention)
@@ -495,5 +619,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn flash_layer_is_counted_tensor_by_tensor() {
+        // Llama 3 8B (h 4096, 32 heads, 8 KV heads of 128, SwiGLU f 14336 = 3.5 h), t = 2 with
+        // sequence parallelism, s = 8192, b = 1: per token / t, in units of h bytes,
+        // norms' inputs 4, their outputs 4 (BF16) or 2 (FP8), masks 2, Q K V 2 (1 + 1/4 + 1/4)
+        // = 3, the attention output 2, in FP8 the projection's cast 1, SwiGLU's input 4 x 3.5
+        // = 14, the down projection's input 2 x 3.5 = 7 (BF16) or 3.5 (FP8); plus the
+        // log-sum-exp, 4 bytes x 32 heads.
+        let m = Model::preset("llama3-8b").unwrap();
+        let d = ActDims {
+            s: 8192,
+            ..ActDims::new(&m, 1, 2)
+        };
+        let sbh_t = 8192 * 4096 / 2;
+        let lse = 4 * 32 * 8192 / 2;
+        let bf16 = d;
+        let fp8 = d.precision(Precision::Fp8);
+        assert_eq!(flash_layer_bytes(bf16, true), 36 * sbh_t + lse);
+        assert_eq!(flash_layer_bytes(fp8, true), 63 * sbh_t / 2 + lse);
+        // Without sequence parallelism the norms' tensors and the masks are whole.
+        assert_eq!(
+            flash_layer_bytes(bf16, false),
+            10 * 2 * sbh_t + 26 * sbh_t + lse
+        );
+        // GPT-3 in FP8: 34 - 2 (norm outputs) + 1 (projection cast) - 4 (fc2 input) = 29.
+        let gpt = ActDims::gpt(2048, 1, 12288, 96, 8).precision(Precision::Fp8);
+        assert_eq!(
+            flash_layer_bytes(gpt, true),
+            29 * 2048 * 12288 / 8 + 4 * 96 * 2048 / 8
+        );
+        // The layernorm recompute module saves the BF16 norm outputs, nothing in FP8.
+        let kept = |d, r| layer_activation_bytes_for(d, r, true, Attention::Flash);
+        assert_eq!(
+            kept(bf16, Recompute::Selective) - kept(bf16, Recompute::NormAct),
+            4 * sbh_t
+        );
+        assert_eq!(
+            kept(fp8, Recompute::Selective),
+            kept(fp8, Recompute::NormAct)
+        );
+        // The MLP intermediates a MoE layer replaces: SwiGLU's input and the down projection's.
+        assert_eq!(mlp_intermediate_bytes(bf16, Attention::Flash), 21 * sbh_t);
+        assert_eq!(mlp_intermediate_bytes(bf16, Attention::Unfused), 16 * sbh_t);
     }
 }

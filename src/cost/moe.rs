@@ -10,7 +10,7 @@
 //! `edp = t cp d / (ep etp)`.
 
 use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
-use super::memory;
+use super::memory::{self, ActDims};
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
 use super::stack::{CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::model::Model;
@@ -578,8 +578,8 @@ impl CostModel<'_> {
     }
 
     /// Activations of one MoE layer for one micro-batch on the busiest rank, given a dense
-    /// layer's (`dense_layer_bytes`, Korthikanti et al. 2022 Table 2, whose MLP keeps
-    /// `16 sbh / t` of intermediates for its `4h`-wide hidden layer): those intermediates
+    /// layer's (`dense_layer_bytes`, whose MLP keeps `memory::mlp_intermediate_bytes` of
+    /// intermediates for its `ffn_hidden_size`-wide hidden layer): those intermediates
     /// replaced by the routed rows' permuted input and combined output (2 x 2 h bytes), the
     /// experts' up-projection and activation outputs (2 x (2) f_e/etp and 2 f_e/etp bytes per
     /// row), and the shared experts' (the same per token, `/t`). Unchanged with full
@@ -606,7 +606,11 @@ impl CostModel<'_> {
         let fs = moe.shared_ffn as f64 / t;
         let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
         let shared = b * s * (2.0 * up_s + 2.0 * fs);
-        let bytes = dense_layer_bytes as f64 - 16.0 * sbh / t + routed + shared;
+        let dims = ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
+            .context_parallel(self.layout.cp)
+            .precision(self.stack.precision);
+        let dense_mlp = memory::mlp_intermediate_bytes(dims, self.stack.attention) as f64;
+        let bytes = dense_layer_bytes as f64 - dense_mlp + routed + shared;
         bytes.max(0.0).ceil() as u64
     }
 }

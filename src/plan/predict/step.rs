@@ -58,7 +58,9 @@ pub fn step_costs(
     };
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
-    let dims = ActDims::new(model, req.micro_batch, req.tp).context_parallel(req.cp);
+    let dims = ActDims::new(model, req.micro_batch, req.tp)
+        .context_parallel(req.cp)
+        .precision(req.stack.precision);
     let layer_act = memory::layer_activation_bytes_for(
         dims,
         req.recompute,
