@@ -521,6 +521,18 @@ fn json_type_errors_name_the_field_path() {
         &["emit", "--plan", &bad, "--target", "megatron"],
         &[&bad, "parallelism.cp_comm", "p2p, all-gather"],
     );
+    // Adam's state formats: not fp32 only with the precision-aware optimizer.
+    let bad = edit(&plan_src, "plan-exp-avg.json", &|v| {
+        v["parallelism"]["exp_avg_dtype"] = "bf16".into()
+    });
+    refused(
+        &["emit", "--plan", &bad, "--target", "megatron"],
+        &[
+            &bad,
+            "parallelism.exp_avg_dtype",
+            "parallelism.use_precision_aware_optimizer true",
+        ],
+    );
 
     // Model (Megatron-style JSON): the key named.
     let model = tmp("model.json");

@@ -647,3 +647,85 @@ fn deferred_embedding_wgrad_shortens_the_step_and_keeps_its_tensors() {
     assert_eq!(code, 2);
     assert!(err.contains("--wgrad-deferral-limit"), "{err}");
 }
+
+/// Megatron-Core's precision-aware optimizer: with its defaults Adam's state is 10 bytes a
+/// parameter (fp32 master weights kept as the 16-bit remainders of the BF16 weights), with
+/// BF16 moments 6; the step is unchanged and the JSON says which formats. Formats other than
+/// fp32 without the flag, and unknown formats, exit 2 naming the flag.
+#[test]
+fn precision_aware_optimizer_shrinks_the_optimizer_state() {
+    let base = [
+        "predict",
+        "--model",
+        "llama3-70b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "64",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--global-batch",
+        "128",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let (code, out, err) = pplan(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let off = run(&[]);
+    let on = run(&["--use-precision-aware-optimizer", "on"]);
+    let bf16 = run(&[
+        "--use-precision-aware-optimizer",
+        "on",
+        "--exp-avg-dtype",
+        "bf16",
+        "--exp-avg-sq-dtype",
+        "bf16",
+    ]);
+    let opt = |v: &serde_json::Value| v["memory_breakdown"]["optimizer"].as_u64().unwrap();
+    // 12 : 10 : 6 bytes a parameter, over the same shard.
+    assert_eq!(opt(&off) % 6, 0);
+    assert_eq!(opt(&on), opt(&off) / 6 * 5);
+    assert_eq!(opt(&bf16), opt(&off) / 2);
+    assert_eq!(off["use_precision_aware_optimizer"], false);
+    assert_eq!(on["use_precision_aware_optimizer"], true);
+    assert_eq!(on["main_params_dtype"], "fp32");
+    assert_eq!(bf16["exp_avg_dtype"], "bf16");
+    assert_eq!(bf16["exp_avg_sq_dtype"], "bf16");
+    assert_eq!(off["step_time_s"], on["step_time_s"]);
+    let mem = |v: &serde_json::Value| v["peak_memory_bytes"].as_u64().unwrap();
+    assert!(mem(&bf16) < mem(&on) && mem(&on) < mem(&off));
+    for (extra, want) in [
+        (
+            &["--exp-avg-dtype", "bf16"][..],
+            "--exp-avg-dtype: bf16 needs --use-precision-aware-optimizer on",
+        ),
+        (
+            &[
+                "--use-precision-aware-optimizer",
+                "on",
+                "--main-params-dtype",
+                "bf16",
+            ][..],
+            "--main-params-dtype: unknown dtype 'bf16' (valid: fp32, fp16",
+        ),
+        (
+            &["--exp-avg-sq-dtype", "int4"][..],
+            "--exp-avg-sq-dtype: unknown dtype 'int4' (valid: fp32, fp16, bf16, fp8)",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let (code, _, err) = pplan(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}

@@ -99,6 +99,17 @@ fn plan(
             overlap_param_gather: variant % 3 == 1,
             defer_embedding_wgrad_compute: variant % 2 == 0,
             wgrad_deferral_limit: if variant == 2 { 22 } else { 0 },
+            // Megatron-Core's precision-aware optimizer in two variants, with FP8 and BF16
+            // moments and an fp16 master copy in one.
+            use_precision_aware_optimizer: variant % 4 == 1 || variant % 4 == 2,
+            main_params_dtype: if variant % 4 == 2 { "fp16" } else { "fp32" }.into(),
+            exp_avg_dtype: match variant % 4 {
+                1 => "bf16",
+                2 => "fp8",
+                _ => "fp32",
+            }
+            .into(),
+            exp_avg_sq_dtype: if variant % 4 == 1 { "bf16" } else { "fp32" }.into(),
         },
         dtype: if variant == 3 { "f32" } else { "bf16" }.into(),
         stages: stages_from_counts(&counts, name.placement(), p),
@@ -240,6 +251,22 @@ fn megatron_round_trip(p: &Plan) {
         par.defer_embedding_wgrad_compute
     );
     assert_eq!(back.wgrad_deferral_limit, par.wgrad_deferral_limit);
+    assert_eq!(
+        back.use_precision_aware_optimizer,
+        par.use_precision_aware_optimizer
+    );
+    assert_eq!(
+        (
+            &back.main_params_dtype,
+            &back.exp_avg_dtype,
+            &back.exp_avg_sq_dtype
+        ),
+        (
+            &par.main_params_dtype,
+            &par.exp_avg_dtype,
+            &par.exp_avg_sq_dtype
+        )
+    );
     assert_eq!(back.bf16, p.dtype == "bf16");
     let mut model = PlanModel::from_model(&back.model);
     model.name = p.model.name.clone();

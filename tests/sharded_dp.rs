@@ -3,7 +3,7 @@
 //! HSDP's replica all-reduce, and the checks.
 
 use pplan::cost::compute::sharded_exposure;
-use pplan::cost::memory::{model_state_parts, sharded_working_bytes};
+use pplan::cost::memory::{model_state_parts, sharded_working_bytes, StateBytes};
 use pplan::cost::{all_reduce_s, Attention, CostModel, Layout, Recompute, Stack, Zero};
 use pplan::inputs::{Hardware, Model};
 use pplan::plan::predict::{predict, PredictError, PredictRequest};
@@ -12,7 +12,11 @@ use std::process::Command;
 #[test]
 fn state_per_rank_for_each_stage() {
     // 1000 parameters over 8 ranks; 2 bytes of FP8 copies per parameter.
-    let parts = |z| model_state_parts(1000, 8, z, 2);
+    let fp8 = StateBytes {
+        extra_weight: 2,
+        ..StateBytes::ADAM
+    };
+    let parts = |z| model_state_parts(1000, 8, z, fp8);
     assert_eq!(parts(Zero::Off), (4000, 2000, 12000));
     assert_eq!(parts(Zero::Optimizer), (4000, 2000, 1500));
     assert_eq!(parts(Zero::Gradients), (4000, 250, 1500));

@@ -24,18 +24,29 @@ use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
 pub const GRAD_BYTES_PER_PARAM: u64 = 2;
+/// Plain mixed-precision Adam's state (`OptimizerState::FP32`).
 pub const OPTIMIZER_BYTES_PER_PARAM: u64 = 12;
+
+/// What one parameter holds besides its 16-bit weight and gradient: the low-precision weight
+/// copies Transformer Engine keeps and the optimizer's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateBytes {
+    pub extra_weight: u64,
+    pub optimizer: u64,
+}
+
+impl StateBytes {
+    /// Plain mixed-precision Adam, no low-precision copies.
+    pub const ADAM: StateBytes = StateBytes {
+        extra_weight: 0,
+        optimizer: OPTIMIZER_BYTES_PER_PARAM,
+    };
+}
 
 /// (weights, gradients, optimizer state) bytes for `params` parameters on one GPU whose state
 /// is sharded `zero`-deep over `shard` ranks (ZeRO-1: the optimizer state; ZeRO-2: and the
-/// gradients; ZeRO-3: and the weights, with `extra_weight_bytes_per_param` low-precision
-/// copies sharded alike).
-pub fn model_state_parts(
-    params: u64,
-    shard: u64,
-    zero: Zero,
-    extra_weight_bytes_per_param: u64,
-) -> (u64, u64, u64) {
+/// gradients; ZeRO-3: and the weights, with the low-precision copies sharded alike).
+pub fn model_state_parts(params: u64, shard: u64, zero: Zero, per: StateBytes) -> (u64, u64, u64) {
     let part = |bytes: u64, sharded: bool| {
         let total = bytes.saturating_mul(params);
         if sharded {
@@ -46,17 +57,17 @@ pub fn model_state_parts(
     };
     (
         part(
-            WEIGHT_BYTES_PER_PARAM + extra_weight_bytes_per_param,
+            WEIGHT_BYTES_PER_PARAM + per.extra_weight,
             zero.shards_weights(),
         ),
         part(GRAD_BYTES_PER_PARAM, zero.shards_gradients()),
-        part(OPTIMIZER_BYTES_PER_PARAM, zero.shards_optimizer()),
+        part(per.optimizer, zero.shards_optimizer()),
     )
 }
 
 /// Bytes of weights, gradients and optimizer state for `params` parameters on one GPU.
 pub fn model_state_bytes(params: u64, shard: u64, zero: Zero) -> u64 {
-    let (w, g, o) = model_state_parts(params, shard, zero, 0);
+    let (w, g, o) = model_state_parts(params, shard, zero, StateBytes::ADAM);
     w.saturating_add(g).saturating_add(o)
 }
 
@@ -459,17 +470,16 @@ pub struct MemoryBreakdown {
 impl MemoryBreakdown {
     /// The breakdown of a device with `params` parameters whose simulated peak (model state
     /// plus activations) is `tensor_peak_bytes`.
-    /// `extra_weight_bytes_per_param` counts low-precision weight copies with the weights.
+    /// `per.extra_weight` counts low-precision weight copies with the weights.
     pub fn new(
         params: u64,
         shard: u64,
         zero: Zero,
-        extra_weight_bytes_per_param: u64,
+        per: StateBytes,
         tensor_peak_bytes: u64,
         o: &Overheads,
     ) -> Self {
-        let (weights, gradients, optimizer) =
-            model_state_parts(params, shard, zero, extra_weight_bytes_per_param);
+        let (weights, gradients, optimizer) = model_state_parts(params, shard, zero, per);
         let state = weights.saturating_add(gradients).saturating_add(optimizer);
         MemoryBreakdown {
             weights,
@@ -565,8 +575,18 @@ mod tests {
         );
         assert_eq!(model_state_bytes(1_000, 8, Zero::Full), 250 + 250 + 1_500);
         // Low-precision weight copies are sharded with the weights under ZeRO-3 only.
-        assert_eq!(model_state_parts(1_000, 8, Zero::Full, 2).0, 500);
-        assert_eq!(model_state_parts(1_000, 8, Zero::Gradients, 2).0, 4_000);
+        let fp8 = StateBytes {
+            extra_weight: 2,
+            ..StateBytes::ADAM
+        };
+        assert_eq!(model_state_parts(1_000, 8, Zero::Full, fp8).0, 500);
+        assert_eq!(model_state_parts(1_000, 8, Zero::Gradients, fp8).0, 4_000);
+        // Megatron-Core's precision-aware optimizer with its defaults: 10 bytes of state.
+        let aware = StateBytes {
+            optimizer: 10,
+            ..fp8
+        };
+        assert_eq!(model_state_parts(1_000, 8, Zero::Optimizer, aware).2, 1_250);
     }
 
     #[test]
@@ -586,7 +606,14 @@ mod tests {
     #[test]
     fn breakdown_adds_up_to_what_the_gpu_holds() {
         let o = Overheads::default();
-        let b = MemoryBreakdown::new(1_000_000, 4, Zero::Optimizer, 0, 40_000_000, &o);
+        let b = MemoryBreakdown::new(
+            1_000_000,
+            4,
+            Zero::Optimizer,
+            StateBytes::ADAM,
+            40_000_000,
+            &o,
+        );
         assert_eq!(b.weights, 2_000_000);
         assert_eq!(b.optimizer, 3_000_000);
         assert_eq!(

@@ -22,11 +22,13 @@ pub mod compute;
 pub mod memory;
 pub mod moe;
 pub mod network;
+pub mod optimizer;
 pub mod stack;
 pub mod tp;
 
 pub use compute::{gemm_efficiency, gemm_time_s, BlockCost, Gemm, MemoryTraffic, Part};
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
+pub use optimizer::{MasterWeights, OptimizerState, StateDtype};
 pub use stack::{
     Attention, CostModel, CpComm, Layout, Overheads, RankOrder, Recompute, Stack, Zero,
 };

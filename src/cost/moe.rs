@@ -572,7 +572,10 @@ impl CostModel<'_> {
             params.ceil() as u64,
             self.expert_dp(),
             self.stack.zero,
-            extra_weight_bytes_per_param,
+            memory::StateBytes {
+                extra_weight: extra_weight_bytes_per_param,
+                optimizer: self.stack.optimizer_state.bytes_per_param(),
+            },
         );
         w.saturating_add(g).saturating_add(o)
     }

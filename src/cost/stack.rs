@@ -8,6 +8,7 @@
 //! sharding) are added here as fields, read by the compute, network and memory models through
 //! the `CostModel`, rather than threaded through every function as booleans.
 
+use super::optimizer::OptimizerState;
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
 use std::fmt;
@@ -360,6 +361,9 @@ pub struct Stack {
     /// deferred (the first ones; the rest run in their backward); 0: all of them
     /// (Megatron-Core `--wgrad-deferral-limit`).
     pub wgrad_deferral_limit: u32,
+    /// Adam's state per parameter (`--use-precision-aware-optimizer`, `--main-params-dtype`,
+    /// `--exp-avg-dtype`, `--exp-avg-sq-dtype`; `cost::optimizer`).
+    pub optimizer_state: OptimizerState,
 }
 
 impl Stack {
@@ -445,6 +449,14 @@ impl Stack {
             Precision::Nvfp4 => 1,
         }
     }
+
+    /// Per parameter, the low-precision weight copies and the optimizer's state.
+    pub fn state_bytes(&self) -> super::memory::StateBytes {
+        super::memory::StateBytes {
+            extra_weight: self.low_precision_weight_bytes_per_param(),
+            optimizer: self.optimizer_state.bytes_per_param(),
+        }
+    }
 }
 
 impl Default for Stack {
@@ -474,6 +486,7 @@ impl Default for Stack {
             moe_node_dedup: false,
             defer_embedding_wgrad: false,
             wgrad_deferral_limit: 0,
+            optimizer_state: OptimizerState::FP32,
         }
     }
 }

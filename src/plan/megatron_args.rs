@@ -53,6 +53,12 @@ pub struct MegatronPlan {
     /// `--defer-embedding-wgrad-compute`, and `--wgrad-deferral-limit` (0 when absent: all).
     pub defer_embedding_wgrad_compute: bool,
     pub wgrad_deferral_limit: u32,
+    /// `--use-precision-aware-optimizer`, `--main-params-dtype`, `--exp-avg-dtype`,
+    /// `--exp-avg-sq-dtype` (pplan's names; fp32 when absent).
+    pub use_precision_aware_optimizer: bool,
+    pub main_params_dtype: String,
+    pub exp_avg_dtype: String,
+    pub exp_avg_sq_dtype: String,
     pub bf16: bool,
     /// `--expert-model-parallel-size` (1 when absent).
     pub ep: u64,
@@ -260,6 +266,10 @@ const USED: &[&str] = &[
     "--overlap-param-gather",
     "--defer-embedding-wgrad-compute",
     "--wgrad-deferral-limit",
+    "--use-precision-aware-optimizer",
+    "--main-params-dtype",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
     "--bf16",
     "--expert-model-parallel-size",
     "--expert-tensor-parallel-size",
@@ -622,6 +632,10 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 )
             })?,
         },
+        use_precision_aware_optimizer: flags.has("--use-precision-aware-optimizer"),
+        main_params_dtype: flags.str("--main-params-dtype").unwrap_or("fp32").into(),
+        exp_avg_dtype: flags.str("--exp-avg-dtype").unwrap_or("fp32").into(),
+        exp_avg_sq_dtype: flags.str("--exp-avg-sq-dtype").unwrap_or("fp32").into(),
         bf16: flags.has("--bf16"),
         ep: flags.num("--expert-model-parallel-size")?.unwrap_or(1),
         etp: flags.num("--expert-tensor-parallel-size")?.unwrap_or(1),

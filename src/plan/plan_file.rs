@@ -11,7 +11,8 @@
 //! stage count and placement, every action parses, and the schedule passes the one validator)
 //! so that the executor never starts a run that cannot finish. No IO here.
 
-use crate::cost::Stack;
+use crate::cost::optimizer::OptimizerStateError;
+use crate::cost::{OptimizerState, Stack};
 use crate::inputs::hardware::valid_names;
 use crate::inputs::model::Model;
 use crate::inputs::profile::even_split;
@@ -182,9 +183,31 @@ pub struct Parallelism {
     /// With it, how many micro-batches' are deferred (0: all, omitted).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub wgrad_deferral_limit: u32,
+    /// Adam's state in the formats below (`--use-precision-aware-optimizer`; omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub use_precision_aware_optimizer: bool,
+    /// `fp32`, `fp16` or `none` (omitted when `fp32`).
+    #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
+    pub main_params_dtype: String,
+    /// `fp32`, `fp16`, `bf16` or `fp8` (omitted when `fp32`).
+    #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
+    pub exp_avg_dtype: String,
+    #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
+    pub exp_avg_sq_dtype: String,
 }
 
 impl Parallelism {
+    /// Adam's state the fields say, or which field is wrong (its name in the plan file) and
+    /// what is valid.
+    pub fn optimizer_state(&self) -> Result<OptimizerState, OptimizerStateError> {
+        OptimizerState::from_megatron(
+            self.use_precision_aware_optimizer,
+            &self.main_params_dtype,
+            &self.exp_avg_dtype,
+            &self.exp_avg_sq_dtype,
+        )
+    }
+
     /// A layout with the default stack fields (`bf16`, `unfused`, no overlaps) and zeros for
     /// the rest; for struct update syntax (`..Parallelism::stack_defaults()`).
     pub fn stack_defaults() -> Parallelism {
@@ -213,10 +236,20 @@ impl Parallelism {
             overlap_param_gather: false,
             defer_embedding_wgrad_compute: false,
             wgrad_deferral_limit: 0,
+            use_precision_aware_optimizer: false,
+            main_params_dtype: fp32(),
+            exp_avg_dtype: fp32(),
+            exp_avg_sq_dtype: fp32(),
         }
     }
 }
 
+fn fp32() -> String {
+    "fp32".into()
+}
+fn is_fp32(s: &str) -> bool {
+    s == "fp32"
+}
 fn is_zero_u32(x: &u32) -> bool {
     *x == 0
 }
@@ -506,6 +539,10 @@ pub fn plan_from_prediction(
             overlap_param_gather: pred.overlap_param_gather,
             defer_embedding_wgrad_compute: pred.defer_embedding_wgrad_compute,
             wgrad_deferral_limit: pred.wgrad_deferral_limit,
+            use_precision_aware_optimizer: pred.use_precision_aware_optimizer,
+            main_params_dtype: pred.main_params_dtype.clone(),
+            exp_avg_dtype: pred.exp_avg_dtype.clone(),
+            exp_avg_sq_dtype: pred.exp_avg_sq_dtype.clone(),
         },
         dtype: "bf16".to_string(),
         stages: stages_from_counts(&counts, schedule.placement, p),
@@ -759,6 +796,16 @@ impl Plan {
                 format!("'{}' (valid: bf16, fp8, mxfp8, nvfp4)", par.precision),
             ));
         }
+        if let Err(e) = par.optimizer_state() {
+            return Err(field(
+                origin,
+                format!("parallelism.{}", e.flag.replace('-', "_")),
+                e.reason.replace(
+                    "--use-precision-aware-optimizer on",
+                    "parallelism.use_precision_aware_optimizer true",
+                ),
+            ));
+        }
         if !["unfused", "flash"].contains(&par.attention.as_str()) {
             return Err(field(
                 origin,
@@ -878,83 +925,5 @@ impl Plan {
         let mut s = serde_json::to_string_pretty(self).expect("a plan always serializes");
         s.push('\n');
         s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::schedule::generators::{generate, GenParams};
-
-    fn sample() -> Plan {
-        let model = Model::preset("gpt-1.7b").unwrap();
-        let sch = generate(ScheduleName::OneFOneB, GenParams::new(2, 4)).unwrap();
-        Plan {
-            format: PLAN_FORMAT.into(),
-            version: PLAN_VERSION,
-            model: PlanModel::from_model(&model),
-            hardware: "a100-80gb".into(),
-            parallelism: Parallelism {
-                gpus: 2,
-                tp: 1,
-                pp: 2,
-                dp: 1,
-                cp: 1,
-                ep: 1,
-                etp: 1,
-                micro_batch: 1,
-                global_batch: 4,
-                chunks: 1,
-                recompute: "none".into(),
-                sequence_parallel: false,
-                zero1: false,
-                zero: 0,
-                dp_replicate: 1,
-                ..Parallelism::stack_defaults()
-            },
-            dtype: "bf16".into(),
-            stages: stages_from_counts(&even_split(model.num_layers, 2), Placement::Loop, 2),
-            schedule: PlanSchedule::from_schedule("1f1b", &sch),
-            predicted: None,
-        }
-    }
-
-    #[test]
-    fn round_trips_and_checks() {
-        let plan = sample();
-        let text = plan.to_json();
-        let back = Plan::from_json(&text, "p.json").unwrap();
-        assert_eq!(back, plan);
-        assert_eq!(back.schedule_ir().unwrap().num_actions(), 16);
-    }
-
-    #[test]
-    fn refuses_other_versions_and_bad_fields() {
-        let text = sample()
-            .to_json()
-            .replace("\"version\": 1", "\"version\": 9");
-        let e = Plan::from_json(&text, "p.json").unwrap_err().to_string();
-        assert!(e.contains("version 9") && e.contains("version 1"), "{e}");
-
-        let mut bad = sample();
-        bad.stages[1].first_layer += 1;
-        let e = Plan::from_json(&bad.to_json(), "p.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("stages[1].first_layer"), "{e}");
-
-        let mut bad = sample();
-        bad.schedule.devices[1].pop();
-        let e = Plan::from_json(&bad.to_json(), "p.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not runnable"), "{e}");
-
-        let mut bad = sample();
-        bad.schedule.devices[0][0] = "0X0".into();
-        let e = Plan::from_json(&bad.to_json(), "p.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("schedule.devices[0][0]"), "{e}");
     }
 }

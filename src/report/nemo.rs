@@ -14,7 +14,9 @@
 //! such row and compares model TFLOP/s per GPU (recomputation not counted, NeMo's convention)
 //! and tokens/s per GPU with the published figures.
 
-use crate::cost::{CostModel, Layout, Recompute, Stack, Zero};
+use crate::cost::{
+    CostModel, Layout, MasterWeights, OptimizerState, Recompute, Stack, StateDtype, Zero,
+};
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::{Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
@@ -103,6 +105,41 @@ pub struct NemoRecipe {
     /// `wgrad_deferral_limit` (absent: 0, all deferred micro-batches).
     #[serde(default)]
     pub wgrad_deferral_limit: u32,
+    /// `optim.dtype` of `distributed_fused_adam` (absent: fp32): the state's number format.
+    #[serde(default = "fp32")]
+    pub optimizer_dtype: String,
+}
+
+fn fp32() -> String {
+    "fp32".into()
+}
+
+impl NemoRecipe {
+    /// What Apex's `DistributedFusedAdam` keeps per parameter as NeMo 24.07 sets it up for
+    /// BF16 parameters (`megatron_amp_O2`, every config here; NeMo r2.0.0rc1
+    /// `megatron_base_model.setup_optimization`): fp32 state stores only the low 16 bits of
+    /// the master weights (`store_param_remainders`), 10 bytes; state in BF16, the model's
+    /// own format, keeps no master copy (`store_params=False`) and BF16 moments, 4 bytes.
+    /// Without the distributed optimizer, plain mixed-precision Adam.
+    pub fn optimizer_state(&self) -> Result<OptimizerState, String> {
+        if !self.distributed_optimizer {
+            return Ok(OptimizerState::FP32);
+        }
+        match self.optimizer_dtype.as_str() {
+            "fp32" => Ok(OptimizerState {
+                master: MasterWeights::Remainders,
+                ..OptimizerState::FP32
+            }),
+            "bf16" => Ok(OptimizerState {
+                master: MasterWeights::None,
+                exp_avg: StateDtype::Bf16,
+                exp_avg_sq: StateDtype::Bf16,
+            }),
+            other => Err(format!(
+                "recipe optimizer_dtype '{other}' (valid: fp32, bf16)"
+            )),
+        }
+    }
 }
 
 /// One model's architecture as NeMo 24.07 trained it. The dimension fields use Megatron-style
@@ -301,6 +338,9 @@ impl NemoCase {
             blocking_p2p: !r.overlap_p2p_comm,
             defer_embedding_wgrad: r.defer_embedding_wgrad_compute,
             wgrad_deferral_limit: r.wgrad_deferral_limit,
+            optimizer_state: r
+                .optimizer_state()
+                .map_err(|e| NemoError::Data(format!("{}: {e}", self.spec.name)))?,
             ..stack
         };
         Ok(req)

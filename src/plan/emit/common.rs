@@ -236,6 +236,12 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "the deferred output-layer weight gradient is Megatron-Core's (--defer-embedding-wgrad-compute); torchtitan computes it in each micro-batch's backward".into(),
         );
     }
+    if par.use_precision_aware_optimizer {
+        notes.push(format!(
+            "Adam's state formats are Megatron-Core's precision-aware optimizer (main params {}, exp_avg {}, exp_avg_sq {}); torchtitan's AdamW keeps fp32 state",
+            par.main_params_dtype, par.exp_avg_dtype, par.exp_avg_sq_dtype
+        ));
+    }
     // FSDP2 always reduces gradients under the backward, which is what the plan says when
     // the reduction is overlapped; an in-line reduction it cannot run.
     if !par.overlap_grad_reduce {

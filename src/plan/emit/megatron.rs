@@ -328,6 +328,29 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
+    if par.use_precision_aware_optimizer {
+        flag("--use-precision-aware-optimizer", None);
+        if !par.zero1 {
+            notes.push(
+                "precision-aware optimizer without ZeRO-1: Megatron-LM's --use-precision-aware-optimizer needs --use-distributed-optimizer".into(),
+            );
+        }
+    }
+    match par.main_params_dtype.as_str() {
+        "fp32" => {}
+        "none" => notes.push(
+            "no master weights (NeMo/Apex optim.dtype bf16, store_params=False): Megatron-Core has no such setting; --main-params-dtype is left at fp32".into(),
+        ),
+        other => flag("--main-params-dtype", Some(other.into())),
+    }
+    for (name, v) in [
+        ("--exp-avg-dtype", &par.exp_avg_dtype),
+        ("--exp-avg-sq-dtype", &par.exp_avg_sq_dtype),
+    ] {
+        if v != "fp32" {
+            flag(name, Some(v.clone()));
+        }
+    }
     if plan.dtype == "bf16" {
         flag("--bf16", None);
     }

@@ -164,6 +164,14 @@ pub struct Prediction {
     /// With it, how many micro-batches' are deferred, the first ones (0: all;
     /// `--wgrad-deferral-limit`).
     pub wgrad_deferral_limit: u32,
+    /// Adam's state in the formats below (`--use-precision-aware-optimizer`).
+    pub use_precision_aware_optimizer: bool,
+    /// The master weights' format: `fp32` (with the precision-aware optimizer, stored as the
+    /// 16-bit remainders of the BF16 weights), `fp16`, or `none` (NeMo/Apex `optim.dtype:
+    /// bf16`: no master copy).
+    pub main_params_dtype: String,
+    pub exp_avg_dtype: String,
+    pub exp_avg_sq_dtype: String,
     pub tokens_per_s: f64,
     /// `tokens_per_s` over the GPUs.
     pub tokens_per_s_per_gpu: f64,

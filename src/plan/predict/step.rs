@@ -279,9 +279,11 @@ pub fn step_costs(
     )
     .saturating_add(cm.moe_recompute_working_bytes());
     let extra = req.stack.low_precision_weight_bytes_per_param();
+    let per_param = req.stack.state_bytes();
     let shard = cm.shard_ranks();
     let state = |prm: f64| {
-        let (w, g, o) = memory::model_state_parts(prm.ceil() as u64, shard, req.stack.zero, extra);
+        let (w, g, o) =
+            memory::model_state_parts(prm.ceil() as u64, shard, req.stack.zero, per_param);
         w.saturating_add(g).saturating_add(o)
     };
     let sharded_working = |prm: f64| {
@@ -519,7 +521,7 @@ pub fn prediction_from(
         step.device_params.get(fullest).copied().unwrap_or(0),
         cm.shard_ranks(),
         req.stack.zero,
-        req.stack.low_precision_weight_bytes_per_param(),
+        req.stack.state_bytes(),
         tensor_peak,
         overheads,
     );
@@ -527,9 +529,9 @@ pub fn prediction_from(
     let memory_breakdown = match step.device_expert_params.get(fullest) {
         Some(&expert) => {
             let total = step.device_params.get(fullest).copied().unwrap_or(0);
-            let extra = req.stack.low_precision_weight_bytes_per_param();
+            let per_param = req.stack.state_bytes();
             let parts = |params: u64, shard: u64| {
-                memory::model_state_parts(params, shard, req.stack.zero, extra)
+                memory::model_state_parts(params, shard, req.stack.zero, per_param)
             };
             let (dw, dg, dopt) = parts(total.saturating_sub(expert), cm.shard_ranks());
             let (ew, eg, eopt) = parts(expert, cm.expert_dp());
@@ -565,6 +567,10 @@ pub fn prediction_from(
             && !req.stack.zero.shards_weights(),
         defer_embedding_wgrad_compute: req.stack.defer_embedding_wgrad,
         wgrad_deferral_limit: req.stack.wgrad_deferral_limit,
+        use_precision_aware_optimizer: req.stack.optimizer_state.precision_aware(),
+        main_params_dtype: req.stack.optimizer_state.master.main_params_dtype().into(),
+        exp_avg_dtype: req.stack.optimizer_state.exp_avg.as_str().into(),
+        exp_avg_sq_dtype: req.stack.optimizer_state.exp_avg_sq.as_str().into(),
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
         params: model.total_params(),
