@@ -51,6 +51,16 @@ fn each_request_takes_the_rows_layout_and_stated_stack() {
         assert_eq!(r.sequence_parallel, row.t > 1);
         assert_eq!(r.stack.moe_comm_overlap, row.id == "m287", "{}", row.id);
         assert_eq!(r.stack.moe_node_dedup, row.notes.contains("DeepEP"));
+        // Forced balanced routing for the recipe script's layout (m286, m287), else the
+        // default imbalance.
+        let forced = row.id == "m286" || row.id == "m287";
+        assert_eq!(c.forced_balance(), forced, "{}", row.id);
+        assert_eq!(
+            r.stack.moe_imbalance,
+            if forced { 1.0 } else { 1.25 },
+            "{}",
+            row.id
+        );
         // Megatron-LM overlaps the interleaved schedule's sends by default.
         assert_eq!(r.stack.blocking_p2p, row.vp == 1, "{}", row.id);
         assert_eq!(r.model.total_params(), c.model.total_params());

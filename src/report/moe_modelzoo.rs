@@ -8,8 +8,9 @@
 //! the row states: BF16, flash attention (Transformer Engine's fused attention), sequence
 //! parallelism with t > 1 (Megatron-Core requires it with MoE), the distributed optimizer
 //! (ZeRO-1; ZeRO-3 where the row runs Megatron-FSDP, `FSDP=On`) with overlapped gradient
-//! reduction and parameter gather, and the all-to-all overlap
-//! where the row says so (`+1f1b overlap (EP A2A overlap)`). The table reports TFLOP/s per GPU
+//! reduction and parameter gather, the all-to-all overlap where the row says so (`+1f1b
+//! overlap (EP A2A overlap)`), and forced balanced routing where the recipe's script for the
+//! row's layout forces it ([`MoeCase::forced_balance`]). The table reports TFLOP/s per GPU
 //! as Megatron-Core counts FLOPs; the harness compares step times, so the predicted figure is
 //! `published TFLOP/s x published step time / predicted step time` (the same FLOPs per step).
 
@@ -127,6 +128,18 @@ impl MoeCase {
         }
     }
 
+    /// Whether the row routed with `--moe-router-force-load-balancing` (every token's experts
+    /// drawn evenly, pplan's `--moe-imbalance 1.0`): the two cross-node rows (TP 2, PP 8, VPP
+    /// 4, EP 32) have the layout of the recipe's H100 script, which passes that flag —
+    /// `best-practice/qwen3/run_235b.sh` ("H100 baseline config", A2A_OVERLAP=1) in the
+    /// vwxyzjn/Megatron-MoE-ModelZoo copy at 6925790, and upstream's
+    /// `best_practice/qwen3/run_h100_235b.sh` at bff1229. The other rows have no script;
+    /// they keep the default imbalance.
+    pub fn forced_balance(&self) -> bool {
+        let r = &self.row;
+        (r.t, r.p, r.vp, r.ep) == (2, 8, 4, 32)
+    }
+
     /// The stack the row states (module docs).
     pub fn stack(&self) -> Stack {
         Stack {
@@ -148,6 +161,11 @@ impl MoeCase {
             // unless told not to (`--no-overlap-p2p-communication`, `store_false` into
             // `overlap_p2p_comm`); the 1F1B schedule's sends block.
             blocking_p2p: self.row.vp <= 1,
+            moe_imbalance: if self.forced_balance() {
+                1.0
+            } else {
+                Stack::default().moe_imbalance
+            },
             ..Stack::default()
         }
     }
