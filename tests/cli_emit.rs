@@ -29,6 +29,7 @@ fn model() -> PlanModel {
         vocab_size: 32000,
         gated_mlp: true,
         untie_embeddings_and_output_weights: false,
+        dropout: false,
         kv_channels: None,
         moe: None,
         mla: None,
@@ -113,6 +114,8 @@ MEGATRON_ARGS=(
   --normalization RMSNorm
   --swiglu
   --disable-bias-linear
+  --hidden-dropout 0
+  --attention-dropout 0
   --padded-vocab-size 32000
   --recompute-granularity full
   --recompute-method uniform

@@ -123,6 +123,9 @@ pub struct ActDims {
     /// Latent attention's compressed query and key/value widths (q_lora_rank + kv_lora_rank
     /// + the rotary key), 0 without it.
     pub latent: u64,
+    /// The layers train with dropout: each bias-dropout-add keeps a 1-byte mask
+    /// (`Model::dropout`).
+    pub dropout: bool,
     /// Bytes x 32 of one element of a linear layer's input as Transformer Engine saves it
     /// for the weight gradient: 64 (BF16), 32 (FP8), 33 (MXFP8: a shared 8-bit exponent per
     /// 32 elements), 18 (NVFP4: 4 bits plus an FP8 scale per 16).
@@ -155,6 +158,7 @@ impl ActDims {
             v,
             o,
             latent,
+            dropout: model.dropout,
             input_32ths: 64,
         }
     }
@@ -175,6 +179,7 @@ impl ActDims {
             v: h,
             o: h,
             latent: 0,
+            dropout: true,
             input_32ths: 64,
         }
     }
@@ -298,7 +303,7 @@ fn lse_bytes(d: ActDims) -> u64 {
 ///   it gathered from); Q, K, V (`2 (q + k + v)`); the kernel's output (`2 o`) and
 ///   log-sum-exp (`4 a`); in low precision the output projection's own cast of its input
 ///   (`e o`; in BF16 it is the kernel's output tensor); the dropout mask after the
-///   projection (h, 1 byte); with latent attention the compressed query and key/value and
+///   projection (h, 1 byte, with dropout); with latent attention the compressed query and key/value and
 ///   their norms' outputs (`2 x 2 latent`);
 /// - MLP: the norm's input and output (`2h + e h`); the activation's input, the first
 ///   GEMM's output (`2 f`, `2 x 2 f` gated: SwiGLU keeps the gate and the up projection);
@@ -306,8 +311,8 @@ fn lse_bytes(d: ActDims) -> u64 {
 ///
 /// For GPT (`q = k = v = h`, `f = 4h`, BF16) this is Korthikanti et al.'s selective figure,
 /// `34 sbh/t` with sequence parallelism and `sbh (10 + 24/t)` without, plus the log-sum-exp.
-/// Dropout masks are counted for every model (Megatron-Core's default dropout of 0.1; a
-/// model trained without dropout keeps `2 sbh/t` less).
+/// The masks only where the model trains with dropout (`Model::dropout`: GPT-style models
+/// with Megatron-LM's default 0.1; not Llama-style ones).
 pub fn flash_layer_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
     let (n, t) = (d.s as u128 * d.b as u128, d.t as u128);
     let sp = if sequence_parallel { t } else { 1 };
@@ -316,7 +321,8 @@ pub fn flash_layer_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
     let qkv = (d.q + d.k + d.v) as u128;
     let proj_in = if e < 64 { e * o } else { 0 };
     // In 32ths of a byte: the sequence-parallel region's tensors, then the head-split ones.
-    let per_sp = 2 * (64 * h + e * h + 32 * h) + 2 * 64 * d.latent as u128;
+    let mask = if d.dropout { 32 * h } else { 0 };
+    let per_sp = 2 * (64 * h + e * h + mask) + 2 * 64 * d.latent as u128;
     let per_tp = 64 * qkv + 64 * o + 32 * 4 * a + proj_in;
     let total = (per_sp * n).div_ceil(32 * sp)
         + (per_tp * n).div_ceil(32 * t)
@@ -428,9 +434,12 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
 
 /// Activations the first stage keeps per micro-batch besides its layers: the embedding
 /// dropout mask, s b h bytes (/t with sequence parallelism) (Korthikanti et al. 2022, Sec. 4.3).
+/// None for a model trained without dropout.
 pub fn embedding_activation_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
     let sbh = d.s * d.b * d.h;
-    if sequence_parallel {
+    if !d.dropout {
+        0
+    } else if sequence_parallel {
         sbh / d.t
     } else {
         sbh
@@ -657,8 +666,11 @@ mod tests {
         // = 14, the down projection's input 2 x 3.5 = 7 (BF16) or 3.5 (FP8); plus the
         // log-sum-exp, 4 bytes x 32 heads.
         let m = Model::preset("llama3-8b").unwrap();
+        // Counted here with dropout masks (the preset, trained without dropout, keeps none:
+        // below).
         let d = ActDims {
             s: 8192,
+            dropout: true,
             ..ActDims::new(&m, 1, 2)
         };
         let sbh_t = 8192 * 4096 / 2;
@@ -672,6 +684,15 @@ mod tests {
             flash_layer_bytes(bf16, false),
             10 * 2 * sbh_t + 26 * sbh_t + lse
         );
+        // Llama 3 as trained, without dropout: no masks, 2 sbh/t less, nor the embedding's.
+        let no_dropout = ActDims {
+            dropout: false,
+            ..d
+        };
+        assert!(!ActDims::new(&m, 1, 2).dropout);
+        assert_eq!(flash_layer_bytes(no_dropout, true), 34 * sbh_t + lse);
+        assert_eq!(embedding_activation_bytes(no_dropout, true), 0);
+        assert_eq!(embedding_activation_bytes(d, true), sbh_t);
         // GPT-3 in FP8: 34 - 2 (norm outputs) + 1 (projection cast) - 4 (fc2 input) = 29.
         let gpt = ActDims::gpt(2048, 1, 12288, 96, 8).precision(Precision::Fp8);
         assert_eq!(

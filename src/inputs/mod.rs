@@ -4,6 +4,7 @@
 //!
 //! Imports nothing else of the crate.
 
+pub mod dense_presets;
 pub mod hardware;
 pub mod json_path;
 pub mod model;

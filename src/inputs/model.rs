@@ -47,6 +47,11 @@ pub struct Model {
     pub gated_mlp: bool,
     /// Input and output embeddings share one matrix (GPT-2/Megatron GPT); counted once.
     pub tied_embeddings: bool,
+    /// The layers apply dropout in training (hidden or attention dropout above 0), so each
+    /// bias-dropout-add keeps a 1-byte mask for the backward. GPT-style models (Megatron-LM's
+    /// default 0.1) do; Llama-style models and Hugging Face configs without a dropout
+    /// probability do not.
+    pub dropout: bool,
     /// The attention head size when the file gives one (Hugging Face `head_dim`, Megatron
     /// `kv_channels`); `None` means `hidden_size / num_heads` ([`Model::head_dim`]).
     pub attention_head_dim: Option<u64>,
@@ -196,145 +201,7 @@ pub enum ModelError {
     },
 }
 
-/// (name, layers, hidden, heads, kv heads, ffn, vocab, seq, gated, tied)
-type Preset = (&'static str, u32, u64, u64, u64, u64, u64, u64, bool, bool);
-
-/// The bundled models. The ten `gpt-*` models are the weak-scaling models of Narayanan et al.
-/// 2021 Table 1 (vocabulary 51200, sequence 2048, ffn = 4h); `gpt3-175b` is Brown et al. 2020's
-/// largest model; the Llama 3 dimensions are from Meta's released `config.json` files
-/// (Llama 3.1, 8k context used as the default sequence length).
-pub const PRESETS: [Preset; 14] = [
-    ("gpt-1.7b", 24, 2304, 24, 24, 9216, 51200, 2048, false, true),
-    (
-        "gpt-3.6b", 30, 3072, 32, 32, 12288, 51200, 2048, false, true,
-    ),
-    (
-        "gpt-7.5b", 36, 4096, 32, 32, 16384, 51200, 2048, false, true,
-    ),
-    (
-        "gpt-18.4b",
-        40,
-        6144,
-        48,
-        48,
-        24576,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "gpt-39.1b",
-        48,
-        8192,
-        64,
-        64,
-        32768,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "gpt-76.1b",
-        60,
-        10240,
-        80,
-        80,
-        40960,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "gpt-145.6b",
-        80,
-        12288,
-        96,
-        96,
-        49152,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "gpt-310.1b",
-        96,
-        16384,
-        128,
-        128,
-        65536,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "gpt-529.6b",
-        105,
-        20480,
-        128,
-        128,
-        81920,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "gpt-1t", 128, 25600, 160, 160, 102400, 51200, 2048, false, true,
-    ),
-    (
-        "gpt3-175b",
-        96,
-        12288,
-        96,
-        96,
-        49152,
-        51200,
-        2048,
-        false,
-        true,
-    ),
-    (
-        "llama3-8b",
-        32,
-        4096,
-        32,
-        8,
-        14336,
-        128256,
-        8192,
-        true,
-        false,
-    ),
-    (
-        "llama3-70b",
-        80,
-        8192,
-        64,
-        8,
-        28672,
-        128256,
-        8192,
-        true,
-        false,
-    ),
-    (
-        "llama3-405b",
-        126,
-        16384,
-        128,
-        8,
-        53248,
-        128256,
-        8192,
-        true,
-        false,
-    ),
-];
+pub use super::dense_presets::{Preset, PRESETS};
 
 pub fn preset_names() -> Vec<&'static str> {
     PRESETS
@@ -409,6 +276,44 @@ fn get_opt_str<'a>(
             got: x.to_string(),
         }),
     }
+}
+
+/// A probability field (0 to 1).
+fn get_opt_prob(v: &Value, field: &'static str, path: &str) -> Result<Option<f64>, ModelError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => match x.as_f64() {
+            Some(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
+            _ => Err(ModelError::BadType {
+                path: path.to_string(),
+                field,
+                expected: "a probability from 0 to 1",
+                got: x.to_string(),
+            }),
+        },
+    }
+}
+
+/// Whether a Hugging Face config trains with dropout: any of transformers' dropout
+/// probabilities above 0 (Llama's `attention_dropout`, GPT-2's `resid_pdrop` / `attn_pdrop`
+/// / `embd_pdrop`, BERT-style `hidden_dropout_prob` / `attention_probs_dropout_prob`,
+/// `hidden_dropout`); none given, none.
+fn hf_dropout(v: &Value, path: &str) -> Result<bool, ModelError> {
+    const KEYS: [&str; 7] = [
+        "attention_dropout",
+        "hidden_dropout",
+        "resid_pdrop",
+        "attn_pdrop",
+        "embd_pdrop",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+    ];
+    for k in KEYS {
+        if get_opt_prob(v, k, path)?.is_some_and(|p| p > 0.0) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn get_opt_bool(v: &Value, field: &'static str, path: &str) -> Result<Option<bool>, ModelError> {
@@ -539,6 +444,9 @@ impl Model {
                 seq_len: s,
                 gated_mlp: gated,
                 tied_embeddings: tied,
+                // The GPT presets are Megatron-LM's GPT (dropout 0.1), the gated ones Llama
+                // (trained without dropout: Meta's configs, NeMo's hidden_dropout 0.0).
+                dropout: !gated,
                 attention_head_dim: None,
                 seq_len_defaulted: false,
                 moe: None,
@@ -557,6 +465,7 @@ impl Model {
                     seq_len: p.seq,
                     gated_mlp: true,
                     tied_embeddings: false,
+                    dropout: false,
                     attention_head_dim: p.head_dim,
                     seq_len_defaulted: false,
                     moe: Some(p.moe),
@@ -645,6 +554,7 @@ impl Model {
                 seq_len: max_positions.map_or(DEFAULT_SEQ_LEN, |n| n.min(DEFAULT_SEQ_LEN)),
                 gated_mlp,
                 tied_embeddings,
+                dropout: hf_dropout(&v, path)?,
                 attention_head_dim: get_opt_u64(&v, "head_dim", path)?,
                 seq_len_defaulted: true,
                 moe: moe::moe_from_hf(&v, num_layers).map_err(|e| field_error(path, e))?,
@@ -669,6 +579,9 @@ impl Model {
                 gated_mlp: get_opt_bool(&v, "swiglu", path)?.unwrap_or(false),
                 tied_embeddings: !get_opt_bool(&v, "untie_embeddings_and_output_weights", path)?
                     .unwrap_or(false),
+                // Megatron-LM's defaults: 0.1 each.
+                dropout: get_opt_prob(&v, "hidden_dropout", path)?.unwrap_or(0.1) > 0.0
+                    || get_opt_prob(&v, "attention_dropout", path)?.unwrap_or(0.1) > 0.0,
                 attention_head_dim: get_opt_u64(&v, "kv_channels", path)?,
                 seq_len_defaulted: false,
                 moe: moe::moe_from_megatron(
@@ -941,6 +854,37 @@ mod tests {
             e.contains("tie_word_embeddings") && e.contains("true or false"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn dropout_follows_the_config() {
+        // Hugging Face: any dropout probability above 0; none given, none (Llama's configs
+        // state attention_dropout 0.0).
+        assert!(!hf("").unwrap().dropout);
+        assert!(!hf(r#", "attention_dropout": 0.0"#).unwrap().dropout);
+        assert!(hf(r#", "resid_pdrop": 0.1"#).unwrap().dropout);
+        let e = hf(r#", "attention_dropout": 2"#).unwrap_err().to_string();
+        assert!(
+            e.contains("attention_dropout") && e.contains("0 to 1"),
+            "{e}"
+        );
+        // Megatron-style JSON: Megatron-LM's defaults, 0.1 each.
+        let meg = |extra: &str| {
+            Model::from_json(
+                &format!(
+                    r#"{{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 256, "seq_length": 128, "vocab_size": 1000{extra}}}"#
+                ),
+                "m.json",
+            )
+            .unwrap()
+        };
+        assert!(meg("").dropout);
+        assert!(!meg(r#", "hidden_dropout": 0.0, "attention_dropout": 0.0"#).dropout);
+        assert!(meg(r#", "hidden_dropout": 0.0"#).dropout);
+        // Presets: Megatron's GPT with dropout, Llama and the MoE models without.
+        assert!(Model::preset("gpt3-175b").unwrap().dropout);
+        assert!(!Model::preset("llama3-8b").unwrap().dropout);
+        assert!(!Model::preset("deepseek-v3").unwrap().dropout);
     }
 
     #[test]

@@ -196,6 +196,22 @@ impl Flags {
             }),
         }
     }
+    /// A probability flag (`--hidden-dropout 0.1`), or `default` when absent.
+    fn prob(&self, f: &'static str, default: f64) -> Result<f64, MegatronArgsError> {
+        let Some(v) = self.map.get(f) else {
+            return Ok(default);
+        };
+        let got = v.first().cloned().unwrap_or_default();
+        match got.parse::<f64>() {
+            Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+            _ => Err(MegatronArgsError::BadValue {
+                origin: self.origin.clone(),
+                flag: f.to_string(),
+                got,
+                expected: "a probability from 0 to 1".into(),
+            }),
+        }
+    }
     fn need(&self, f: &'static str, what: &'static str) -> Result<u64, MegatronArgsError> {
         self.num(f)?.ok_or_else(|| MegatronArgsError::Missing {
             origin: self.origin.clone(),
@@ -241,6 +257,8 @@ const USED: &[&str] = &[
     "--ffn-hidden-size",
     "--seq-length",
     "--swiglu",
+    "--hidden-dropout",
+    "--attention-dropout",
     "--untie-embeddings-and-output-weights",
     "--padded-vocab-size",
     "--vocab-size",
@@ -559,6 +577,9 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         seq_len: seq,
         gated_mlp: gated,
         tied_embeddings: !flags.has("--untie-embeddings-and-output-weights"),
+        // arguments.py's defaults: 0.1 each.
+        dropout: flags.prob("--hidden-dropout", 0.1)? > 0.0
+            || flags.prob("--attention-dropout", 0.1)? > 0.0,
         attention_head_dim: head_dim,
         seq_len_defaulted: false,
         moe: None,

@@ -70,6 +70,10 @@ pub struct PlanModel {
     /// models, and plans written before the field existed, tie them.
     #[serde(default, skip_serializing_if = "is_false")]
     pub untie_embeddings_and_output_weights: bool,
+    /// The layers train with dropout (Megatron-LM's default 0.1; omitted when true). False
+    /// for Llama-style models: `--hidden-dropout 0 --attention-dropout 0`.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub dropout: bool,
     /// Head dimension when it is not hidden_size / heads (Qwen3, Gemma 2; Megatron-LM's
     /// `--kv-channels`). Omitted otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -290,6 +294,12 @@ fn is_default_stack(s: &str) -> bool {
 fn is_false(b: &bool) -> bool {
     !*b
 }
+fn yes() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
 
 /// One pipeline stage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -398,6 +408,7 @@ impl PlanModel {
             vocab_size: m.vocab_size,
             gated_mlp: m.gated_mlp,
             untie_embeddings_and_output_weights: !m.tied_embeddings,
+            dropout: m.dropout,
             kv_channels: m.attention_head_dim,
             moe: m.moe.as_ref().map(|x| PlanMoe {
                 num_experts: x.num_experts,
@@ -430,6 +441,7 @@ impl PlanModel {
             seq_len: self.seq_length,
             gated_mlp: self.gated_mlp,
             tied_embeddings: !self.untie_embeddings_and_output_weights,
+            dropout: self.dropout,
             attention_head_dim: self.kv_channels,
             seq_len_defaulted: false,
             moe: self.moe.as_ref().map(|x| crate::inputs::moe::Moe {

@@ -163,6 +163,9 @@ pub struct NemoModel {
     pub normalization: String,
     pub position_embedding_type: String,
     pub bias: bool,
+    /// `model.hidden_dropout` and `model.attention_dropout` of the config.
+    pub hidden_dropout: f64,
+    pub attention_dropout: f64,
     /// The published parameter count (or nominal size, see `params_basis`).
     pub params_published: f64,
     /// `count` (a published count) or `nominal` (only the size in the model's name).
@@ -194,6 +197,7 @@ impl NemoModel {
             seq_len,
             gated_mlp: self.swiglu,
             tied_embeddings: !self.untie_embeddings_and_output_weights,
+            dropout: self.hidden_dropout > 0.0 || self.attention_dropout > 0.0,
             attention_head_dim: None,
             seq_len_defaulted: false,
             moe: None,

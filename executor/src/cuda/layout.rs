@@ -255,6 +255,7 @@ pub(crate) mod tests_support {
                 vocab_size: 13,
                 gated_mlp: false,
                 untie_embeddings_and_output_weights: false,
+                dropout: true,
                 kv_channels: None,
                 moe: None,
                 mla: None,

@@ -23,6 +23,7 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         vocab_size: 32,
         gated_mlp: false,
         untie_embeddings_and_output_weights: false,
+        dropout: true,
         kv_channels: None,
         moe: None,
         mla: None,

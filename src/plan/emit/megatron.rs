@@ -183,6 +183,10 @@ pub fn megatron(plan: &Plan) -> Emitted {
     if m.untie_embeddings_and_output_weights {
         flag("--untie-embeddings-and-output-weights", None);
     }
+    if !m.dropout {
+        flag("--hidden-dropout", Some("0".into()));
+        flag("--attention-dropout", Some("0".into()));
+    }
     if let Some(moe) = &m.moe {
         flag("--num-experts", val(moe.num_experts));
         flag("--moe-router-topk", val(moe.moe_router_topk));
