@@ -3,6 +3,15 @@
 mod common;
 use common::pplan;
 
+/// `pplan` with `base` and `extra` arguments, which must succeed with JSON on stdout.
+fn predict_json(base: &[&str], extra: &[&str]) -> serde_json::Value {
+    let mut args = base.to_vec();
+    args.extend(extra);
+    let (code, out, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
 const GPT_1T: [&str; 14] = [
     "predict",
     "--model",
@@ -614,13 +623,7 @@ fn deferred_embedding_wgrad_shortens_the_step_and_keeps_its_tensors() {
         "--format",
         "json",
     ];
-    let run = |extra: &[&str]| {
-        let mut args = base.to_vec();
-        args.extend(extra);
-        let (code, out, err) = pplan(&args);
-        assert_eq!(code, 0, "{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
+    let run = |extra: &[&str]| predict_json(&base, extra);
     let off = run(&[]);
     let on = run(&["--defer-embedding-wgrad-compute", "on"]);
     let limited = run(&[
@@ -673,13 +676,7 @@ fn precision_aware_optimizer_shrinks_the_optimizer_state() {
         "--format",
         "json",
     ];
-    let run = |extra: &[&str]| {
-        let mut args = base.to_vec();
-        args.extend(extra);
-        let (code, out, err) = pplan(&args);
-        assert_eq!(code, 0, "{err}");
-        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
-    };
+    let run = |extra: &[&str]| predict_json(&base, extra);
     let off = run(&[]);
     let on = run(&["--use-precision-aware-optimizer", "on"]);
     let bf16 = run(&[

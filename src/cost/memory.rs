@@ -303,8 +303,8 @@ fn lse_bytes(d: ActDims) -> u64 {
 ///   it gathered from); Q, K, V (`2 (q + k + v)`); the kernel's output (`2 o`) and
 ///   log-sum-exp (`4 a`); in low precision the output projection's own cast of its input
 ///   (`e o`; in BF16 it is the kernel's output tensor); the dropout mask after the
-///   projection (h, 1 byte, with dropout); with latent attention the compressed query and key/value and
-///   their norms' outputs (`2 x 2 latent`);
+///   projection (h, 1 byte, with dropout); with latent attention the compressed query and
+///   key/value and their norms' outputs (`2 x 2 latent`);
 /// - MLP: the norm's input and output (`2h + e h`); the activation's input, the first
 ///   GEMM's output (`2 f`, `2 x 2 f` gated: SwiGLU keeps the gate and the up projection);
 ///   the second GEMM's input (`e f`); the mask (h).

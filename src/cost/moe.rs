@@ -574,7 +574,7 @@ impl CostModel<'_> {
             self.stack.zero,
             memory::StateBytes {
                 extra_weight: extra_weight_bytes_per_param,
-                optimizer: self.stack.optimizer_state.bytes_per_param(),
+                ..self.stack.state_bytes()
             },
         );
         w.saturating_add(g).saturating_add(o)
