@@ -1,5 +1,5 @@
 //! Adam's state per parameter: the master copy of the 16-bit weights and the two moments, in
-//! the number formats the optimizer keeps them (docs/cost-model.md, "Optimizer state").
+//! the number formats the optimizer keeps them (docs/cost-model.md, "Memory per GPU").
 //!
 //! - Plain mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, Sec. 3.1): fp32 master
 //!   weights, momentum and variance, 12 bytes.
