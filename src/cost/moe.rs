@@ -10,7 +10,7 @@
 //! `edp = t cp d / (ep etp)`.
 
 use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
-use super::memory::{self, ActDims};
+use super::memory;
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
 use super::stack::{CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::model::Model;
@@ -609,10 +609,8 @@ impl CostModel<'_> {
         let fs = moe.shared_ffn as f64 / t;
         let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
         let shared = b * s * (2.0 * up_s + 2.0 * fs);
-        let dims = ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
-            .context_parallel(self.layout.cp)
-            .precision(self.stack.precision);
-        let dense_mlp = memory::mlp_intermediate_bytes(dims, self.stack.attention) as f64;
+        let dense_mlp =
+            memory::mlp_intermediate_bytes(self.act_dims(), self.stack.attention) as f64;
         let bytes = dense_layer_bytes as f64 - dense_mlp + routed + shared;
         bytes.max(0.0).ceil() as u64
     }

@@ -533,6 +533,15 @@ impl CostModel<'_> {
         (self.dp_cp() / self.layout.dp_replicate.max(1)).max(1)
     }
 
+    /// The activation formulas' dimensions for this layout and stack: one micro-batch, the
+    /// sequence split over the context-parallel ranks, the linear layers' saved inputs in the
+    /// stack's precision.
+    pub fn act_dims(&self) -> super::memory::ActDims {
+        super::memory::ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
+            .context_parallel(self.layout.cp)
+            .precision(self.stack.precision)
+    }
+
     /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`; `s` is the tokens of a
     /// sequence one rank holds: the whole sequence over the context-parallel size.
     pub(super) fn dims(&self) -> (f64, f64, f64, f64, f64, f64, f64) {

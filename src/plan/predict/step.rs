@@ -4,7 +4,7 @@
 use super::balance::{balanced_split, end_blocks, profiled_block, split_label};
 use super::request::*;
 use crate::cost::compute::sharded_exposure;
-use crate::cost::memory::{self, ActDims, MemoryBreakdown};
+use crate::cost::memory::{self, MemoryBreakdown};
 use crate::cost::{BlockCost, CostModel, Recompute};
 use crate::inputs::profile::sum_layers;
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
@@ -58,9 +58,7 @@ pub fn step_costs(
     };
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
-    let dims = ActDims::new(model, req.micro_batch, req.tp)
-        .context_parallel(req.cp)
-        .precision(req.stack.precision);
+    let dims = cm.act_dims();
     let layer_act = memory::layer_activation_bytes_for(
         dims,
         req.recompute,
@@ -700,7 +698,7 @@ mod tests {
         assert_eq!(on.costs.stages[..3], off.costs.stages[..3]);
         assert_eq!(on.costs.deferred_weight_grad_ns, vec![0, 0, 0, ns(4.0 * w)]);
         assert!(off.costs.deferred_weight_grad_ns.is_empty());
-        let dims = ActDims::new(&m, 1, 8);
+        let dims = memory::ActDims::new(&m, 1, 8);
         let kept = 4 * memory::deferred_wgrad_bytes(dims, m.vocab_size, true);
         assert_eq!(
             kept,
