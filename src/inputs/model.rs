@@ -294,6 +294,17 @@ fn get_opt_prob(v: &Value, field: &'static str, path: &str) -> Result<Option<f64
     }
 }
 
+/// Megatron-LM's `--hidden-dropout` and `--attention-dropout` when not given.
+pub const MEGATRON_DEFAULT_DROPOUT: f64 = 0.1;
+
+/// Whether a Megatron-style model trains with dropout, from its hidden and attention dropout
+/// probabilities (each [`MEGATRON_DEFAULT_DROPOUT`] when absent): Megatron-style JSON,
+/// Megatron-LM arguments, NeMo configs.
+pub fn megatron_dropout(hidden: Option<f64>, attention: Option<f64>) -> bool {
+    hidden.unwrap_or(MEGATRON_DEFAULT_DROPOUT) > 0.0
+        || attention.unwrap_or(MEGATRON_DEFAULT_DROPOUT) > 0.0
+}
+
 /// Whether a Hugging Face config trains with dropout: any of transformers' dropout
 /// probabilities above 0 (Llama's `attention_dropout`, GPT-2's `resid_pdrop` / `attn_pdrop`
 /// / `embd_pdrop`, BERT-style `hidden_dropout_prob` / `attention_probs_dropout_prob`,
@@ -579,9 +590,10 @@ impl Model {
                 gated_mlp: get_opt_bool(&v, "swiglu", path)?.unwrap_or(false),
                 tied_embeddings: !get_opt_bool(&v, "untie_embeddings_and_output_weights", path)?
                     .unwrap_or(false),
-                // Megatron-LM's defaults: 0.1 each.
-                dropout: get_opt_prob(&v, "hidden_dropout", path)?.unwrap_or(0.1) > 0.0
-                    || get_opt_prob(&v, "attention_dropout", path)?.unwrap_or(0.1) > 0.0,
+                dropout: megatron_dropout(
+                    get_opt_prob(&v, "hidden_dropout", path)?,
+                    get_opt_prob(&v, "attention_dropout", path)?,
+                ),
                 attention_head_dim: get_opt_u64(&v, "kv_channels", path)?,
                 seq_len_defaulted: false,
                 moe: moe::moe_from_megatron(

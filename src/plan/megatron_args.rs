@@ -13,7 +13,7 @@
 //! `--make-vocab-size-divisible-by` (128) × tp unless `--padded-vocab-size` gives it, the even
 //! pipeline split unless `--pipeline-model-parallel-layout` gives one. No IO.
 
-use crate::inputs::model::Model;
+use crate::inputs::model::{megatron_dropout, Model};
 use std::collections::BTreeMap;
 
 /// What a Megatron-LM command line trains: the model and the layout, in pplan's terms.
@@ -196,14 +196,14 @@ impl Flags {
             }),
         }
     }
-    /// A probability flag (`--hidden-dropout 0.1`), or `default` when absent.
-    fn prob(&self, f: &'static str, default: f64) -> Result<f64, MegatronArgsError> {
+    /// A probability flag (`--hidden-dropout 0.1`), `None` when absent.
+    fn prob(&self, f: &'static str) -> Result<Option<f64>, MegatronArgsError> {
         let Some(v) = self.map.get(f) else {
-            return Ok(default);
+            return Ok(None);
         };
         let got = v.first().cloned().unwrap_or_default();
         match got.parse::<f64>() {
-            Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+            Ok(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
             _ => Err(MegatronArgsError::BadValue {
                 origin: self.origin.clone(),
                 flag: f.to_string(),
@@ -577,9 +577,10 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         seq_len: seq,
         gated_mlp: gated,
         tied_embeddings: !flags.has("--untie-embeddings-and-output-weights"),
-        // arguments.py's defaults: 0.1 each.
-        dropout: flags.prob("--hidden-dropout", 0.1)? > 0.0
-            || flags.prob("--attention-dropout", 0.1)? > 0.0,
+        dropout: megatron_dropout(
+            flags.prob("--hidden-dropout")?,
+            flags.prob("--attention-dropout")?,
+        ),
         attention_head_dim: head_dim,
         seq_len_defaulted: false,
         moe: None,

@@ -18,7 +18,7 @@ use crate::cost::{
     CostModel, Layout, MasterWeights, OptimizerState, Recompute, Stack, StateDtype, Zero,
 };
 use crate::inputs::hardware::{Hardware, Precision};
-use crate::inputs::model::{Model, ModelError};
+use crate::inputs::model::{megatron_dropout, Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
 use crate::schedule::generators::ScheduleName;
 use serde::Deserialize;
@@ -197,7 +197,7 @@ impl NemoModel {
             seq_len,
             gated_mlp: self.swiglu,
             tied_embeddings: !self.untie_embeddings_and_output_weights,
-            dropout: self.hidden_dropout > 0.0 || self.attention_dropout > 0.0,
+            dropout: megatron_dropout(Some(self.hidden_dropout), Some(self.attention_dropout)),
             attention_head_dim: None,
             seq_len_defaulted: false,
             moe: None,
