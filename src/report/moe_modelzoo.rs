@@ -14,6 +14,7 @@
 //! as Megatron-Core counts FLOPs; the harness compares step times, so the predicted figure is
 //! `published TFLOP/s x published step time / predicted step time` (the same FLOPs per step).
 
+use crate::cost::stack::DEFAULT_MOE_IMBALANCE;
 use crate::cost::{Attention, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::{Model, ModelError};
@@ -164,7 +165,7 @@ impl MoeCase {
             moe_imbalance: if self.forced_balance() {
                 1.0
             } else {
-                Stack::default().moe_imbalance
+                DEFAULT_MOE_IMBALANCE
             },
             ..Stack::default()
         }
