@@ -135,15 +135,16 @@ MEGATRON_ARGS=(
 
 #[test]
 fn megatron_notes_what_it_cannot_express() {
-    // Uneven stages: a layout string, and a comment saying which version needs it.
-    let mut p = plan(ScheduleName::OneFOneB, 4, 1, 8, Some(&[1, 3, 3, 1]));
+    // Uneven stages no Megatron-Core split rule gives: a layout string, and a comment saying
+    // which version needs it.
+    let mut p = plan(ScheduleName::OneFOneB, 4, 1, 8, Some(&[1, 3, 2, 2]));
     p.parallelism.recompute = "selective".into();
     p.dtype = "f32".into();
     let path = write_plan("uneven.json", &p);
     let (code, out, err) = emit(&path, "megatron");
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("  --pipeline-model-parallel-layout 'Et|t*3|t*3|tL'\n"),
+        out.contains("  --pipeline-model-parallel-layout 'Et|t*3|t*2|t*2L'\n"),
         "{out}"
     );
     assert!(
@@ -154,7 +155,7 @@ fn megatron_notes_what_it_cannot_express() {
     assert!(!out.contains("--bf16"), "{out}");
     assert!(!out.contains("--num-layers-per-virtual-pipeline-stage"));
     assert!(
-        out.contains("# cannot express exactly: uneven stages (1, 3, 3, 1)"),
+        out.contains("# cannot express exactly: uneven stages (1, 3, 2, 2)"),
         "{out}"
     );
     assert!(

@@ -12,6 +12,7 @@ use pplan::plan::megatron_args::parse_megatron_args;
 use pplan::plan::plan_file::{
     stages_from_counts, Parallelism, Plan, PlanModel, PlanSchedule, PLAN_FORMAT, PLAN_VERSION,
 };
+use pplan::plan::predict::PipelineSplit;
 use pplan::schedule::generators::{generate, GenParams, ScheduleName};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -146,16 +147,68 @@ fn plans() -> Vec<Plan> {
             out.push(plan(&model, ScheduleName::ZbH1, 4, 1, 8, None, variant));
         }
         let l = model.num_layers;
+        // A split no Megatron-Core rule gives (the layout string), and splits two rules give:
+        // the first and last ranks' counts (interleaved too), the embedding and the loss
+        // counted as layers.
         out.push(plan(
             &model,
             ScheduleName::OneFOneB,
             4,
             1,
             8,
-            Some(&[l / 4 - 1, l / 4 + 1, l / 4 + 1, l / 4 - 1]),
+            Some(&[l / 4 - 1, l / 4 + 2, l / 4, l / 4 - 1]),
             1,
         ));
+        let ends = PipelineSplit {
+            first: Some(l / 4 - 2),
+            last: Some(l / 4 - 2),
+            ..PipelineSplit::default()
+        };
+        for v in [1, 2] {
+            let counts = ends.stage_layers(l, 4, v, false).unwrap();
+            let name = if v == 1 {
+                ScheduleName::OneFOneB
+            } else {
+                ScheduleName::Interleaved1F1B
+            };
+            out.push(plan(&model, name, 4, v, 8, Some(&counts), 1));
+        }
+        // The embedding counted: l + 1 layers over the first p that divides them.
+        let p = (3..=8).find(|p| (l + 1) % p == 0).unwrap();
+        let embedding = PipelineSplit {
+            embedding: true,
+            ..PipelineSplit::default()
+        };
+        let counts = embedding.stage_layers(l, p, 1, false).unwrap();
+        out.push(plan(
+            &model,
+            ScheduleName::OneFOneB,
+            p,
+            1,
+            8,
+            Some(&counts),
+            0,
+        ));
     }
+    // Both counted (as Megatron-MoE-ModelZoo's Qwen3 runs): 30 + 2 layers over 4 x 2 stages.
+    let mut model = Model::preset("gpt-1.7b").unwrap();
+    model.num_layers = 30;
+    let both = PipelineSplit {
+        embedding: true,
+        loss: true,
+        ..PipelineSplit::default()
+    };
+    let counts = both.stage_layers(30, 4, 2, false).unwrap();
+    assert_eq!(counts, [3, 4, 4, 4, 4, 4, 4, 3]);
+    out.push(plan(
+        &model,
+        ScheduleName::Interleaved1F1B,
+        4,
+        2,
+        8,
+        Some(&counts),
+        2,
+    ));
     out
 }
 
@@ -211,6 +264,11 @@ fn every_megatron_flag_is_in_megatron_lms_argument_list() {
         "--cp-comm-type",
         "--defer-embedding-wgrad-compute",
         "--wgrad-deferral-limit",
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--num-virtual-stages-per-pipeline-rank",
     ] {
         assert!(seen.contains(f), "the grid never emits {f}");
     }
@@ -399,13 +457,13 @@ fn megatron_layout_value_is_quoted_for_the_shell() {
         4,
         1,
         8,
-        Some(&[7, 9, 9, 7]),
+        Some(&[7, 9, 10, 6]),
         0,
     );
     let out = emit(&p, Target::Megatron, None).unwrap();
     assert!(
         out.text
-            .contains("  --pipeline-model-parallel-layout 'Et*7|t*9|t*9|t*7L'\n"),
+            .contains("  --pipeline-model-parallel-layout 'Et*7|t*9|t*10|t*6L'\n"),
         "{}",
         out.text
     );

@@ -4,22 +4,31 @@
 
 use pplan::cost::Recompute;
 use pplan::inputs::hardware::Hardware;
+use pplan::plan::predict::{PipelineSplit, Split};
 use pplan::report::moe_modelzoo::{moe_cases, moe_rows, validate_moe_modelzoo};
 
+/// `--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`, as the
+/// ModelZoo's Qwen3-235B-A22B benchmarking config sets them.
+const EMBEDDING_AND_LOSS: PipelineSplit = PipelineSplit {
+    embedding: true,
+    loss: true,
+    first: None,
+    last: None,
+};
+
 #[test]
-fn six_published_rows_four_predicted_two_explained() {
+fn six_published_rows_five_predicted_one_explained() {
     let rows = moe_rows().unwrap();
     assert_eq!(rows.len(), 6);
     let (cases, skipped) = moe_cases().unwrap();
     let ids: Vec<&str> = cases.iter().map(|c| c.row.id.as_str()).collect();
-    assert_eq!(ids, ["m286", "m287", "m288", "m290"]);
+    assert_eq!(ids, ["m286", "m287", "m288", "m289", "m290"]);
     let skipped: Vec<(&str, &str)> = skipped
         .iter()
         .map(|(r, why)| (r.id.as_str(), why.as_str()))
         .collect();
-    assert_eq!(skipped.len(), 2);
-    assert!(skipped[0].0 == "m289" && skipped[0].1.contains("96 virtual stages"));
-    assert!(skipped[1].0 == "m291" && skipped[1].1.contains("linear-attention"));
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].0 == "m291" && skipped[0].1.contains("linear-attention"));
 }
 
 #[test]
@@ -64,18 +73,31 @@ fn each_request_takes_the_rows_layout_and_stated_stack() {
         // Megatron-LM overlaps the interleaved schedule's sends by default.
         assert_eq!(r.stack.blocking_p2p, row.vp == 1, "{}", row.id);
         assert_eq!(r.model.total_params(), c.model.total_params());
+        // The benchmarking config counts the embedding and the loss as pipeline layers.
+        assert_eq!(
+            r.partition,
+            Split::Megatron(EMBEDDING_AND_LOSS),
+            "{}",
+            row.id
+        );
     }
+    // m289: PP 32 x VPP 3 = 96 stages for 94 layers, the first embedding only, the last
+    // the loss only.
+    let m289 = pplan::plan::predict::predict(&cases[3].request(&hw)).unwrap();
+    assert_eq!(m289.stage_layers.len(), 96);
+    assert_eq!((m289.stage_layers[0], m289.stage_layers[95]), (0, 0));
+    assert_eq!(m289.split, "megatron");
     // `norm, act` is Megatron-Core's `--recompute-modules layernorm moe_act`.
     assert_eq!(cases[0].recompute(), Recompute::NormAct);
     assert_eq!(cases[2].recompute(), Recompute::Full);
-    assert_eq!(cases[3].recompute(), Recompute::None);
+    assert_eq!(cases[4].recompute(), Recompute::None);
 }
 
 #[test]
 fn the_comparison_is_the_same_flop_count_over_the_predicted_step() {
     let hw = Hardware::bundled("h100-80gb").unwrap();
     let report = validate_moe_modelzoo(&hw).unwrap();
-    assert_eq!(report.rows.len(), 4);
+    assert_eq!(report.rows.len(), 5);
     for c in &report.rows {
         let flops_published = c.row.tflops_per_gpu * c.row.iteration_time_s;
         let flops_predicted = c.predicted_tflops_per_gpu * c.prediction.step_time_s;
@@ -131,6 +153,7 @@ fn dropless_routing_costs_what_modelzoo_measured_at_an_imbalance_of_1_55() {
             req.micro_batch = 1;
             req.recompute = Recompute::NormMoe;
             req.sequence_parallel = true;
+            req.partition = Split::Megatron(EMBEDDING_AND_LOSS);
             req.stack = Stack {
                 attention: Attention::Flash,
                 zero: Zero::Optimizer,

@@ -445,6 +445,53 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
     Ok(())
 }
 
+/// Megatron-Core's split rules (`predict` and `search`; docs/partition.md): how Megatron-LM
+/// runs started with these flags spread their layers over the stages.
+#[derive(clap::Args)]
+pub(crate) struct SplitRuleArgs {
+    /// Count the embedding as a layer when splitting the layers evenly; the first stage
+    /// builds one transformer layer fewer (Megatron-LM's flag).
+    #[arg(long)]
+    pub(crate) account_for_embedding_in_pipeline_split: bool,
+    /// Count the loss (output layer and cross-entropy) as a layer when splitting evenly; the
+    /// last stage builds one transformer layer fewer (Megatron-LM's flag).
+    #[arg(long)]
+    pub(crate) account_for_loss_in_pipeline_split: bool,
+    /// Layers of the first pipeline rank; the middle ranks share the rest evenly
+    /// (Megatron-LM's flag).
+    #[arg(long)]
+    pub(crate) decoder_first_pipeline_num_layers: Option<u32>,
+    /// Layers of the last pipeline rank (Megatron-LM's flag).
+    #[arg(long)]
+    pub(crate) decoder_last_pipeline_num_layers: Option<u32>,
+}
+
+impl SplitRuleArgs {
+    /// The rule these flags set, if any: with `--partition` other than `even` it is an error
+    /// (the rule fixes the split).
+    pub(crate) fn rule(
+        &self,
+        partition: &str,
+    ) -> Result<Option<pplan::plan::predict::PipelineSplit>, CliError> {
+        let rule = pplan::plan::predict::PipelineSplit {
+            embedding: self.account_for_embedding_in_pipeline_split,
+            loss: self.account_for_loss_in_pipeline_split,
+            first: self.decoder_first_pipeline_num_layers,
+            last: self.decoder_last_pipeline_num_layers,
+        };
+        if !rule.is_set() {
+            return Ok(None);
+        }
+        if partition != "even" {
+            return input(format!(
+                "--partition {partition} cannot be combined with {}, which fix the split; valid: --partition even (the default), or drop those flags",
+                rule.flags().join(" ")
+            ));
+        }
+        Ok(Some(rule))
+    }
+}
+
 /// `--stack`: the framework whose implementation the other stack flags start from.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub(crate) enum StackPreset {

@@ -100,6 +100,8 @@ pub(crate) struct PredictArgs {
     /// per-layer costs; kept only where it beats the even split).
     #[arg(long, default_value = "even")]
     pub(crate) partition: String,
+    #[command(flatten)]
+    pub(crate) split_rule: SplitRuleArgs,
     /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
@@ -194,6 +196,9 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
         .partition
         .parse()
         .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
+    if let Some(rule) = args.split_rule.rule(&args.partition)? {
+        req.partition = pplan::plan::predict::Split::Megatron(rule);
+    }
     let phases = 1
         + u64::from(args.trace.is_some())
         + u64::from(args.gantt.is_some())

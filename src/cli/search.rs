@@ -89,6 +89,8 @@ pub(crate) struct PlanSearchArgs {
     /// that differs from the even one is an extra candidate).
     #[arg(long, default_value = "even")]
     pub(crate) partition: String,
+    #[command(flatten)]
+    pub(crate) split_rule: SplitRuleArgs,
     /// Write the best configuration as a plan file (plan.json).
     #[arg(long)]
     pub(crate) output: Option<PathBuf>,
@@ -145,6 +147,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         .partition
         .parse()
         .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
+    req.split_rule = args.split_rule.rule(&args.partition)?;
     // Progress with an estimate of the time left: on a terminal after the first second, or
     // with --progress.
     let progress = Progress::new("search (simulating feasible candidates)", args.progress);

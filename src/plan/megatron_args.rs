@@ -14,6 +14,7 @@
 //! pipeline split unless `--pipeline-model-parallel-layout` gives one. No IO.
 
 use crate::inputs::model::{megatron_dropout, Model};
+use crate::plan::predict::PipelineSplit;
 use std::collections::BTreeMap;
 
 /// What a Megatron-LM command line trains: the model and the layout, in pplan's terms.
@@ -246,6 +247,10 @@ const USED: &[&str] = &[
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
     "--pipeline-model-parallel-layout",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
     "--micro-batch-size",
     "--global-batch-size",
     "--num-layers",
@@ -481,10 +486,35 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
             (n / pp, stages)
         }
         None => {
+            // Megatron-Core's split rules (plan::predict::PipelineSplit).
+            let rule = PipelineSplit {
+                embedding: flags.has("--account-for-embedding-in-pipeline-split"),
+                loss: flags.has("--account-for-loss-in-pipeline-split"),
+                first: flags
+                    .num("--decoder-first-pipeline-num-layers")?
+                    .map(|n| n.min(u32::MAX as u64) as u32),
+                last: flags
+                    .num("--decoder-last-pipeline-num-layers")?
+                    .map(|n| n.min(u32::MAX as u64) as u32),
+            };
             let v = match (
                 flags.num("--num-layers-per-virtual-pipeline-stage")?,
                 flags.num("--num-virtual-stages-per-pipeline-rank")?,
             ) {
+                (Some(per), _) if rule.is_set() => {
+                    // Layers per virtual stage counted as the rule counts them.
+                    let counted = num_layers + u64::from(rule.embedding) + u64::from(rule.loss);
+                    if counted % (per * pp) != 0 {
+                        return Err(flags.bad(
+                            "--num-layers-per-virtual-pipeline-stage",
+                            &per.to_string(),
+                            &format!(
+                                "{counted} layers (with the embedding and loss the split counts) are not a multiple of it times the pipeline size {pp}"
+                            ),
+                        ));
+                    }
+                    counted / (per * pp)
+                }
                 (Some(per), _) => {
                     if num_layers % (per * pp) != 0 {
                         return Err(flags.bad(
@@ -500,17 +530,24 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 (None, Some(v)) => v,
                 (None, None) => 1,
             };
-            let stages = pp * v;
-            if num_layers % stages != 0 {
-                return Err(flags.bad(
-                    "--num-layers",
-                    &num_layers.to_string(),
-                    &format!(
-                        "Megatron-LM's even split needs a multiple of the {stages} stages (or a --pipeline-model-parallel-layout)"
-                    ),
-                ));
+            if rule.is_set() {
+                let counts = rule
+                    .stage_layers(num_layers as u32, pp as u32, v as u32, false)
+                    .map_err(|e| flags.bad("--num-layers", &num_layers.to_string(), &e))?;
+                (v, counts)
+            } else {
+                let stages = pp * v;
+                if num_layers % stages != 0 {
+                    return Err(flags.bad(
+                        "--num-layers",
+                        &num_layers.to_string(),
+                        &format!(
+                            "Megatron-LM's even split needs a multiple of the {stages} stages (or a --pipeline-model-parallel-layout)"
+                        ),
+                    ));
+                }
+                (v, vec![(num_layers / stages) as u32; stages as usize])
             }
-            (v, vec![(num_layers / stages) as u32; stages as usize])
         }
     };
 

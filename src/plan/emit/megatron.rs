@@ -16,6 +16,7 @@
 use crate::plan::emit::common::{all_equal, common_notes, Emitted};
 use crate::plan::megatron_args::RECOMPUTE_MODULES;
 use crate::plan::plan_file::Plan;
+use crate::plan::predict::PipelineSplit;
 use std::fmt::Write as _;
 
 /// The Megatron-LM commit the flags were checked against (`tests/data/megatron_args.txt`).
@@ -47,6 +48,49 @@ pub fn megatron_layout(plan: &Plan) -> String {
         }
     }
     out
+}
+
+/// The Megatron-Core split rule that gives the plan's stage `counts`, if one does: the
+/// embedding and/or the loss counted as layers, or the first and/or last pipeline rank's
+/// layer counts (each at least 1: Megatron-LM's flags take positive counts), tried in that
+/// order.
+fn split_rule(plan: &Plan, counts: &[u32]) -> Option<PipelineSplit> {
+    let (pp, v) = (plan.parallelism.pp as u32, plan.parallelism.chunks as u32);
+    let layers = plan.model.num_layers;
+    let v_placed = plan.schedule.placement != "loop";
+    let rank_sum = |r: u32| -> u32 { (0..v).map(|c| counts[(c * pp + r) as usize]).sum() };
+    let (first, last) = (rank_sum(0), rank_sum(pp.saturating_sub(1)));
+    let mut tries = vec![
+        PipelineSplit {
+            embedding: true,
+            loss: true,
+            ..Default::default()
+        },
+        PipelineSplit {
+            embedding: true,
+            ..Default::default()
+        },
+        PipelineSplit {
+            loss: true,
+            ..Default::default()
+        },
+    ];
+    if first > 0 && last > 0 {
+        for (f, l) in [
+            (Some(first), Some(last)),
+            (Some(first), None),
+            (None, Some(last)),
+        ] {
+            tries.push(PipelineSplit {
+                first: f,
+                last: l,
+                ..Default::default()
+            });
+        }
+    }
+    tries
+        .into_iter()
+        .find(|r| r.stage_layers(layers, pp, v, v_placed).as_deref() == Ok(counts))
 }
 
 /// `s` as one shell word: unchanged when it has only characters no shell treats specially,
@@ -105,6 +149,24 @@ pub fn megatron(plan: &Plan) -> Emitted {
                 "--num-layers-per-virtual-pipeline-stage",
                 val(counts[0] as u64),
             );
+        }
+    } else if let Some(rule) = split_rule(plan, &counts) {
+        // One of Megatron-Core's split rules gives these counts: its flags, which older
+        // Megatron-Core versions than the layout string's take.
+        if rule.embedding {
+            flag("--account-for-embedding-in-pipeline-split", None);
+        }
+        if rule.loss {
+            flag("--account-for-loss-in-pipeline-split", None);
+        }
+        if let Some(f) = rule.first {
+            flag("--decoder-first-pipeline-num-layers", val(f as u64));
+        }
+        if let Some(l) = rule.last {
+            flag("--decoder-last-pipeline-num-layers", val(l as u64));
+        }
+        if par.chunks > 1 {
+            flag("--num-virtual-stages-per-pipeline-rank", val(par.chunks));
         }
     } else {
         // Megatron-LM's default split is even; anything else needs the layout string.

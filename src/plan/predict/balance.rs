@@ -8,10 +8,14 @@ use crate::inputs::profile::sum_layers;
 use crate::inputs::profile::{ModelProfile, ProfiledLayer};
 use crate::schedule::ir::Placement;
 
-/// `even`, `balanced` or `custom` for the stage layer counts of `req` (see
+/// `megatron` (a Megatron-Core split rule), `even`, `balanced` or `custom` for the stage layer counts of `req` (see
 /// [`Prediction::split`]).
 pub fn split_label(req: &PredictRequest, counts: &[u32]) -> &'static str {
-    if counts == crate::inputs::profile::even_split(req.model.num_layers, counts.len() as u32) {
+    if matches!(req.partition, Split::Megatron(_)) && req.stage_layers.is_none() {
+        "megatron"
+    } else if counts
+        == crate::inputs::profile::even_split(req.model.num_layers, counts.len() as u32)
+    {
         "even"
     } else if req.partition == Split::Balanced {
         "balanced"

@@ -11,12 +11,15 @@
 //! No IO; the caller loads the model and hardware.
 //!
 //! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (costs,
-//! simulation), [`balance`] (the balanced split).
+//! simulation), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
+//! rules).
 
 pub mod balance;
+pub mod pipeline_split;
 pub mod request;
 pub mod step;
 
 pub use balance::*;
+pub use pipeline_split::PipelineSplit;
 pub use request::*;
 pub use step::*;

@@ -2,12 +2,14 @@
 //! [`Prediction`] fields, the typed errors naming the flag, and the checks every request passes
 //! before anything is costed.
 
+use super::pipeline_split::PipelineSplit;
 use crate::cost::memory::MemoryBreakdown;
 use crate::cost::{Attention, Layout, Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::inputs::profile::LayerProfile;
 use crate::schedule::generators::ScheduleName;
+use crate::schedule::Placement;
 use crate::sim::Timeline;
 use serde::Serialize;
 
@@ -61,6 +63,9 @@ pub enum Split {
     /// `partition::dp` over the per-layer costs of [`balance_problem`](super::step::balance_problem), kept only when it is
     /// strictly better than the even split ([`balanced_split`](super::step::balanced_split)).
     Balanced,
+    /// One of Megatron-Core's split rules ([`PipelineSplit`]): the embedding and the loss
+    /// counted as layers, or the first and last ranks' layer counts.
+    Megatron(PipelineSplit),
 }
 
 impl Split {
@@ -68,6 +73,7 @@ impl Split {
         match self {
             Split::Even => "even",
             Split::Balanced => "balanced",
+            Split::Megatron(_) => "megatron",
         }
     }
 }
@@ -213,8 +219,9 @@ pub struct Prediction {
     pub model_state_bytes: u64,
     /// Layers of each stage, in stage order.
     pub stage_layers: Vec<u32>,
-    /// `even` when `stage_layers` is the even split, `balanced` when the partitioner's
-    /// split differs from it, `custom` for any other given split.
+    /// `megatron` under one of Megatron-Core's split rules, `even` when `stage_layers` is the
+    /// even split, `balanced` when the partitioner's split differs from it, `custom` for any
+    /// other given split.
     pub split: String,
     /// Expert-parallel size (1 for dense models).
     pub ep: u64,
@@ -481,7 +488,11 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         });
     }
     let stages = req.pp.saturating_mul(req.chunks);
-    if stages > m.num_layers as u64 {
+    let megatron = match req.partition {
+        Split::Megatron(rule) if req.stage_layers.is_none() => Some(rule),
+        _ => None,
+    };
+    if stages > m.num_layers as u64 && megatron.is_none() {
         return Err(PredictError::TooManyStages {
             pp: req.pp,
             chunks: req.chunks,
@@ -504,11 +515,31 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             what: "--micro-batch above 2^20".to_string(),
         });
     }
-    if let Some(counts) = &req.stage_layers {
+    let counts = match (megatron, &req.stage_layers) {
+        (Some(rule), _) => Some(
+            rule.stage_layers(
+                m.num_layers,
+                req.pp as u32,
+                req.chunks as u32,
+                schedule_name(req).placement() == Placement::V,
+            )
+            .map_err(PredictError::StageLayers)?,
+        ),
+        (None, Some(c)) => Some(c.clone()),
+        (None, None) => None,
+    };
+    if let Some(counts) = &counts {
         let total: u64 = counts.iter().map(|&c| c as u64).sum();
-        if counts.len() as u64 != stages || total != m.num_layers as u64 || counts.contains(&0) {
+        // A stage may hold no transformer layer only where it holds the embedding (the first)
+        // or the output layer (the last), as Megatron-Core's split rules allow.
+        let inner_empty = counts.len() > 2 && counts[1..counts.len() - 1].contains(&0);
+        if counts.len() as u64 != stages
+            || total != m.num_layers as u64
+            || inner_empty
+            || (counts.len() == 2 && counts.contains(&0))
+        {
             return Err(PredictError::StageLayers(format!(
-                "{} counts summing to {total}; need {stages} counts (pp x chunks), each at least 1, summing to the model's {} layers",
+                "{} counts summing to {total}; need {stages} counts (pp x chunks) summing to the model's {} layers, each at least 1 except the first and the last stage's (which hold the embedding and the output layer) when there are three or more stages",
                 counts.len(),
                 m.num_layers
             )));

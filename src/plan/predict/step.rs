@@ -49,11 +49,17 @@ pub fn step_costs(
         stack: req.stack,
     };
     let num_stages = num_stages as u64;
-    let stage_layers: Vec<u32> = match &req.stage_layers {
-        Some(c) if c.len() as u64 == num_stages => c.clone(),
-        _ if req.partition == Split::Balanced => {
-            balanced_split(req, dp, num_stages as u32, placement)?
-        }
+    let stage_layers: Vec<u32> = match (&req.stage_layers, req.partition) {
+        (Some(c), _) if c.len() as u64 == num_stages => c.clone(),
+        (_, Split::Megatron(rule)) => rule
+            .stage_layers(
+                model.num_layers,
+                p as u32,
+                req.chunks as u32,
+                placement == Placement::V,
+            )
+            .map_err(PredictError::StageLayers)?,
+        (_, Split::Balanced) => balanced_split(req, dp, num_stages as u32, placement)?,
         _ => crate::inputs::profile::even_split(model.num_layers, num_stages as u32),
     };
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
@@ -144,7 +150,12 @@ pub fn step_costs(
             Some(mp) => {
                 let run = &mp.layers[first_layer..first_layer + layers_of(s) as usize];
                 let sum = sum_layers(run);
-                stage_output_bytes.push(sum.output_bytes);
+                // A stage of no transformer layer (the embedding alone) sends the hidden
+                // states: the embedding's output, or any layer's (the same shape).
+                stage_output_bytes.push(match run.last() {
+                    Some(_) => sum.output_bytes,
+                    None => mp.embedding.unwrap_or(&mp.layers[0]).output_bytes,
+                });
                 (profiled_block(run), sum.activation_bytes)
             }
         };

@@ -6,7 +6,8 @@ use crate::cost::{Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::plan::predict::{
-    balanced_split, check, divisors, PredictRequest, Prediction, Split, MAX_SIMULATED_ACTIONS,
+    balanced_split, check, divisors, PipelineSplit, PredictRequest, Prediction, Split,
+    MAX_SIMULATED_ACTIONS,
 };
 use crate::schedule::generators::ScheduleName;
 use crate::schedule::ir::Placement;
@@ -56,6 +57,9 @@ pub struct SearchRequest<'a> {
     pub exhaustive: bool,
     /// Which layer splits to search (`--partition`).
     pub partition: PartitionMode,
+    /// One of Megatron-Core's split rules for every candidate (with `partition` even): the
+    /// chunk counts searched are those the rule can split.
+    pub split_rule: Option<PipelineSplit>,
 }
 
 /// `--partition`: the even split only, the balanced split only, or both (a balanced split
@@ -94,6 +98,7 @@ impl<'a> SearchRequest<'a> {
             stack: Stack::default(),
             exhaustive: false,
             partition: PartitionMode::default(),
+            split_rule: None,
         }
     }
 }
@@ -450,10 +455,17 @@ impl Reason {
             }
             Reason::MicroBatchNotDivisible => "--micro-batch must divide B/d".to_string(),
             Reason::ChunksNeedPipeline => "v > 1 chunks per device need p >= 2".to_string(),
-            Reason::LayersNotDivisible => format!(
-                "interleaved and looped chunks need the {} layers divisible by p x v",
-                m.num_layers
-            ),
+            Reason::LayersNotDivisible => match req.split_rule {
+                Some(rule) => format!(
+                    "{} cannot split the {} layers over these p x v stages",
+                    rule.flags().join(" "),
+                    m.num_layers
+                ),
+                None => format!(
+                    "interleaved and looped chunks need the {} layers divisible by p x v",
+                    m.num_layers
+                ),
+            },
             Reason::MicrobatchesNotMultipleOfP => {
                 "interleaved-1f1b needs m = B/(b d) divisible by p".to_string()
             }
@@ -751,6 +763,22 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         None => Recompute::ALL.to_vec(),
     };
     let flash = req.stack.attention == crate::cost::Attention::Flash;
+    // With a Megatron-Core split rule, whether it splits `layers` over p x v stages.
+    let rule_splits = |p: u64, v: u64, s: ScheduleName| {
+        req.split_rule.is_none_or(|r| {
+            r.stage_layers(
+                layers as u32,
+                p as u32,
+                v as u32,
+                s.placement() == Placement::V,
+            )
+            .is_ok()
+        })
+    };
+    let even_split = match req.split_rule {
+        Some(rule) => Split::Megatron(rule),
+        None => Split::Even,
+    };
     for t in divisors(n) {
         if pins.tp.is_some_and(|x| x != t) {
             continue;
@@ -841,6 +869,17 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             (Some(f), _) => vec![f as u64],
                             (None, Some(v)) if s.supports_chunks() || v == 1 => vec![v],
                             (None, Some(_)) => continue,
+                            // Every chunk count the rule splits (at most the layers it counts,
+                            // two more than the transformer layers).
+                            (None, None) if s.supports_chunks() && req.split_rule.is_some() => {
+                                if p > 1 {
+                                    (2..=(layers + 2) / p)
+                                        .filter(|&v| rule_splits(p, v, s))
+                                        .collect()
+                                } else {
+                                    Vec::new()
+                                }
+                            }
                             (None, None) if s.supports_chunks() => {
                                 if p > 1 && layers % p == 0 {
                                     divisors(layers / p)
@@ -859,9 +898,15 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             let per_pair = if s.splits_backward() { 3u128 } else { 2 };
                             let reason = if v > 1 && p == 1 {
                                 Some(Reason::ChunksNeedPipeline)
-                            } else if stages > layers {
+                            } else if !rule_splits(p, v, s) {
+                                Some(Reason::LayersNotDivisible)
+                            } else if req.split_rule.is_none() && stages > layers {
                                 Some(Reason::TooManyStages)
-                            } else if v > 1 && s.supports_chunks() && layers % stages != 0 {
+                            } else if req.split_rule.is_none()
+                                && v > 1
+                                && s.supports_chunks()
+                                && layers % stages != 0
+                            {
                                 Some(Reason::LayersNotDivisible)
                             } else if s == ScheduleName::Interleaved1F1B && v > 1 && m % p != 0 {
                                 Some(Reason::MicrobatchesNotMultipleOfP)
@@ -898,7 +943,7 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                                                 sequence_parallel: sp,
                                                 zero: z,
                                                 dp_replicate: replicas(z),
-                                                split: Split::Even,
+                                                split: even_split,
                                                 ep,
                                                 etp,
                                             });
