@@ -10,7 +10,9 @@
 use crate::cost::{CpComm, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
-use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
+use crate::plan::predict::{
+    predict, PipelineSplit, PredictError, PredictRequest, Prediction, Split,
+};
 use crate::schedule::generators::ScheduleName;
 
 /// One row of Table 4.
@@ -63,9 +65,11 @@ pub const LLAMA3_405B_ROWS: [Llama3Row; 3] = [
 ];
 
 /// What the paper does not state and pplan assumes.
-pub const LLAMA3_405B_ASSUMPTIONS: &str = "micro-batch 1; interleaved 1F1B with v = 7 (the \
-most chunks 126 layers allow on 16 stages; the paper's schedule is its own interleaved variant \
-with the first and last stage one layer short); no recomputation; context parallelism by \
+pub const LLAMA3_405B_ASSUMPTIONS: &str = "micro-batch 1; interleaved 1F1B (the paper's \
+schedule is its own interleaved variant) with v = 8 chunks of one layer, the first chunk of the \
+first stage only the embedding and the last chunk of the last stage only the output layer and \
+loss (the paper, Sec. 3.3.2: one transformer layer fewer on the first and last stages, whose \
+end chunks then hold only those: 126 + 2 = 16 x 8); no recomputation; context parallelism by \
 all-gather of K and V (the paper, Sec. 3.3.2)";
 
 /// The stack of the prediction (module docs).
@@ -109,7 +113,14 @@ pub fn validate_llama3_405b(hw: &Hardware) -> Result<Vec<Llama3Comparison>, Pred
             req.micro_batch = 1;
             req.global_batch = row.batch_per_dp * row.dp;
             req.schedule = Some(ScheduleName::Interleaved1F1B);
-            req.chunks = 7;
+            // The first and last stages one layer short, their end chunks only the embedding
+            // and the loss: Megatron-Core's rule that counts both as layers.
+            req.chunks = 8;
+            req.partition = Split::Megatron(PipelineSplit {
+                embedding: true,
+                loss: true,
+                ..PipelineSplit::default()
+            });
             req.recompute = Recompute::None;
             req.sequence_parallel = true;
             req.stack = llama3_stack(row.cp);
