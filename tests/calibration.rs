@@ -106,14 +106,14 @@ fn flash_attention_core_is_its_flops_over_the_measured_rate() {
     );
 }
 
-/// The H100 GEMM ceiling is fitted as docs/cost-model.md says ("What was fitted"): 0.57 is the
+/// The H100 GEMM ceiling is fitted as docs/cost-model.md says ("What was fitted"): 0.56 is the
 /// value on a 0.01 grid that minimises the mean absolute error over the ten cp = 1 NeMo rows,
 /// and H200 and H800 (the same die) carry it.
 #[test]
 fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
     use pplan::report::nemo::{nemo_24_07_stack, validate_nemo};
     let h100 = Hardware::bundled("h100-80gb").unwrap();
-    assert_eq!(h100.gpu.gemm_efficiency_max, 0.57);
+    assert_eq!(h100.gpu.gemm_efficiency_max, 0.56);
     for name in ["h200", "h800"] {
         let h = Hardware::bundled(name).unwrap();
         assert_eq!(
@@ -135,6 +135,6 @@ fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
         assert_eq!(errors.len(), 10);
         errors.iter().sum::<f64>() / 10.0
     };
-    let (below, fit, above) = (cp1_mae(0.56), cp1_mae(0.57), cp1_mae(0.58));
+    let (below, fit, above) = (cp1_mae(0.55), cp1_mae(0.56), cp1_mae(0.57));
     assert!(fit < below && fit < above, "{below} {fit} {above}");
 }

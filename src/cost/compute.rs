@@ -306,9 +306,9 @@ impl CostModel<'_> {
     /// Fused (Megatron-LM 2021): per layer forward two layer norms (read + write 2 bytes:
     /// 4 sbh each), scale+mask+softmax (4 as^2b/t), attention dropout (read 2, write 2, mask 1:
     /// 5 as^2b/t), two bias+dropout+add (read input and residual, write output and mask:
-    /// 7 sbh each), bias+GeLU (4 sbf/t; SwiGLU 6 sbf/t). Backward: layer norms 6 sbh each,
-    /// softmax 6 and dropout 5 as^2b/t, bias+dropout+add and the residual-gradient add 11 sbh
-    /// each, GeLU 6 sbf/t (SwiGLU 10 sbf/t). With sequence parallelism the sbh terms are per
+    /// 7 sbh each; 6 without dropout, no mask), bias+GeLU (4 sbf/t; SwiGLU 6 sbf/t). Backward:
+    /// layer norms 6 sbh each, softmax 6 and dropout 5 as^2b/t, bias+dropout+add and the
+    /// residual-gradient add 11 sbh each (10 without dropout), GeLU 6 sbf/t (SwiGLU 10 sbf/t). With sequence parallelism the sbh terms are per
     /// rank (/t). Unfused kernels add round trips (docs/cost-model.md).
     pub fn layer_memory_bytes(&self) -> MemoryTraffic {
         let (b, s, h, a, f, t, _) = self.dims();
@@ -336,10 +336,13 @@ impl CostModel<'_> {
         } else {
             (17.0 * as2b, 19.0 * as2b)
         };
+        // A model trained without dropout (`Model::dropout` false) writes and reads no mask:
+        // bias+add is 6 sbh forward and 10 backward.
+        let mask = if self.model.dropout { 1.0 } else { 0.0 };
         let (rest_f, rest_b) = if self.stack.fused_kernels {
             (
-                (2.0 * norm_f + 7.0 + 7.0) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
-                (2.0 * norm_b + 11.0 + 11.0) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
+                (2.0 * norm_f + 2.0 * (6.0 + mask)) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
+                (2.0 * norm_b + 2.0 * (10.0 + mask)) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
             )
         } else {
             // Eager PyTorch, as torchtitan's Llama code runs it (no biases, no dropout; the
@@ -608,7 +611,8 @@ impl CostModel<'_> {
 
     /// The input embedding on the first stage: a vocabulary-parallel lookup (read the rows,
     /// write 2 sbh), the all-reduce that combines the t partial lookups, and the embedding
-    /// dropout (5 sbh); backward: the dropout's backward (5 sbh) and the scatter-add of the
+    /// dropout (5 sbh; none without dropout); backward: the dropout's backward (5 sbh) and the
+    /// scatter-add of the
     /// gradient into the embedding rows (read 2 sbh, read-modify-write the rows 4 sbh).
     /// The position embedding is an elementwise add (6 sbh).
     pub fn embedding(&self) -> BlockCost {
@@ -616,10 +620,12 @@ impl CostModel<'_> {
         let hbm = self.hw.hbm_bytes_per_s();
         let sbh = s * b * h;
         let tp = self.tp_all_reduce_s(2.0 * sbh);
+        // No dropout kernel for a model trained without dropout.
+        let dropout = if self.model.dropout { 5.0 } else { 0.0 };
         BlockCost {
             forward: Part {
                 gemm_s: 0.0,
-                memory_s: (4.0 + 6.0 + 5.0) * sbh / hbm,
+                memory_s: (4.0 + 6.0 + dropout) * sbh / hbm,
                 tp_comm_s: tp,
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
@@ -627,7 +633,7 @@ impl CostModel<'_> {
             },
             backward_input: Part {
                 gemm_s: 0.0,
-                memory_s: 5.0 * sbh / hbm,
+                memory_s: dropout * sbh / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
