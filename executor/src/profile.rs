@@ -706,6 +706,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_efficiency_forward: None,
             attention_efficiency_backward: None,
             fp8_split_accumulator_slowdown: None,
+            // Not measured by this profiler: pplan's default applies.
+            kernel_launch_s: None,
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,

@@ -111,11 +111,14 @@ pub struct Part {
     pub cp_comm_s: f64,
     /// Context-parallel exchange hidden under the attention blocks.
     pub cp_hidden_s: f64,
+    /// The GPU waiting for the host to launch the part's kernels (`cost::launch`): what the
+    /// launches take beyond the rest.
+    pub launch_s: f64,
 }
 
 impl Part {
     pub fn total_s(&self) -> f64 {
-        self.gemm_s + self.memory_s + self.tp_comm_s + self.cp_comm_s
+        self.gemm_s + self.memory_s + self.tp_comm_s + self.cp_comm_s + self.launch_s
     }
     fn add(self, o: Part) -> Part {
         Part {
@@ -125,6 +128,7 @@ impl Part {
             tp_hidden_s: self.tp_hidden_s + o.tp_hidden_s,
             cp_comm_s: self.cp_comm_s + o.cp_comm_s,
             cp_hidden_s: self.cp_hidden_s + o.cp_hidden_s,
+            launch_s: self.launch_s + o.launch_s,
         }
     }
     /// The two parts run one after the other.
@@ -139,6 +143,7 @@ impl Part {
             tp_hidden_s: self.tp_hidden_s * x,
             cp_comm_s: self.cp_comm_s * x,
             cp_hidden_s: self.cp_hidden_s * x,
+            launch_s: self.launch_s * x,
         }
     }
 }
@@ -528,6 +533,7 @@ impl CostModel<'_> {
             tp_hidden_s: tp_fwd_hidden,
             cp_comm_s: cp_fwd,
             cp_hidden_s: cp_fwd_hidden,
+            launch_s: 0.0,
         };
         let recompute = match self.layout.recompute {
             Recompute::None => Part::default(),
@@ -539,6 +545,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: cp_fwd,
                 cp_hidden_s: cp_fwd_hidden,
+                launch_s: 0.0,
             },
             Recompute::Full => forward,
             // torchtitan's per-op policy: the recomputed GEMMs (every second linear one) and
@@ -567,6 +574,7 @@ impl CostModel<'_> {
                 tp_hidden_s: forward.tp_hidden_s / 2.0,
                 cp_comm_s: forward.cp_comm_s / 2.0,
                 cp_hidden_s: forward.cp_hidden_s / 2.0,
+                launch_s: 0.0,
             },
         };
         let params = self.model.params_per_layer() as f64 / self.layout.tp as f64;
@@ -577,6 +585,7 @@ impl CostModel<'_> {
             tp_hidden_s: tp_bwd_hidden,
             cp_comm_s: cp_bwd,
             cp_hidden_s: cp_bwd_hidden,
+            launch_s: 0.0,
         }
         .add(recompute);
         // Accumulating into the fp32 main gradient: a kernel of its own after the GEMMs, or,
@@ -591,6 +600,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             }
         } else {
             Part {
@@ -600,6 +610,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             }
         };
         BlockCost {
@@ -607,6 +618,7 @@ impl CostModel<'_> {
             backward_input,
             backward_weight,
         }
+        .floored(self.layer_kernels(), self.hw.kernel_launch_s())
     }
 
     /// The input embedding on the first stage: a vocabulary-parallel lookup (read the rows,
@@ -630,6 +642,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: 0.0,
@@ -638,6 +651,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             },
             backward_weight: Part {
                 gemm_s: 0.0,
@@ -646,6 +660,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             },
         }
     }
@@ -673,6 +688,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             },
             backward_input: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
@@ -683,6 +699,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             },
             backward_weight: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.weight_grad()),
@@ -691,6 +708,7 @@ impl CostModel<'_> {
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
                 cp_hidden_s: 0.0,
+                launch_s: 0.0,
             },
         }
     }

@@ -5,7 +5,8 @@
 //! - [`compute`]: per-layer, embedding, output-layer and optimizer time on one GPU;
 //! - [`network`]: collectives and point-to-point transfers on the links they cross;
 //! - [`memory`]: model state and activation memory per GPU;
-//! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction.
+//! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction;
+//! - [`launch`]: the kernels each layer launches, which bound its time from below.
 //!
 //! Invariants: no IO, no clock; inputs are a model, a hardware profile, a layout and a stack.
 //! Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`). Every formula, its
@@ -19,6 +20,7 @@
 //! of the gradient into the main-gradient buffer).
 
 pub mod compute;
+pub mod launch;
 pub mod memory;
 pub mod moe;
 pub mod network;

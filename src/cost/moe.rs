@@ -263,11 +263,11 @@ impl CostModel<'_> {
     /// the grouped expert GEMMs, all on the busiest rank. Full recompute repeats the forward.
     pub fn moe_layer(&self) -> BlockCost {
         let dense_model = self.moe_dense_part_model();
-        let dense = CostModel {
+        let dense_cm = CostModel {
             model: &dense_model,
             ..*self
-        }
-        .layer();
+        };
+        let (dense, dense_kernels) = (dense_cm.layer(), dense_cm.layer_kernels());
         let Some(moe) = &self.model.moe else {
             return dense;
         };
@@ -319,6 +319,7 @@ impl CostModel<'_> {
             tp_hidden_s: f_hid,
             cp_comm_s: 0.0,
             cp_hidden_s: 0.0,
+            launch_s: 0.0,
         };
         let bwd_compute = dense.backward_input.total_s() + bwd_in_gemm + bwd_mem / hbm;
         let (b_exp, b_hid) = split(comm, bwd_compute);
@@ -329,6 +330,7 @@ impl CostModel<'_> {
             tp_hidden_s: b_hid,
             cp_comm_s: 0.0,
             cp_hidden_s: 0.0,
+            launch_s: 0.0,
         };
         match self.layout.recompute {
             // The MoE block again (router, dispatch, experts, combine) before its backward.
@@ -350,11 +352,16 @@ impl CostModel<'_> {
             memory_s: acc,
             ..Part::default()
         };
-        dense.plus(BlockCost {
-            forward,
-            backward_input,
-            backward_weight,
-        })
+        // The launches of the whole layer, dense part and experts, bound it from below.
+        let local_experts = (moe.num_experts / self.ep()).max(1) as f64;
+        let kernels = dense_kernels.plus(self.moe_kernels(local_experts));
+        dense
+            .plus(BlockCost {
+                forward,
+                backward_input,
+                backward_weight,
+            })
+            .floored(kernels, self.hw.kernel_launch_s())
     }
 
     /// Routed-expert parameters one rank holds per MoE layer: `E/ep` experts, `1/etp` of each.

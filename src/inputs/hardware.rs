@@ -53,7 +53,18 @@ pub struct Gpu {
     /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_split_accumulator_slowdown: Option<f64>,
+    /// Host (CPU and driver) time to launch one kernel, seconds: a layer's kernels cannot
+    /// run faster than they are launched (`cost::launch`). Absent: [`DEFAULT_KERNEL_LAUNCH_S`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_launch_s: Option<f64>,
 }
+
+/// The median `cudaLaunchKernel` call, 4.0 us over 5,240 launches, in a PyTorch (Kineto)
+/// profile of a 16-rank training job on A100-SXM4-80GB published as test data of
+/// facebookresearch/HolisticTraceAnalysis (`tests/data/negative_queue_length_values_check/
+/// rank0.json.gz` at f4d0062; docs/cost-model.md, "Kernel launches"). A host-side cost,
+/// taken for every GPU.
+pub const DEFAULT_KERNEL_LAUNCH_S: f64 = 4.0e-6;
 
 /// One node: GPUs on a switched NVLink/NVSwitch fabric and the node's NICs. A node is what
 /// holds the NICs (a DGX/HGX box, or one 4-GPU compute tray of a GB200/GB300 NVL72 rack);
@@ -272,6 +283,11 @@ impl Hardware {
             .unwrap_or((self.gpu.gemm_efficiency_max, self.gpu.gemm_efficiency_max))
     }
 
+    /// Host time to launch one kernel ([`Gpu::kernel_launch_s`], else the default).
+    pub fn kernel_launch_s(&self) -> f64 {
+        self.gpu.kernel_launch_s.unwrap_or(DEFAULT_KERNEL_LAUNCH_S)
+    }
+
     /// A bundled profile by name.
     pub fn bundled(name: &str) -> Result<Hardware, HardwareError> {
         let (_, text) =
@@ -367,6 +383,14 @@ impl Hardware {
         {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(invalid(field, format!("must be in (0, 1] (got {v})")));
+            }
+        }
+        if let Some(v) = self.gpu.kernel_launch_s {
+            if !(v.is_finite() && (0.0..1.0).contains(&v)) {
+                return Err(invalid(
+                    "gpu.kernel_launch_s",
+                    format!("must be a number of seconds from 0 to 1 (got {v})"),
+                ));
             }
         }
         if let Some(v) = self.gpu.fp8_split_accumulator_slowdown {

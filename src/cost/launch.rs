@@ -1,0 +1,208 @@
+//! Kernel launches: a layer's work on the GPU cannot finish sooner than the host can launch
+//! its kernels (docs/cost-model.md, "Kernel launches"). Each part of a layer (forward,
+//! input-gradient backward with its recomputation, weight-gradient backward) launches a
+//! counted number of kernels, each costing the host [`Hardware::kernel_launch_s`]; where the
+//! part's GPU time is shorter than that, the GPU waits for the launches
+//! ([`Part::launch_s`]). With large GEMMs it never binds; with small shards, short sequences
+//! and small micro-batches it does.
+//!
+//! [`Hardware::kernel_launch_s`]: crate::inputs::hardware::Hardware::kernel_launch_s
+
+use super::compute::{BlockCost, Part};
+use super::stack::{Attention, CostModel, Recompute};
+use crate::inputs::hardware::Precision;
+
+/// Kernels launched by each part of a block, for one micro-batch on one rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Kernels {
+    pub forward: f64,
+    pub backward_input: f64,
+    pub backward_weight: f64,
+}
+
+impl Kernels {
+    pub fn plus(self, o: Kernels) -> Kernels {
+        Kernels {
+            forward: self.forward + o.forward,
+            backward_input: self.backward_input + o.backward_input,
+            backward_weight: self.backward_weight + o.backward_weight,
+        }
+    }
+}
+
+impl Part {
+    /// This part with its launch wait set from `kernels` launches of `launch_s` each: what
+    /// the launches take beyond the part's GPU time, or nothing (any earlier wait is
+    /// replaced, so flooring twice is flooring once).
+    pub fn floored(self, kernels: f64, launch_s: f64) -> Part {
+        let busy = self.gemm_s + self.memory_s + self.tp_comm_s + self.cp_comm_s;
+        Part {
+            launch_s: (kernels * launch_s - busy).max(0.0),
+            ..self
+        }
+    }
+}
+
+impl BlockCost {
+    /// Each part floored by its kernel launches ([`Part::floored`]).
+    pub fn floored(self, k: Kernels, launch_s: f64) -> BlockCost {
+        BlockCost {
+            forward: self.forward.floored(k.forward, launch_s),
+            backward_input: self.backward_input.floored(k.backward_input, launch_s),
+            backward_weight: self.backward_weight.floored(k.backward_weight, launch_s),
+        }
+    }
+}
+
+impl CostModel<'_> {
+    /// The kernels one transformer layer launches (docs/cost-model.md, "Kernel launches").
+    /// Fused (Megatron-Core with Transformer Engine): forward 2 norms, 4 linear GEMMs, the
+    /// attention core (flash 1; unfused: 2 GEMMs, softmax, and dropout when the model has
+    /// it), 2 bias(-dropout)-adds, the activation; input-gradient backward the same kernels'
+    /// backward (unfused core: 4 GEMMs, softmax, dropout); weight gradients 4 GEMMs, and 4
+    /// accumulation kernels unless fused into them. Eager (torchtitan): RMSNorm 6 kernels, 7
+    /// linear GEMMs (wq, wk, wv, wo, w1, w3, w2), rotary embedding 3 for each of q and k,
+    /// 2 residual adds, SwiGLU 2 (forward) and 4 (backward), RMSNorm's backward 8. Tensor
+    /// parallelism adds its collectives (2 all-reduces a direction; with sequence
+    /// parallelism 2 all-gathers and 2 reduce-scatters forward, 6 collectives backward), low
+    /// precision its casts (2 forward, 4 backward); recomputation adds what it re-runs. A
+    /// model part without an MLP (a MoE layer's dense part) launches none of the MLP's.
+    pub fn layer_kernels(&self) -> Kernels {
+        let t = self.layout.tp;
+        let sp = self.layout.sequence_parallel;
+        let dropout = f64::from(u8::from(self.model.dropout));
+        let flash = self.stack.attention == Attention::Flash;
+        let low = self.stack.precision != Precision::Bf16;
+        let (tp_f, tp_b) = match (t > 1, sp) {
+            (false, _) => (0.0, 0.0),
+            (true, false) => (2.0, 2.0),
+            (true, true) => (4.0, 6.0),
+        };
+        let (cast_f, cast_b) = if low { (2.0, 4.0) } else { (0.0, 0.0) };
+        let (core_f, core_b) = if flash {
+            (1.0, 1.0)
+        } else {
+            (3.0 + dropout, 5.0 + dropout)
+        };
+        let (forward, backward, weight, elementwise_f) = if self.stack.fused_kernels {
+            let elementwise = 2.0 + 2.0 + 1.0;
+            (
+                4.0 + core_f + elementwise + tp_f + cast_f,
+                4.0 + core_b + 2.0 + 2.0 + 1.0 + tp_b + cast_b,
+                4.0 + if self.stack.grad_accumulation_fusion {
+                    0.0
+                } else {
+                    4.0
+                },
+                elementwise,
+            )
+        } else {
+            let elementwise = 2.0 * 6.0 + 2.0 * 3.0 + 2.0 + 2.0;
+            (
+                7.0 + core_f + elementwise + tp_f + cast_f,
+                7.0 + core_b + 2.0 * 8.0 + 2.0 * 3.0 + 2.0 + 4.0 + tp_b + cast_b,
+                7.0,
+                elementwise,
+            )
+        };
+        // A MoE layer's dense part without shared experts has no MLP: 2 GEMMs and the
+        // activation fewer each way, 2 weight-gradient GEMMs (and their accumulations) fewer.
+        let (forward, backward, weight) = if self.model.ffn_hidden_size == 0 {
+            let acc = if self.stack.fused_kernels && !self.stack.grad_accumulation_fusion {
+                2.0
+            } else {
+                0.0
+            };
+            (forward - 3.0, backward - 3.0, weight - 2.0 - acc)
+        } else {
+            (forward, backward, weight)
+        };
+        let recompute = match self.layout.recompute {
+            Recompute::None => 0.0,
+            Recompute::Selective => core_f,
+            Recompute::Full => forward,
+            Recompute::SelectiveOp => elementwise_f + 2.0,
+            Recompute::NormAct | Recompute::NormMoe => 2.0,
+            Recompute::SelectiveLayer => forward / 2.0,
+        };
+        Kernels {
+            forward,
+            backward_input: backward + recompute,
+            backward_weight: weight,
+        }
+    }
+
+    /// The kernels a MoE layer launches beyond its dense part: the router (GEMM, softmax
+    /// and top-k: 3), the permutation and un-permutation (2), the dispatch and combine
+    /// all-to-alls (2), the activation (1) and one GEMM per local expert for each of the two
+    /// expert matrices (Transformer Engine's grouped linear layer: a GEMM per expert);
+    /// backward the same kernels' backward (each GEMM twice), and the expert weight-gradient
+    /// GEMMs. Recomputation that repeats the MoE block (full, `selective-norm-moe`) repeats
+    /// its forward; `selective-norm-act` its activation.
+    pub fn moe_kernels(&self, local_experts: f64) -> Kernels {
+        let gemms = 2.0 * local_experts;
+        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms;
+        let recompute = match self.layout.recompute {
+            Recompute::Full | Recompute::NormMoe => forward,
+            Recompute::NormAct => 1.0,
+            _ => 0.0,
+        };
+        Kernels {
+            forward,
+            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + recompute,
+            backward_weight: 1.0 + gemms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{Layout, Stack};
+    use crate::inputs::{Hardware, Model};
+
+    /// GPT 1.7B on one GPU, no tensor parallelism (no collectives), Megatron-Core's stack.
+    fn layer(seq: u64, micro_batch: u64) -> (BlockCost, Kernels, f64) {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let mut m = Model::preset("gpt-1.7b").unwrap();
+        m.seq_len = seq;
+        let cm = CostModel {
+            model: &m,
+            hw: &hw,
+            layout: Layout {
+                micro_batch,
+                ..Layout::tensor_parallel(1)
+            },
+            stack: Stack::megatron_core(),
+        };
+        (cm.layer(), cm.layer_kernels(), hw.kernel_launch_s())
+    }
+
+    #[test]
+    fn launches_bound_small_layers_and_leave_large_ones() {
+        // 2 norms, 4 GEMMs, flash attention, 2 adds and the activation each way; the weight
+        // gradients' 4 GEMMs (accumulation fused).
+        let (b, k, l) = layer(16, 1);
+        assert_eq!(
+            (k.forward, k.backward_input, k.backward_weight),
+            (10.0, 10.0, 4.0)
+        );
+        // On 16 tokens every kernel has less than 4 us of work: the forward and the input
+        // gradients take what their launches take.
+        assert!(b.forward.launch_s > 0.0 && b.backward_input.launch_s > 0.0);
+        assert!((b.forward.total_s() - k.forward * l).abs() < 1e-15);
+        assert!((b.backward_input.total_s() - k.backward_input * l).abs() < 1e-15);
+        // At 2048 tokens and 4 sequences the GEMMs dwarf the launches.
+        let (b, _, _) = layer(2048, 4);
+        let launch = [b.forward, b.backward_input, b.backward_weight].map(|p| p.launch_s);
+        assert_eq!(launch, [0.0; 3]);
+    }
+
+    #[test]
+    fn flooring_twice_is_flooring_once() {
+        let (b, k, l) = layer(16, 1);
+        assert_eq!(b.floored(k, l), b);
+        // With no launch cost nothing is added.
+        assert_eq!(b.floored(k, 0.0).forward.launch_s, 0.0);
+    }
+}
