@@ -267,13 +267,22 @@ pub fn step_costs(
     let pair_send: Vec<u64> = (0..num_stages.saturating_sub(1).min(p))
         .map(|s| ns(cm.p2p_s(s % p, (s + 1) % p)))
         .collect();
+    // A blocking send ends in a device synchronisation (Megatron-Core
+    // `p2p_communication._communicate`: `torch.cuda.synchronize()` after the batched
+    // send/receive, `batch_p2p_sync`), after which the GPU waits one kernel launch for its
+    // next kernel: a fixed cost per transfer (docs/cost-model.md, "Kernel launches").
+    let sync_ns = if req.stack.blocking_p2p {
+        ns(req.hardware.kernel_launch_s())
+    } else {
+        0
+    };
     let send: Vec<u64> = (0..num_stages.saturating_sub(1))
         .map(|s| match prof {
             None => pair_send[(s % p) as usize],
             Some(_) => {
                 ns(cm.p2p_bytes_s(s % p, (s + 1) % p, stage_output_bytes[s as usize] as f64))
             }
-        })
+        } + sync_ns)
         .collect();
     let device_of = |s: u64| placement.device_of(s as u32, p as u32) as usize;
     let mut device_params = vec![0.0f64; p as usize];
