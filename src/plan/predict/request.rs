@@ -533,13 +533,9 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         // A stage may hold no transformer layer only where it holds the embedding (the first)
         // or the output layer (the last), as Megatron-Core's split rules allow.
         let inner_empty = counts.len() > 2 && counts[1..counts.len() - 1].contains(&0);
-        if counts.len() as u64 != stages
-            || total != m.num_layers as u64
-            || inner_empty
-            || (counts.len() == 2 && counts.contains(&0))
-        {
+        if counts.len() as u64 != stages || total != m.num_layers as u64 || inner_empty {
             return Err(PredictError::StageLayers(format!(
-                "{} counts summing to {total}; need {stages} counts (pp x chunks) summing to the model's {} layers, each at least 1 except the first and the last stage's (which hold the embedding and the output layer) when there are three or more stages",
+                "{} counts summing to {total}; need {stages} counts (pp x chunks) summing to the model's {} layers, each at least 1 except the first and the last stage's (which hold the embedding and the output layer)",
                 counts.len(),
                 m.num_layers
             )));
