@@ -501,31 +501,24 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 flags.num("--num-layers-per-virtual-pipeline-stage")?,
                 flags.num("--num-virtual-stages-per-pipeline-rank")?,
             ) {
-                (Some(per), _) if rule.is_set() => {
-                    // Layers per virtual stage counted as the rule counts them.
+                (Some(per), _) => {
+                    // Layers per virtual stage, counted as the split rule (if any) counts them.
                     let counted = num_layers + u64::from(rule.embedding) + u64::from(rule.loss);
                     if counted % (per * pp) != 0 {
+                        let what = if rule.is_set() {
+                            " (with the embedding and loss the split counts)"
+                        } else {
+                            ""
+                        };
                         return Err(flags.bad(
                             "--num-layers-per-virtual-pipeline-stage",
                             &per.to_string(),
                             &format!(
-                                "{counted} layers (with the embedding and loss the split counts) are not a multiple of it times the pipeline size {pp}"
+                                "{counted} layers{what} are not a multiple of it times the pipeline size {pp}"
                             ),
                         ));
                     }
                     counted / (per * pp)
-                }
-                (Some(per), _) => {
-                    if num_layers % (per * pp) != 0 {
-                        return Err(flags.bad(
-                            "--num-layers-per-virtual-pipeline-stage",
-                            &per.to_string(),
-                            &format!(
-                                "{num_layers} layers are not a multiple of it times the pipeline size {pp}"
-                            ),
-                        ));
-                    }
-                    num_layers / (per * pp)
                 }
                 (None, Some(v)) => v,
                 (None, None) => 1,
