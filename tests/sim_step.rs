@@ -232,3 +232,62 @@ fn deferred_weight_gradients_run_at_the_flush_before_the_reduction() {
     c.deferred_weight_grad_ns = vec![1];
     assert!(simulate(&s, &c, SimOptions::default()).is_err());
 }
+
+/// `Costs::shared_gpu`: every device's compute, deferred weight gradients and optimizer step
+/// take one GPU in turn, first ready first served. Without transfers the step is the sum of
+/// all work; compute spans of different devices never overlap; the order follows readiness.
+#[test]
+fn devices_sharing_one_gpu_take_it_in_turn() {
+    for (name, v) in [
+        (ScheduleName::GPipe, 1),
+        (ScheduleName::OneFOneB, 1),
+        (ScheduleName::Interleaved1F1B, 2),
+        (ScheduleName::ZbH1, 1),
+    ] {
+        for p in [2u32, 4] {
+            let s = generate(name, GenParams::new(p, 8).chunks(v)).unwrap();
+            let mut c = unit(p, v, 0);
+            c.optimizer_ns = vec![7; p as usize];
+            c.shared_gpu = true;
+            let r = simulate(&s, &c, SimOptions::default()).unwrap();
+            // 8 micro-batches x p devices x v chunks x (F 10 + B 20) + p optimizer steps.
+            let work = 8 * p as u64 * v as u64 * 30 + 7 * p as u64;
+            assert_eq!(r.makespan_ns, work, "{name:?} p={p}");
+            let mut busy: Vec<(u64, u64)> = r
+                .timeline
+                .unwrap()
+                .spans
+                .iter()
+                .filter(|x| matches!(x.stream, Stream::Compute | Stream::Optimizer))
+                .map(|x| (x.start_ns, x.end_ns))
+                .collect();
+            busy.sort();
+            for w in busy.windows(2) {
+                assert!(w[1].0 >= w[0].1, "{name:?} p={p}: {w:?} overlap");
+            }
+            // Without sharing the same schedule is shorter.
+            c.shared_gpu = false;
+            let alone = simulate(&s, &c, SimOptions::default()).unwrap();
+            assert!(alone.makespan_ns < work, "{name:?} p={p}");
+        }
+    }
+    // First ready, first served: 1F1B on 2 devices, F = 10, B = 20, no p2p. Device 0 runs F0
+    // (0-10); then device 1's F0 and device 0's F1 are both ready at 10: device 1 asked first
+    // (it waited for its input), device 0 asks on finishing, so 1F0 runs 10-20, then 0F1.
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(2, 2)).unwrap();
+    let mut c = unit(2, 1, 0);
+    c.shared_gpu = true;
+    let tl = simulate(&s, &c, SimOptions::default())
+        .unwrap()
+        .timeline
+        .unwrap();
+    let mut order: Vec<(u64, String)> = tl
+        .spans
+        .iter()
+        .filter(|x| x.stream == Stream::Compute)
+        .map(|x| (x.start_ns, x.name()))
+        .collect();
+    order.sort();
+    let names: Vec<&str> = order.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names[..3], ["0F0", "1F0", "0F1"], "{order:?}");
+}

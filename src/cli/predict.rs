@@ -96,6 +96,11 @@ pub(crate) struct PredictArgs {
     /// num_layers + 2 with the embedding first and the output layer last).
     #[arg(long)]
     pub(crate) profile: Option<PathBuf>,
+    /// The pipeline devices share one GPU that runs one device's work at a time (as
+    /// `pplan-exec run` does with PPLAN_CUDA_SHARE=serialize on a single GPU): compute actions
+    /// and optimizer steps of all devices take the GPU in turn.
+    #[arg(long)]
+    pub(crate) shared_gpu: bool,
     /// How layers are split over the stages: even, or balanced (the partitioner's DP on the
     /// per-layer costs; kept only where it beats the even split).
     #[arg(long, default_value = "even")]
@@ -192,6 +197,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let profile = args.profile.as_deref().map(load_profile).transpose()?;
     req.profile = profile.as_ref();
+    req.shared_gpu = args.shared_gpu;
     req.partition = args
         .partition
         .parse()

@@ -61,6 +61,11 @@ pub struct Costs {
     /// none): it runs on the compute stream once the device's last action has finished, and
     /// the stage's gradients are reduced only after it.
     pub deferred_weight_grad_ns: Vec<u64>,
+    /// All devices share one GPU that runs one device's work at a time (the executor's
+    /// `PPLAN_CUDA_SHARE=serialize`): a compute action, deferred weight gradients or an
+    /// optimizer step starts only when the GPU is free; devices that are ready wait for it in
+    /// the order they became ready.
+    pub shared_gpu: bool,
 }
 
 /// Time spent in tensor-parallel collectives inside one stage's actions.

@@ -29,11 +29,16 @@
 //!   (shown as the stage's `W`, micro-batch 0), before that stage's reduction may start;
 //! - the optimizer step of each device ([`Costs::optimizer_ns`]) on [`Stream::Optimizer`], after
 //!   the device's compute and all its reductions. It counts as busy compute time.
+//!
+//! With [`Costs::shared_gpu`] the devices are pipeline devices on one GPU that runs one
+//! device's work at a time: compute actions, deferred weight gradients and optimizer steps
+//! of all devices take the GPU in turn (first ready, first served; a device that finishes
+//! hands the GPU to the devices already waiting before it takes it again).
 
 use crate::schedule::ir::{Action, CompoundStarts, Kind, Schedule, WeightUpdate};
 use crate::schedule::validate::{self, Stuck, ValidationError};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 mod costs;
 pub use costs::{Costs, StageCost, TpCommNs, UnitCosts};
@@ -287,6 +292,10 @@ struct Sim<'a> {
     start_len: CompoundStarts,
     /// Per device, the first of its compounds not yet behind its program counter.
     compound_cursor: Vec<usize>,
+    /// [`Costs::shared_gpu`]: the device whose work holds the GPU, and the devices waiting
+    /// for it in arrival order (each at most once).
+    gpu_owner: Option<usize>,
+    gpu_waiting: VecDeque<usize>,
 }
 
 /// Simulate `schedule` with `costs`. The schedule is validated first (shape and completeness);
@@ -353,6 +362,8 @@ pub fn simulate(
         grads_left: vec![0; stages as usize],
         start_len: schedule.start_lengths(),
         compound_cursor: vec![0; p],
+        gpu_owner: None,
+        gpu_waiting: VecDeque::new(),
     };
     for a in schedule.devices.iter().flatten() {
         if matches!(a.kind, Kind::B | Kind::W) {
@@ -397,6 +408,7 @@ pub fn simulate(
                 let dev = &mut sim.dev[d as usize];
                 dev.busy = false;
                 dev.busy_ns += t - dev.start_ns;
+                sim.release_gpu(d as usize, t);
             }
             Event::ComputeDone(d) => sim.finish(d as usize, t),
             Event::Wake(d) => {
@@ -543,6 +555,9 @@ impl Sim<'_> {
             self.push(ready, Event::Wake(d as u32));
             return;
         }
+        if !self.acquire_gpu(d) {
+            return;
+        }
         let cost = self.costs.stages[a.stage as usize];
         let dur = cost.duration_ns(a.kind);
         if a.kind == Kind::F {
@@ -664,6 +679,7 @@ impl Sim<'_> {
             }
             _ => now,
         };
+        self.release_gpu(d, now);
         if self.costs.blocking_sends && sent_until > now {
             // The compute stream waits for the send (Megatron-LM 2021's synchronous p2p).
             self.dev[d].waking = true;
@@ -686,6 +702,9 @@ impl Sim<'_> {
                 .map(|s| (s, self.deferred_ns(s)))
                 .collect();
             let dur: u64 = deferred.iter().map(|&(_, ns)| ns).sum();
+            if dur > 0 && !self.acquire_gpu(d) {
+                return;
+            }
             let dev = &mut self.dev[d];
             if dur == 0 {
                 dev.flush = Flush::Done;
@@ -720,12 +739,16 @@ impl Sim<'_> {
                 self.start_reduce(d, s, now, now);
             }
         }
-        let dev = &mut self.dev[d];
+        let dev = &self.dev[d];
         if dev.reduces_running > 0 || dev.reduces_waiting > 0 {
             return;
         }
-        dev.step_ending = true;
         let dur = self.costs.optimizer_ns.get(d).copied().unwrap_or(0);
+        if dur > 0 && !self.acquire_gpu(d) {
+            return;
+        }
+        let dev = &mut self.dev[d];
+        dev.step_ending = true;
         if dur == 0 {
             return;
         }
@@ -745,6 +768,52 @@ impl Sim<'_> {
             });
         }
         self.push(now + dur, Event::ComputeDone(d as u32));
+    }
+
+    /// [`Costs::shared_gpu`]: takes the GPU for device `d`'s next work, or queues `d` behind
+    /// the devices already waiting. Always true without a shared GPU.
+    fn acquire_gpu(&mut self, d: usize) -> bool {
+        if !self.costs.shared_gpu {
+            return true;
+        }
+        match self.gpu_owner {
+            None if self.gpu_waiting.front().is_none_or(|&w| w == d) => {
+                if self.gpu_waiting.front() == Some(&d) {
+                    self.gpu_waiting.pop_front();
+                }
+                self.gpu_owner = Some(d);
+                true
+            }
+            Some(o) if o == d => true,
+            _ => {
+                if !self.gpu_waiting.contains(&d) {
+                    self.gpu_waiting.push_back(d);
+                }
+                false
+            }
+        }
+    }
+
+    /// Device `d`'s work on the shared GPU has ended at `now`: the GPU goes to the devices
+    /// waiting for it, in order, until one of them starts.
+    fn release_gpu(&mut self, d: usize, now: u64) {
+        if !self.costs.shared_gpu || self.gpu_owner != Some(d) {
+            return;
+        }
+        self.gpu_owner = None;
+        while self.gpu_owner.is_none() {
+            let Some(&w) = self.gpu_waiting.front() else {
+                break;
+            };
+            self.try_start(w, now);
+            if self.gpu_owner.is_none() {
+                self.program_progress(w, now);
+            }
+            if self.gpu_owner.is_none() && self.gpu_waiting.front() == Some(&w) {
+                // Nothing of w's could start after all: it asks again when woken.
+                self.gpu_waiting.pop_front();
+            }
+        }
     }
 
     /// Deferred weight-gradient work of `stage` (0 when none).
@@ -767,6 +836,7 @@ impl Sim<'_> {
         dev.flush = Flush::Done;
         dev.busy = false;
         dev.busy_ns += now - dev.start_ns;
+        self.release_gpu(d, now);
         if self.costs.overlap_grad_reduce && !self.costs.grad_reduce_ns.is_empty() {
             for s in 0..self.stages {
                 if self.device_of[s as usize] as usize == d && self.deferred_ns(s) > 0 {

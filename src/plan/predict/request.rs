@@ -52,6 +52,9 @@ pub struct PredictRequest<'a> {
     pub ep: u64,
     /// Expert tensor-parallel size (`--etp`; 1 for dense models).
     pub etp: u64,
+    /// The pipeline devices share one GPU, one device's work at a time (`--shared-gpu`, the
+    /// executor's `PPLAN_CUDA_SHARE=serialize`): see [`crate::sim::Costs::shared_gpu`].
+    pub shared_gpu: bool,
 }
 
 /// How the layers are spread over the stages (`--partition`).
@@ -114,6 +117,7 @@ impl<'a> PredictRequest<'a> {
             partition: Split::Even,
             ep: 1,
             etp: 1,
+            shared_gpu: false,
         }
     }
 }

@@ -410,6 +410,7 @@ pub fn step_costs(
             .collect(),
         optimizer_ns,
         deferred_weight_grad_ns,
+        shared_gpu: req.shared_gpu,
     };
     Ok(StepCosts {
         costs,

@@ -351,6 +351,7 @@ mod tests {
             grad_reduce_buckets: (0..n).map(|_| 1 + rng.next(4) as u32).collect(),
             optimizer_ns: (0..p).map(|_| rng.next(100)).collect(),
             deferred_weight_grad_ns: (0..n).map(|_| rng.next(60)).collect(),
+            shared_gpu: false,
         }
     }
 
