@@ -9,9 +9,8 @@
 # With >= 2 visible GPUs the 2 pipeline devices run on GPU 0 and GPU 1 (peer copies).
 # With 1 GPU both pipeline devices share it; this script then sets PPLAN_CUDA_SHARE=serialize
 # (override by exporting PPLAN_CUDA_SHARE): one device's action at a time, so every measured
-# action costs what it costs on an unshared GPU and the per-action error is meaningful, while
-# the measured step is about the SUM of both devices' work (no true concurrency) and is longer
-# than the predicted one, which assumes two GPUs. Compare step times only with 2 GPUs.
+# action costs what it costs on an unshared GPU, and predicts with --shared-gpu, the simulator
+# mode in which the devices take the one GPU in turn, so the step times compare too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-examples/models/gpt-0.8b-gpu.json}
@@ -27,8 +26,10 @@ cargo build --release -q -p pplan -p pplan-exec
 BIN=target/release
 
 GPUS=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
+SHARED=()
 if [ "${GPUS:-0}" -lt 2 ]; then
   export PPLAN_CUDA_SHARE=${PPLAN_CUDA_SHARE:-serialize}
+  SHARED=(--shared-gpu)
   echo "== one GPU: both pipeline devices share it (PPLAN_CUDA_SHARE=$PPLAN_CUDA_SHARE)"
 else
   echo "== $GPUS GPUs: pipeline devices 0 and 1 on GPUs 0 and 1"
@@ -45,7 +46,7 @@ for S in "${SCHEDULES[@]}"; do
   [ "$S" = interleaved-1f1b ] && V=2
   "$BIN/pplan" predict --model "$MODEL" --hardware "$OUT/hw.json" --profile "$OUT/layers.json" \
     --gpus 2 --tp 1 --pp 2 --dp 1 --global-batch "$M" --micro-batch 1 --schedule "$S" --chunks "$V" \
-    --recompute none --output "$OUT/$S.plan.json" --trace "$OUT/$S.predicted.json" --format json \
+    --recompute none "${SHARED[@]}" --output "$OUT/$S.plan.json" --trace "$OUT/$S.predicted.json" --format json \
     > "$OUT/$S.predicted-summary.json"
   "$BIN/pplan-exec" run --plan "$OUT/$S.plan.json" --backend cuda --steps "$STEPS" \
     --dtype "$DTYPE" --trace "$OUT/$S.measured.json" --format json > "$OUT/$S.measured-summary.json"

@@ -26,6 +26,9 @@ enum Command {
     Run(RunArgs),
     /// Measure this machine on a backend: write a layer profile and a hardware profile.
     Profile(ProfileArgs),
+    /// Measure one CUDA GPU's kernels over a layer's shapes (GEMMs at each tensor-parallel
+    /// size and micro-batch, HBM bandwidth, copies, launch overhead); writes JSON.
+    Sweep(SweepArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -89,6 +92,31 @@ struct RunArgs {
     timeout_s: u64,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// Model whose layer shapes are swept: a bundled name or a model JSON file.
+    #[arg(long)]
+    model: String,
+    /// Override the model's sequence length.
+    #[arg(long)]
+    seq_len: Option<u64>,
+    /// Tensor-parallel sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    tp: Vec<u32>,
+    /// Micro-batch sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    micro_batch: Vec<u32>,
+    /// Samples per measurement; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeats: u32,
+    /// GEMM input type (as the plan's `dtype`).
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DtypeArg,
+    /// Where to write the measurements (JSON).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -294,6 +322,49 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+fn cmd_sweep(a: SweepArgs) -> Result<(), CliError> {
+    let model =
+        pplan::inputs::model::Model::load(&a.model).map_err(|e| CliError::Input(e.to_string()))?;
+    for (flag, v) in [("--tp", &a.tp), ("--micro-batch", &a.micro_batch)] {
+        if v.is_empty() || v.contains(&0) {
+            return Err(CliError::Input(format!(
+                "{flag} must list whole numbers of at least 1, e.g. 1,2,4,8"
+            )));
+        }
+    }
+    if a.repeats == 0 || a.seq_len == Some(0) {
+        return Err(CliError::Input(
+            "--repeats and --seq-len must be at least 1".into(),
+        ));
+    }
+    pplan_exec::cuda::availability().map_err(|e| exec_error(&e, format!("sweep: {e}")))?;
+    let req = pplan_exec::cuda::sweep::SweepRequest {
+        seq: a.seq_len.unwrap_or(model.seq_len),
+        model,
+        tps: a.tp,
+        micro_batches: a.micro_batch,
+        repeats: a.repeats,
+        bf16: a.dtype == DtypeArg::Bf16,
+    };
+    let out = pplan_exec::cuda::sweep::sweep_cuda(&req)
+        .map_err(|e| exec_error(&e, format!("sweep: {e}")))?;
+    let text = serde_json::to_string_pretty(&out).map_err(|e| CliError::Internal(e.to_string()))?;
+    write(&a.out, "--out", &(text + "\n"))?;
+    println!(
+        "{}: {} GEMMs, best {:.1} TFLOP/s; HBM {:.0} GB/s; launch {:.2} us host",
+        out.gpu,
+        out.gemm.len(),
+        out.gemm.iter().map(|g| g.flops_per_s).fold(0.0, f64::max) / 1e12,
+        out.hbm_axpy
+            .iter()
+            .map(|b| b.bytes_per_s)
+            .fold(0.0, f64::max)
+            / 1e9,
+        out.launch.iter().map(|l| l.host_s_per_launch).sum::<f64>() / out.launch.len() as f64 * 1e6
+    );
+    Ok(())
+}
+
 /// Writing to a closed pipe (`pplan ... | head`) ends the process quietly, as other Unix tools
 /// do, instead of panicking inside `println!` (Rust ignores SIGPIPE by default).
 fn restore_default_sigpipe() {
@@ -311,6 +382,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Run(a) => cmd_run(a),
         Command::Profile(a) => cmd_profile(a),
+        Command::Sweep(a) => cmd_sweep(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,6 +13,7 @@
 
 use super::kernels::{self, elementwise_config, row_block};
 use super::layout::{backward_kind, col_major, Dir, MsgKey};
+use super::ticket::{spin_until, TicketGuard, TicketLock};
 use crate::backend::{BackwardPart, DeviceWorker, ExecError, Span, SpanStream};
 use crate::spec::{init_matrix, labels, token_ids, Dims, Matrix};
 use cudarc::cublas::{result as cublas_result, sys as cublas_sys, CudaBlas};
@@ -24,7 +25,7 @@ use cudarc::driver::{
 use cudarc::nccl::{result as nccl_result, sys as nccl_sys};
 use pplan::schedule::ir::{Action, Kind};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub(crate) fn drv(e: impl std::fmt::Display) -> ExecError {
@@ -43,10 +44,8 @@ fn dptr<T>(s: &CudaSlice<T>, st: &CudaStream) -> u64 {
     p
 }
 
-fn lock(gpu: &Gpu) -> Option<std::sync::MutexGuard<'_, ()>> {
-    gpu.serial
-        .as_ref()
-        .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+fn lock(gpu: &Gpu) -> Option<TicketGuard<'_>> {
+    gpu.serial.as_ref().map(TicketLock::lock)
 }
 
 /// One GPU shared by the workers placed on it: its context, its kernels, and in `serialize`
@@ -55,7 +54,7 @@ pub(crate) struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub ordinal: u32,
     funcs: Vec<CudaFunction>,
-    serial: Option<Mutex<()>>,
+    serial: Option<TicketLock>,
 }
 
 const K_CAST: usize = 0;
@@ -78,6 +77,28 @@ impl Gpu {
         let ctx = CudaContext::new(ordinal as usize).map_err(drv)?;
         // SAFETY: every worker follows the ordering rules in this module's documentation.
         unsafe { ctx.disable_event_tracking() };
+        // Keep freed memory in the stream-ordered pool: with the default release threshold (0)
+        // the driver returns it to the OS at every synchronisation and the next allocations
+        // map it again, milliseconds each (PyTorch's caching allocator avoids the same cost).
+        let pools = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            )
+            .unwrap_or(0);
+        if pools != 0 {
+            // SAFETY: the device is this context's; the attribute takes a u64.
+            unsafe {
+                let pool =
+                    drv_result::device::get_default_mem_pool(ctx.cu_device()).map_err(drv)?;
+                let mut keep = u64::MAX;
+                drv_result::mem_pool::set_attribute(
+                    pool,
+                    cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    &mut keep as *mut u64 as *mut std::ffi::c_void,
+                )
+                .map_err(drv)?;
+            }
+        }
         let module = ctx.load_module(ptx.clone()).map_err(drv)?;
         let funcs = kernels::NAMES
             .iter()
@@ -87,7 +108,7 @@ impl Gpu {
             ctx,
             ordinal,
             funcs,
-            serial: serialize.then(|| Mutex::new(())),
+            serial: serialize.then(TicketLock::default),
         }))
     }
 }
@@ -97,7 +118,6 @@ impl Gpu {
 #[derive(Default)]
 pub(crate) struct Mailbox {
     slots: Mutex<HashMap<(u32, MsgKey), Msg>>,
-    posted: Condvar,
 }
 
 struct Msg {
@@ -109,26 +129,17 @@ impl Mailbox {
     fn post(&self, step: u32, key: MsgKey, msg: Msg) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.insert((step, key), msg);
-        self.posted.notify_all();
     }
 
+    /// Polls (spinning, then yielding: no sleep, so no wake-up latency) until the message is
+    /// posted or `timeout` passes.
     fn take(&self, step: u32, key: MsgKey, timeout: Duration) -> Option<Msg> {
-        let deadline = Instant::now() + timeout;
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(m) = slots.remove(&(step, key)) {
-                return Some(m);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            slots = self
-                .posted
-                .wait_timeout(slots, deadline - now)
+        spin_until(Instant::now() + timeout, || {
+            self.slots
+                .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+                .remove(&(step, key))
+        })
     }
 }
 
@@ -208,6 +219,15 @@ struct StageAct {
     /// Gradient of the embedding output, kept by I for W (stage 0).
     dx0: Option<CudaSlice<f32>>,
     input_done: bool,
+}
+
+/// Buffers of a GEMM sweep, allocated once (see [`CudaWorker::gemm_arena`]).
+pub(crate) struct GemmArena {
+    _a: CudaSlice<f32>,
+    _b: CudaSlice<f32>,
+    c: CudaSlice<f32>,
+    ao: Opnd,
+    bo: Opnd,
 }
 
 /// A GEMM operand: f32 data, or its bf16 copy when the plan's dtype is bf16.
@@ -1787,6 +1807,126 @@ impl CudaWorker {
         cs.synchronize().map_err(drv)?;
         drop((x, y));
         Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+    }
+
+    /// Operands for a sweep of GEMM shapes (`pplan-exec sweep`): A, B and C of `a`, `b`, `c`
+    /// elements, allocated once, A and B filled with the spec's random values (a 16 Mi-element
+    /// block repeated: random data, as a real GEMM sees, not zeros, which run faster).
+    pub(crate) fn gemm_arena(
+        &mut self,
+        a: usize,
+        b: usize,
+        c: usize,
+    ) -> Result<GemmArena, ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
+        let cs = self.compute.clone();
+        let block: Vec<f32> = {
+            let mut r = crate::spec::SplitMix64::new(7);
+            (0..(16usize << 20).min(a.max(b)).max(1))
+                .map(|_| r.next_signed_unit())
+                .collect()
+        };
+        let filled = |n: usize| -> Result<CudaSlice<f32>, ExecError> {
+            let mut s = self.alloc(n)?;
+            let mut at = 0;
+            while at < n {
+                let len = block.len().min(n - at);
+                cs.memcpy_htod(&block[..len], &mut s.slice_mut(at..at + len))
+                    .map_err(drv)?;
+                at += len;
+            }
+            Ok(s)
+        };
+        let (a, b) = (filled(a)?, filled(b)?);
+        let c = self.alloc(c)?;
+        let (ao, bo) = (self.opnd(&a)?, self.opnd(&b)?);
+        cs.synchronize().map_err(drv)?;
+        Ok(GemmArena {
+            _a: a,
+            _b: b,
+            c,
+            ao,
+            bo,
+        })
+    }
+
+    /// Seconds of one row-major GEMM `C(m×n) = op(A)·op(B)` on the arena's buffers (`ta`: A is
+    /// stored k×m; `tb`: B is stored n×k), the layers' cuBLAS call: one untimed call, then
+    /// `calls` back-to-back calls between two CUDA events; the mean.
+    pub(crate) fn time_gemm_in(
+        &mut self,
+        arena: &GemmArena,
+        (ta, tb): (bool, bool),
+        (m, n, k): (usize, usize, usize),
+        calls: u32,
+    ) -> Result<f64, ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
+        let cs = self.compute.clone();
+        let cp = dptr(&arena.c, &cs);
+        let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+        let run = |w: &Self| {
+            w.gemm(
+                ta,
+                tb,
+                (m, n, k),
+                arena.ao.ptr,
+                lda,
+                arena.bo.ptr,
+                ldb,
+                cp,
+                n,
+                1.0,
+                0.0,
+                None,
+            )
+        };
+        run(self)?;
+        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
+        e0.record(&cs).map_err(drv)?;
+        for _ in 0..calls.max(1) {
+            run(self)?;
+        }
+        e1.record(&cs).map_err(drv)?;
+        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
+        cs.synchronize().map_err(drv)?;
+        Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+    }
+
+    /// Launch overhead: `calls` launches of the one-element `axpy` kernel back to back.
+    /// Returns (host seconds per launch, from the first launch to the last call returning;
+    /// device seconds per launch, between CUDA events around them).
+    pub(crate) fn time_launches(&mut self, calls: u32) -> Result<(f64, f64), ExecError> {
+        self.gpu.ctx.bind_to_thread().map_err(drv)?;
+        let cs = self.compute.clone();
+        let x = cs.alloc_zeros::<f32>(1).map_err(drv)?;
+        let y = cs.alloc_zeros::<f32>(1).map_err(drv)?;
+        let (xp, yp, a, nn) = (dptr(&x, &cs), dptr(&y, &cs), 1e-3f32, 1i64);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let launch = || -> Result<(), ExecError> {
+            let mut lb = cs.launch_builder(&self.gpu.funcs[K_AXPY]);
+            lb.arg(&xp).arg(&yp).arg(&a).arg(&nn);
+            unsafe { lb.launch(cfg) }.map_err(drv)?;
+            Ok(())
+        };
+        launch()?;
+        cs.synchronize().map_err(drv)?;
+        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
+        e0.record(&cs).map_err(drv)?;
+        let t0 = Instant::now();
+        for _ in 0..calls.max(1) {
+            launch()?;
+        }
+        let host = t0.elapsed().as_secs_f64();
+        e1.record(&cs).map_err(drv)?;
+        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
+        cs.synchronize().map_err(drv)?;
+        drop((x, y));
+        let n = calls.max(1) as f64;
+        Ok((host / n, ms as f64 * 1e-3 / n))
     }
 
     fn sync_all(&mut self) -> Result<(), ExecError> {

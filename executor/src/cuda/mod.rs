@@ -16,6 +16,8 @@ pub mod env;
 pub mod kernels;
 pub mod layout;
 pub mod reference;
+pub mod sweep;
+pub mod ticket;
 
 use crate::backend::{DeviceWorker, ExecError};
 use crate::spec::Dims;

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Kernel measurements on one CUDA GPU with PyTorch: what pplan-exec's own kernels cannot show.
+
+pplan-exec's layers run cuBLAS GEMMs with f32 output and unfused attention, in BF16 or F32
+only. Megatron-Core runs BF16-output GEMMs, FP8 GEMMs (Transformer Engine), fused flash
+attention (cuDNN or FlashAttention) and fused norms. This script times those kernels through
+PyTorch's public API so that the cost model's H100/H200 curves can be set beside them:
+
+- GEMMs, forward pass of the four linear layers of a transformer layer (QKV, attention output,
+  MLP up, MLP down) at tensor-parallel sizes 1, 2, 4, 8 and micro-batches 1, 2, 4: BF16
+  (torch.matmul, BF16 output) and FP8 E4M3 with per-tensor scales (torch._scaled_mm, BF16
+  output, the GEMM Transformer Engine's per-tensor recipe calls);
+- causal attention, forward and forward+backward, BF16, head dim 128, through
+  scaled_dot_product_attention with the FlashAttention and the cuDNN backends;
+- memory-bound kernels: RMSNorm and LayerNorm forward and backward, SiLU-gate (unfused),
+  the FP8 cast with its amax, and device-to-device copies;
+- per-op host overhead of a tiny PyTorch op.
+
+Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
+first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json
+"""
+import json
+import math
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+REPEATS = 3
+TARGET_S = 0.01
+
+# (name, hidden, heads, kv_heads, ffn, gated, seq): GPT-3 175B (Brown et al. 2020, Table 2.1)
+# and Llama 3 70B (meta-llama/Meta-Llama-3-70B config.json).
+MODELS = [
+    ("gpt3-175b", 12288, 96, 96, 49152, False, 2048),
+    ("llama3-70b", 8192, 64, 8, 28672, True, 4096),
+]
+TPS = [1, 2, 4, 8]
+MBS = [1, 2, 4]
+
+
+def bench(fn):
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Event(enable_timing=True)
+    e = torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    once = max(s.elapsed_time(e) * 1e-3, 1e-7)
+    calls = max(1, min(1000, math.ceil(TARGET_S / once)))
+    out = []
+    for _ in range(REPEATS):
+        s.record()
+        for _ in range(calls):
+            fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) * 1e-3 / calls)
+    out.sort()
+    return out[len(out) // 2]
+
+
+def linears(h, heads, kv, ffn, gated, t):
+    hd = h // heads
+    kv_out = 2 * hd * max(kv // t, 1)
+    up = ffn * (2 if gated else 1) // t
+    return [("qkv", h, heads * hd // t + kv_out), ("proj", heads * hd // t, h),
+            ("fc1", h, up), ("fc2", ffn // t, h)]
+
+
+def gemms(res):
+    dev = "cuda"
+    one = torch.ones((), device=dev, dtype=torch.float32)
+    for name, h, heads, kv, ffn, gated, seq in MODELS:
+        for t in TPS:
+            for mb in MBS:
+                tokens = mb * seq
+                for op, fan_in, fan_out in linears(h, heads, kv, ffn, gated, t):
+                    x = torch.randn(tokens, fan_in, device=dev, dtype=torch.bfloat16)
+                    w = torch.randn(fan_out, fan_in, device=dev, dtype=torch.bfloat16)
+                    flops = 2.0 * tokens * fan_in * fan_out
+                    row = {"model": name, "op": op, "tp": t, "micro_batch": mb, "m": tokens,
+                           "n": fan_out, "k": fan_in}
+                    sec = bench(lambda: torch.matmul(x, w.t()))
+                    res["gemm_bf16"].append(dict(row, seconds=sec, flops_per_s=flops / sec))
+                    try:
+                        x8 = x.to(torch.float8_e4m3fn)
+                        w8 = w.to(torch.float8_e4m3fn)
+                        f8 = lambda: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one,
+                                                      out_dtype=torch.bfloat16)
+                        sec = bench(f8)
+                        res["gemm_fp8"].append(dict(row, seconds=sec, flops_per_s=flops / sec))
+                        del x8, w8
+                    except Exception as e:  # noqa: BLE001 - recorded, not hidden
+                        res["errors"].append(f"fp8 {name} {op} t={t} mb={mb}: {e!r}")
+                    del x, w
+        torch.cuda.empty_cache()
+
+
+def attention(res):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dev = "cuda"
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    for name, h, heads, kv, ffn, gated, _ in MODELS:
+        hd = h // heads
+        for t in TPS:
+            for seq in [2048, 4096, 8192]:
+                hq, hk = heads // t, max(kv // t, 1)
+                q = torch.randn(1, hq, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                k = torch.randn(1, hk, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                v = torch.randn(1, hk, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                g = torch.randn(1, hq, seq, hd, device=dev, dtype=torch.bfloat16)
+                # Causal: half of the s^2 score matrix; 2 GEMMs forward (QK^T, PV), 5 backward.
+                fwd_flops = 2.0 * 2.0 * hq * seq * seq * hd / 2.0
+                for bname, be in backends:
+                    row = {"model": name, "tp": t, "seq": seq, "heads": hq, "kv_heads": hk,
+                           "head_dim": hd, "backend": bname}
+                    try:
+                        with sdpa_kernel([be]):
+                            kw = {"is_causal": True, "enable_gqa": hk != hq}
+                            fwd = lambda: F.scaled_dot_product_attention(q, k, v, **kw)
+                            sf = bench(fwd)
+
+                            def fb():
+                                o = F.scaled_dot_product_attention(q, k, v, **kw)
+                                torch.autograd.grad(o, (q, k, v), g)
+                            sfb = bench(fb)
+                        sb = max(sfb - sf, 1e-9)
+                        res["attention"].append(dict(
+                            row, forward_s=sf, backward_s=sb,
+                            forward_flops_per_s=fwd_flops / sf,
+                            backward_flops_per_s=2.5 * fwd_flops / sb))
+                    except Exception as e:  # noqa: BLE001
+                        res["errors"].append(f"attention {bname} {name} t={t} s={seq}: {e!r}")
+                del q, k, v, g
+        torch.cuda.empty_cache()
+
+
+def memory_bound(res):
+    dev = "cuda"
+    for tokens, h in [(8192, 8192), (16384, 12288)]:
+        x = torch.randn(tokens, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        wgt = torch.ones(h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        b = torch.zeros(h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        gy = torch.randn(tokens, h, device=dev, dtype=torch.bfloat16)
+        n = tokens * h
+        cases = [
+            # (name, fn, bytes: each bf16 tensor of n elements read or written counts 2n)
+            ("rmsnorm_forward", lambda: F.rms_norm(x, (h,), wgt), 2 * 2 * n),
+            ("layernorm_forward", lambda: F.layer_norm(x, (h,), wgt, b), 2 * 2 * n),
+            ("rmsnorm_forward_backward",
+             lambda: torch.autograd.grad(F.rms_norm(x, (h,), wgt), (x, wgt), gy),
+             2 * 2 * n + 3 * 2 * n),
+            ("silu_gate_unfused", lambda: F.silu(x) * x, 2 * 2 * n),
+            ("fp8_cast_with_amax",
+             lambda: (x.detach() * (448.0 / x.detach().abs().amax())).to(torch.float8_e4m3fn),
+             2 * n + n),
+            ("copy_d2d", lambda: gy.clone(), 2 * 2 * n),
+        ]
+        for name, fn, nbytes in cases:
+            try:
+                sec = bench(fn)
+                res["memory_bound"].append({"kernel": name, "tokens": tokens, "hidden": h,
+                                            "seconds": sec, "bytes": nbytes,
+                                            "bytes_per_s": nbytes / sec})
+            except Exception as e:  # noqa: BLE001
+                res["errors"].append(f"{name} {tokens}x{h}: {e!r}")
+        del x, wgt, b, gy
+        torch.cuda.empty_cache()
+
+
+def sustained(res):
+    """An 8192^3 BF16 GEMM back to back for 15 s: the rate per ~70 ms window, with the SM clock,
+    power and temperature nvidia-smi reads every 500 ms (does the rate hold at the power limit?)."""
+    import subprocess
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    torch.matmul(a, b)
+    torch.cuda.synchronize()
+    mon = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,"
+                            "temperature.gpu,clocks_throttle_reasons.active",
+                            "--format=csv,noheader,nounits", "-lms", "500"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    s = torch.cuda.Event(enable_timing=True)
+    e = torch.cuda.Event(enable_timing=True)
+    t0 = time.time()
+    windows = []
+    while time.time() - t0 < 15.0:
+        s.record()
+        for _ in range(50):
+            torch.matmul(a, b)
+        e.record()
+        e.synchronize()
+        windows.append({"t_s": round(time.time() - t0, 3),
+                        "flops_per_s": 50 * 2.0 * n ** 3 / (s.elapsed_time(e) * 1e-3)})
+    mon.terminate()
+    smi = mon.communicate()[0].splitlines()
+    res["sustained_gemm"] = {"m": n, "n": n, "k": n, "calls_per_window": 50,
+                             "windows": windows, "nvidia_smi": smi}
+
+
+def host_overhead(res):
+    x = torch.zeros(1, device="cuda")
+    for _ in range(100):
+        x.add_(1.0)
+    torch.cuda.synchronize()
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        for _ in range(10000):
+            x.add_(1.0)
+        host = (time.perf_counter() - t0) / 10000
+        torch.cuda.synchronize()
+        res["host_overhead"].append({"op": "tensor.add_ on one element", "calls": 10000,
+                                     "host_s_per_op": host})
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
+    p = torch.cuda.get_device_properties(0)
+    res = {
+        "tool": "benches/gpu_kernels.py",
+        "gpu": torch.cuda.get_device_name(0),
+        "compute_capability": f"{p.major}.{p.minor}",
+        "multiprocessors": p.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "method": "CUDA events around back-to-back calls (at least 10 ms a sample), one untimed "
+                  "call first, median of 3; random normal inputs",
+        "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
+        "host_overhead": [], "errors": [],
+    }
+    for part in (gemms, attention, memory_bound, host_overhead, sustained):
+        t0 = time.time()
+        try:
+            part(res)
+        except Exception:  # noqa: BLE001
+            res["errors"].append(f"{part.__name__}: {traceback.format_exc()}")
+        print(f"{part.__name__}: {time.time() - t0:.1f} s", flush=True)
+        with open(out, "w") as f:
+            json.dump(res, f, indent=1)
+    print(f"wrote {out}; errors: {len(res['errors'])}")
+
+
+if __name__ == "__main__":
+    main()
