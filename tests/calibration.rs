@@ -1,7 +1,7 @@
-//! Every calibrated kernel figure in a bundled hardware profile against the published number it
-//! came from. A profile's `sources` entry for a calibrated field ends with
-//! `published: N UNIT`; the field's value must reproduce N (within 1%, the precision the
-//! figures are read to).
+//! Every calibrated kernel figure in a bundled hardware profile against the published (or, for
+//! issue 18's GPU runs, measured) number it came from. A profile's `sources` entry for a
+//! calibrated field ends with `published: N UNIT` or `measured: N UNIT`; the field's value must
+//! reproduce N (within 1%, the precision the figures are read to).
 
 use pplan::cost::{Attention, CostModel, Layout, Stack};
 use pplan::inputs::{Hardware, Model};
@@ -10,10 +10,13 @@ use pplan::inputs::{Hardware, Model};
 fn published(hw: &Hardware) -> Vec<(String, f64, f64, String)> {
     let mut out = Vec::new();
     for (field, text) in &hw.sources {
-        let Some(i) = text.find("published: ") else {
+        let Some((i, tag)) = ["published: ", "measured: "]
+            .iter()
+            .find_map(|t| text.rfind(t).map(|i| (i, *t)))
+        else {
             continue;
         };
-        let rest = &text[i + "published: ".len()..];
+        let rest = &text[i + tag.len()..];
         let mut words = rest.split_whitespace();
         let number: f64 = words
             .next()
@@ -109,25 +112,33 @@ fn flash_attention_core_is_its_flops_over_the_measured_rate() {
     );
 }
 
-/// The H100 GEMM ceiling is fitted as docs/cost-model.md says ("What was fitted"): 0.56 is the
-/// value on a 0.01 grid that minimises the mean absolute error over the ten cp = 1 NeMo rows,
-/// and H200 and H800 (the same die) carry it.
+/// The H100 GEMM efficiency in training is fitted as docs/cost-model.md says ("What was
+/// fitted"): the kernel ceiling is measured (0.72, tests/measured_gpu.rs checks it against the
+/// committed measurements) and the training factor makes the end-to-end value 0.56, the value
+/// on a 0.01 grid that minimises the mean absolute error over the ten cp = 1 NeMo rows; H200
+/// and H800 (the same die) carry both.
 #[test]
 fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
     use pplan::report::nemo::{nemo_24_07_stack, validate_nemo};
     let h100 = Hardware::bundled("h100-80gb").unwrap();
-    assert_eq!(h100.gpu.gemm_efficiency_max, 0.56);
+    assert_eq!(h100.gpu.gemm_efficiency_max, 0.72);
+    assert_eq!(
+        h100.gpu.gemm_efficiency_max * h100.gemm_training_factor(),
+        0.56
+    );
     for name in ["h200", "h800"] {
         let h = Hardware::bundled(name).unwrap();
         assert_eq!(
             h.gpu.gemm_efficiency_max, h100.gpu.gemm_efficiency_max,
             "{name}"
         );
+        assert_eq!(h.gpu.gemm_training_factor, h100.gpu.gemm_training_factor);
         assert_eq!(h.gpu.gemm_half_dim, h100.gpu.gemm_half_dim, "{name}");
     }
-    let cp1_mae = |g: f64| {
+    // The end-to-end efficiency `e` = ceiling x factor.
+    let cp1_mae = |e: f64| {
         let mut hw = h100.clone();
-        hw.gpu.gemm_efficiency_max = g;
+        hw.gpu.gemm_training_factor = Some(e / hw.gpu.gemm_efficiency_max);
         let r = validate_nemo(&hw, nemo_24_07_stack()).unwrap();
         let errors: Vec<f64> = r
             .compared

@@ -702,6 +702,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             hbm_efficiency: 1.0,
             gemm_efficiency_max: emax,
             gemm_half_dim: d0,
+            // Measured kernels in the measured setting: nothing to add for training.
+            gemm_training_factor: None,
             // The executor's kernels are not flash attention; nothing measured.
             attention_efficiency_forward: None,
             attention_efficiency_backward: None,

@@ -67,14 +67,27 @@ impl Gemm {
     }
 }
 
-/// Achievable fraction of peak for a GEMM of this shape:
-/// `max * (m/(m+d0)) * (n/(n+d0)) * (k/(k+d0))` with `d0 = gemm_half_dim`.
+/// Achievable fraction of peak for a GEMM of this shape in a training step:
+/// `max * factor * (m/(m+d0)) * (n/(n+d0)) * (k/(k+d0))` with `d0 = gemm_half_dim` and
+/// `factor = gemm_training_factor` (the kernel's curve is `max * ...`, measured on its own).
 /// Small dimensions leave tensor cores idle (partial tiles, too few tiles to fill the SMs, short
 /// K loops that cannot hide the loads); the form is saturating in each dimension.
 pub fn gemm_efficiency(hw: &Hardware, g: &Gemm) -> f64 {
-    let d0 = hw.gpu.gemm_half_dim;
-    let f = |d: f64| d / (d + d0);
+    let f = shape_term(hw);
+    hw.gpu.gemm_efficiency_max * hw.gemm_training_factor() * f(g.m) * f(g.n) * f(g.k)
+}
+
+/// The GEMM kernel's own efficiency, as an isolated benchmark measures it (no training
+/// factor): `max * (m/(m+d0)) * (n/(n+d0)) * (k/(k+d0))`.
+pub fn gemm_kernel_efficiency(hw: &Hardware, g: &Gemm) -> f64 {
+    let f = shape_term(hw);
     hw.gpu.gemm_efficiency_max * f(g.m) * f(g.n) * f(g.k)
+}
+
+/// `d -> d/(d + d0)`, the saturating term of one GEMM dimension.
+fn shape_term(hw: &Hardware) -> impl Fn(f64) -> f64 {
+    let d0 = hw.gpu.gemm_half_dim;
+    move |d: f64| d / (d + d0)
 }
 
 /// A BF16 GEMM: [`gemm_time_in_s`] on the BF16 peak.

@@ -37,10 +37,15 @@ pub struct Gpu {
     pub hbm_bandwidth_bytes_per_s: f64,
     /// Fraction of `hbm_bandwidth_bytes_per_s` that memory-bound kernels achieve.
     pub hbm_efficiency: f64,
-    /// Asymptotic fraction of `peak_flops_per_s` reached by large GEMMs.
+    /// Asymptotic fraction of `peak_flops_per_s` reached by large GEMMs (the kernel alone).
     pub gemm_efficiency_max: f64,
     /// GEMM dimension (elements) at which that dimension alone halves the efficiency.
     pub gemm_half_dim: f64,
+    /// Fraction of the kernel's GEMM rate a training step keeps (what end-to-end runs lose on
+    /// their GEMMs beyond the isolated kernel: SMs and HBM shared with overlapped
+    /// communication kernels, host gaps). Absent: 1 (the ceiling is already end-to-end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_training_factor: Option<f64>,
     /// Fraction of `peak_flops_per_s` the fused (flash) attention kernel reaches forward and
     /// backward, causal, head dimension 128, at training sequence lengths (needed only for
     /// `--attention flash`).
@@ -283,6 +288,11 @@ impl Hardware {
             .unwrap_or((self.gpu.gemm_efficiency_max, self.gpu.gemm_efficiency_max))
     }
 
+    /// [`Gpu::gemm_training_factor`], 1 when absent.
+    pub fn gemm_training_factor(&self) -> f64 {
+        self.gpu.gemm_training_factor.unwrap_or(1.0)
+    }
+
     /// Host time to launch one kernel ([`Gpu::kernel_launch_s`], else the default).
     pub fn kernel_launch_s(&self) -> f64 {
         self.gpu.kernel_launch_s.unwrap_or(DEFAULT_KERNEL_LAUNCH_S)
@@ -364,6 +374,10 @@ impl Hardware {
         let fractions = [
             ("gpu.hbm_efficiency", self.gpu.hbm_efficiency),
             ("gpu.gemm_efficiency_max", self.gpu.gemm_efficiency_max),
+            (
+                "gpu.gemm_training_factor",
+                self.gpu.gemm_training_factor.unwrap_or(1.0),
+            ),
             ("node.nvlink_efficiency", self.node.nvlink_efficiency),
             ("node.nic_efficiency", self.node.nic_efficiency),
         ];
