@@ -1,0 +1,208 @@
+//! The GPU measurements replayed on the CPU (no GPU needed): the pipeline runs that
+//! `pplan-exec run --backend cuda` made on one H200 (p = 2 and 4 pipeline devices sharing it,
+//! PPLAN_CUDA_SHARE=serialize), committed under hardware/measured/h200/pipeline, are predicted
+//! again from the layer and hardware profiles measured in the same session (`--shared-gpu`),
+//! put beside the measured traces with `pplan validate`, and checked against the table in
+//! docs/validation.md and the bar (mean |step error| <= 5%, worst <= 10%).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MEASURED: &str = "hardware/measured/h200/pipeline";
+const SCHEDULES: [&str; 4] = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn pplan(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_pplan"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .expect("runs pplan");
+    assert!(
+        out.status.success(),
+        "pplan {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// (p, schedule, predicted s, measured s, error, bubble predicted, bubble measured, action error)
+/// of one replayed case, formatted as docs/validation.md prints them.
+fn replay(dir: &Path, p: u32, schedule: &str) -> (Vec<String>, f64, f64) {
+    let v = if schedule == "interleaved-1f1b" {
+        "2"
+    } else {
+        "1"
+    };
+    let predicted = dir.join(format!("p{p}-{schedule}.predicted.json"));
+    let (pp, pred) = (p.to_string(), predicted.to_str().unwrap().to_string());
+    pplan(&[
+        "predict",
+        "--model",
+        "examples/models/gpt-0.9b-gpu.json",
+        "--hardware",
+        &format!("{MEASURED}/hw.json"),
+        "--profile",
+        &format!("{MEASURED}/layers.json"),
+        "--gpus",
+        &pp,
+        "--tp",
+        "1",
+        "--pp",
+        &pp,
+        "--dp",
+        "1",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "1",
+        "--schedule",
+        schedule,
+        "--chunks",
+        v,
+        "--recompute",
+        "none",
+        "--shared-gpu",
+        "--trace",
+        &pred,
+        "--format",
+        "json",
+    ]);
+    let out = pplan(&[
+        "validate",
+        "--predicted",
+        &pred,
+        "--measured",
+        &format!("{MEASURED}/p{p}-{schedule}.measured.json"),
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = |k: &str| j[k].as_f64().unwrap_or_else(|| panic!("{k} in {out}"));
+    let err = f("step_time_error");
+    let act = f("action_error_mean_abs");
+    let row = vec![
+        p.to_string(),
+        schedule.to_string(),
+        format!("{:.4}", f("step_time_predicted_s")),
+        format!("{:.4}", f("step_time_measured_s")),
+        format!("{:+.2}%", err * 100.0),
+        format!("{:.3}", f("bubble_predicted")),
+        format!("{:.3}", f("bubble_measured")),
+        format!("{:.2}%", act * 100.0),
+    ];
+    (row, err, act)
+}
+
+/// The rows of the table under "First light on a GPU" in docs/validation.md.
+fn doc_rows() -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(root().join("docs/validation.md")).unwrap();
+    let at = doc
+        .find("## First light on a GPU")
+        .expect("docs/validation.md has the GPU section");
+    doc[at..]
+        .lines()
+        .filter(|l| l.starts_with("| 2 |") || l.starts_with("| 4 |"))
+        .take(8)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn measured_h200_pipelines_replay_within_the_bar_and_match_the_docs() {
+    let dir = std::env::temp_dir().join(format!("pplan-gpu-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let docs = doc_rows();
+    assert_eq!(docs.len(), 8, "eight rows in the docs table: {docs:?}");
+    let mut errs = Vec::new();
+    for (i, (p, s)) in [2u32, 4]
+        .iter()
+        .flat_map(|&p| SCHEDULES.iter().map(move |&s| (p, s)))
+        .enumerate()
+    {
+        let (row, err, act) = replay(&dir, p, s);
+        assert_eq!(row, docs[i], "p={p} {s}: docs/validation.md is stale");
+        // Every measured action's duration is the measured profile's, within 5% on average.
+        assert!(act < 0.05, "p={p} {s}: action error {act}");
+        errs.push(err.abs());
+    }
+    let mean = errs.iter().sum::<f64>() / errs.len() as f64;
+    let worst = errs.iter().cloned().fold(0.0, f64::max);
+    assert!(mean <= 0.05, "mean |step error| {mean}");
+    assert!(worst <= 0.10, "worst |step error| {worst}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The shared-GPU mode serialises the devices: the predicted step is the sum of every
+/// device's work (here no transfer or dependency leaves the GPU idle), the same for every
+/// schedule, and without `--shared-gpu` the two-GPU prediction is shorter.
+#[test]
+fn shared_gpu_prediction_is_the_sum_of_the_work() {
+    let dir = std::env::temp_dir().join(format!("pplan-gpu-sum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |shared: bool| -> f64 {
+        let mut args = vec![
+            "predict",
+            "--model",
+            "examples/models/gpt-0.9b-gpu.json",
+            "--hardware",
+            "hardware/measured/h200/pipeline/hw.json",
+            "--profile",
+            "hardware/measured/h200/pipeline/layers.json",
+            "--gpus",
+            "2",
+            "--pp",
+            "2",
+            "--tp",
+            "1",
+            "--global-batch",
+            "8",
+            "--micro-batch",
+            "1",
+            "--schedule",
+            "1f1b",
+            "--recompute",
+            "none",
+            "--format",
+            "json",
+        ];
+        if shared {
+            args.push("--shared-gpu");
+        }
+        let j: serde_json::Value = serde_json::from_str(&pplan(&args)).unwrap();
+        j["step_time_s"].as_f64().unwrap()
+    };
+    let (one_gpu, two_gpus) = (run(true), run(false));
+    // Layer profile: 8 micro-batches x 16 layers x (F + I + W) plus embedding and output.
+    let prof: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("hardware/measured/h200/pipeline/layers.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let work_ms: f64 = prof["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            ["forward_ms", "backward_input_ms", "backward_weight_ms"]
+                .iter()
+                .map(|k| l[*k].as_f64().unwrap_or(0.0))
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        * 8.0;
+    assert!(
+        one_gpu >= work_ms * 1e-3 && one_gpu < work_ms * 1e-3 * 1.05,
+        "{one_gpu} s vs {work_ms} ms of work"
+    );
+    assert!(two_gpus < 0.6 * one_gpu, "{two_gpus} vs {one_gpu}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
