@@ -707,6 +707,9 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             // The executor's kernels are not flash attention; nothing measured.
             attention_efficiency_forward: None,
             attention_efficiency_backward: None,
+            attention_half_seq_forward: None,
+            attention_half_seq_backward: None,
+            attention_half_heads: None,
             fp8_split_accumulator_slowdown: None,
             // Not measured by this profiler: pplan's default applies.
             kernel_launch_s: None,

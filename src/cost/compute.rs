@@ -393,7 +393,9 @@ impl CostModel<'_> {
     /// Flash: the kernel does the non-masked part of the `4 b s^2 a d / t` forward FLOPs
     /// (causal: the blocks on and below the diagonal, `(1 + B/s)/2` of them for B = 128-row
     /// blocks) and 2.5 times that backward (the four backward GEMMs plus the recomputed
-    /// scores, Dao 2023, Sec. 3.1.2), at the profile's measured attention efficiencies.
+    /// scores, Dao 2023, Sec. 3.1.2), at the profile's attention efficiencies for this
+    /// kernel's work ([`Hardware::attention_efficiency_at`]: query tokens per sequence on the
+    /// rank and micro-batch x query heads per rank).
     pub fn attention_core_s(&self) -> (f64, f64) {
         let g = self.layer_gemms();
         match self.stack.attention {
@@ -417,7 +419,12 @@ impl CostModel<'_> {
                     causal = causal.min((w as f64 + FLASH_BLOCK_ROWS) / s);
                 }
                 let flops = (g[1].flops() + g[2].flops()) * causal;
-                let (ef, eb) = self.hw.attention_efficiency();
+                // The kernel's work: the rank's query tokens of a sequence (its s / cp with
+                // context parallelism) and micro-batch x its query heads.
+                let cp = self.layout.cp.max(1) as f64;
+                let heads = (self.layout.micro_batch * self.model.num_heads) as f64
+                    / self.layout.tp.max(1) as f64;
+                let (ef, eb) = self.hw.attention_efficiency_at(s / cp, heads);
                 let peak = self.hw.gpu.peak_flops_per_s;
                 (flops / (peak * ef), 2.5 * flops / (peak * eb))
             }

@@ -166,7 +166,12 @@ mod tests {
         let hw = Hardware::bundled("h100-80gb").unwrap();
         // A small layer (hidden 512): its weights stream in about 2 us.
         let mut m = Model::preset("gpt-1.7b").unwrap();
-        (m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size) = (512, 8, 8, 2048);
+        (
+            m.hidden_size,
+            m.num_heads,
+            m.num_kv_heads,
+            m.ffn_hidden_size,
+        ) = (512, 8, 8, 2048);
         m.seq_len = seq;
         let cm = CostModel {
             model: &m,

@@ -53,6 +53,17 @@ pub struct Gpu {
     pub attention_efficiency_forward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_efficiency_backward: Option<f64>,
+    /// How the attention kernel's efficiency falls with less work per kernel: the forward
+    /// (backward) efficiency is `attention_efficiency_forward · s/(s + s0) · H/(H + h0)` for
+    /// `s` query tokens per sequence on the rank and `H` = micro-batch × query heads per rank,
+    /// with `s0` = `attention_half_seq_forward` (`_backward`) and `h0` = `attention_half_heads`.
+    /// Absent: no fall-off (the efficiencies are constants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_half_seq_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_half_seq_backward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_half_heads: Option<f64>,
     /// How much longer an FP8 GEMM takes with the split (periodically FP32-promoted)
     /// accumulator than with the fast one, on GPUs that have both (Hopper). Transformer Engine
     /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
@@ -293,6 +304,19 @@ impl Hardware {
         self.gpu.gemm_training_factor.unwrap_or(1.0)
     }
 
+    /// The fused attention kernel's (forward, backward) efficiency for `seq` query tokens per
+    /// sequence and `heads` = micro-batch × query heads on one rank ([`Gpu::attention_half_seq_forward`]):
+    /// [`Hardware::attention_efficiency`] times the fall-off terms the profile has.
+    pub fn attention_efficiency_at(&self, seq: f64, heads: f64) -> (f64, f64) {
+        let (ef, eb) = self.attention_efficiency();
+        let term = |x: f64, half: Option<f64>| half.map_or(1.0, |h| x / (x + h));
+        let h = term(heads, self.gpu.attention_half_heads);
+        (
+            ef * term(seq, self.gpu.attention_half_seq_forward) * h,
+            eb * term(seq, self.gpu.attention_half_seq_backward) * h,
+        )
+    }
+
     /// Host time to launch one kernel ([`Gpu::kernel_launch_s`], else the default).
     pub fn kernel_launch_s(&self) -> f64 {
         self.gpu.kernel_launch_s.unwrap_or(DEFAULT_KERNEL_LAUNCH_S)
@@ -397,6 +421,26 @@ impl Hardware {
         {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(invalid(field, format!("must be in (0, 1] (got {v})")));
+            }
+        }
+        for (field, v) in [
+            (
+                "gpu.attention_half_seq_forward",
+                self.gpu.attention_half_seq_forward,
+            ),
+            (
+                "gpu.attention_half_seq_backward",
+                self.gpu.attention_half_seq_backward,
+            ),
+            ("gpu.attention_half_heads", self.gpu.attention_half_heads),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(
+                        field,
+                        format!("must be a number of tokens or heads, 0 or more (got {v})"),
+                    ));
+                }
             }
         }
         if let Some(v) = self.gpu.kernel_launch_s {
