@@ -29,17 +29,16 @@ fn pplan(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// (p, schedule, predicted s, measured s, error, bubble predicted, bubble measured, action error)
-/// of one replayed case, formatted as docs/validation.md prints them.
-fn replay(dir: &Path, p: u32, schedule: &str) -> (Vec<String>, f64, f64) {
+/// `pplan predict` of the validation model on `p` pipeline devices with the measured profiles
+/// (one sequence per micro-batch, 8 micro-batches, v = 2 for interleaved 1F1B).
+fn predict_args(p: u32, schedule: &str) -> Vec<String> {
     let v = if schedule == "interleaved-1f1b" {
         "2"
     } else {
         "1"
     };
-    let predicted = dir.join(format!("p{p}-{schedule}.predicted.json"));
-    let (pp, pred) = (p.to_string(), predicted.to_str().unwrap().to_string());
-    pplan(&[
+    let p = p.to_string();
+    [
         "predict",
         "--model",
         "examples/models/gpt-0.9b-gpu.json",
@@ -48,11 +47,11 @@ fn replay(dir: &Path, p: u32, schedule: &str) -> (Vec<String>, f64, f64) {
         "--profile",
         &format!("{MEASURED}/layers.json"),
         "--gpus",
-        &pp,
+        &p,
         "--tp",
         "1",
         "--pp",
-        &pp,
+        &p,
         "--dp",
         "1",
         "--global-batch",
@@ -65,12 +64,29 @@ fn replay(dir: &Path, p: u32, schedule: &str) -> (Vec<String>, f64, f64) {
         v,
         "--recompute",
         "none",
-        "--shared-gpu",
-        "--trace",
-        &pred,
         "--format",
         "json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn run(args: &[String]) -> String {
+    pplan(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// (p, schedule, predicted s, measured s, error, bubble predicted, bubble measured, action error)
+/// of one replayed case, formatted as docs/validation.md prints them.
+fn replay(dir: &Path, p: u32, schedule: &str) -> (Vec<String>, f64, f64) {
+    let predicted = dir.join(format!("p{p}-{schedule}.predicted.json"));
+    let pred = predicted.to_str().unwrap().to_string();
+    let mut args = predict_args(p, schedule);
+    args.extend([
+        "--shared-gpu".to_string(),
+        "--trace".to_string(),
+        pred.clone(),
     ]);
+    run(&args);
     let out = pplan(&[
         "validate",
         "--predicted",
@@ -146,41 +162,15 @@ fn measured_h200_pipelines_replay_within_the_bar_and_match_the_docs() {
 /// schedule, and without `--shared-gpu` the two-GPU prediction is shorter.
 #[test]
 fn shared_gpu_prediction_is_the_sum_of_the_work() {
-    let dir = std::env::temp_dir().join(format!("pplan-gpu-sum-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let run = |shared: bool| -> f64 {
-        let mut args = vec![
-            "predict",
-            "--model",
-            "examples/models/gpt-0.9b-gpu.json",
-            "--hardware",
-            "hardware/measured/h200/pipeline/hw.json",
-            "--profile",
-            "hardware/measured/h200/pipeline/layers.json",
-            "--gpus",
-            "2",
-            "--pp",
-            "2",
-            "--tp",
-            "1",
-            "--global-batch",
-            "8",
-            "--micro-batch",
-            "1",
-            "--schedule",
-            "1f1b",
-            "--recompute",
-            "none",
-            "--format",
-            "json",
-        ];
+    let step = |shared: bool| -> f64 {
+        let mut args = predict_args(2, "1f1b");
         if shared {
-            args.push("--shared-gpu");
+            args.push("--shared-gpu".to_string());
         }
-        let j: serde_json::Value = serde_json::from_str(&pplan(&args)).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&run(&args)).unwrap();
         j["step_time_s"].as_f64().unwrap()
     };
-    let (one_gpu, two_gpus) = (run(true), run(false));
+    let (one_gpu, two_gpus) = (step(true), step(false));
     // Layer profile: 8 micro-batches x 16 layers x (F + I + W) plus embedding and output.
     let prof: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("hardware/measured/h200/pipeline/layers.json"))
@@ -204,5 +194,4 @@ fn shared_gpu_prediction_is_the_sum_of_the_work() {
         "{one_gpu} s vs {work_ms} ms of work"
     );
     assert!(two_gpus < 0.6 * one_gpu, "{two_gpus} vs {one_gpu}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

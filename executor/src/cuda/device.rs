@@ -1779,12 +1779,24 @@ impl CudaWorker {
     /// Seconds of one `y += a·x` pass over `n` f32 elements (the `axpy` kernel): one untimed
     /// pass, then `calls` passes between two CUDA events; the mean.
     pub(crate) fn time_axpy(&mut self, n: usize, calls: u32) -> Result<f64, ExecError> {
+        let (blocks, threads) = elementwise_config(n);
+        Ok(self.axpy_launches(n, (blocks, threads), calls)?.1)
+    }
+
+    /// `calls` back-to-back launches of the `axpy` kernel over `n` elements with `grid` blocks
+    /// and threads, after one untimed launch: (host seconds per launch, from the first launch
+    /// to the last returning; device seconds per launch, between CUDA events around them).
+    fn axpy_launches(
+        &mut self,
+        n: usize,
+        (blocks, threads): (u32, u32),
+        calls: u32,
+    ) -> Result<(f64, f64), ExecError> {
         self.gpu.ctx.bind_to_thread().map_err(drv)?;
         let cs = self.compute.clone();
         let x = cs.alloc_zeros::<f32>(n).map_err(drv)?;
         let y = cs.alloc_zeros::<f32>(n).map_err(drv)?;
         let (xp, yp, a, nn) = (dptr(&x, &cs), dptr(&y, &cs), 1e-3f32, n as i64);
-        let (blocks, threads) = elementwise_config(n);
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (threads, 1, 1),
@@ -1797,16 +1809,20 @@ impl CudaWorker {
             Ok(())
         };
         launch()?;
+        cs.synchronize().map_err(drv)?;
         let (e0, e1) = (self.timing_event()?, self.timing_event()?);
         e0.record(&cs).map_err(drv)?;
+        let t0 = Instant::now();
         for _ in 0..calls.max(1) {
             launch()?;
         }
+        let host = t0.elapsed().as_secs_f64();
         e1.record(&cs).map_err(drv)?;
         let ms = e0.elapsed_ms(&e1).map_err(drv)?;
         cs.synchronize().map_err(drv)?;
         drop((x, y));
-        Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+        let k = calls.max(1) as f64;
+        Ok((host / k, ms as f64 * 1e-3 / k))
     }
 
     /// Operands for a sweep of GEMM shapes (`pplan-exec sweep`): A, B and C of `a`, `b`, `c`
@@ -1892,41 +1908,10 @@ impl CudaWorker {
         Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
     }
 
-    /// Launch overhead: `calls` launches of the one-element `axpy` kernel back to back.
-    /// Returns (host seconds per launch, from the first launch to the last call returning;
-    /// device seconds per launch, between CUDA events around them).
+    /// Launch overhead: `calls` launches of the one-element `axpy` kernel back to back
+    /// (one block of 32 threads): (host seconds per launch, device seconds per launch).
     pub(crate) fn time_launches(&mut self, calls: u32) -> Result<(f64, f64), ExecError> {
-        self.gpu.ctx.bind_to_thread().map_err(drv)?;
-        let cs = self.compute.clone();
-        let x = cs.alloc_zeros::<f32>(1).map_err(drv)?;
-        let y = cs.alloc_zeros::<f32>(1).map_err(drv)?;
-        let (xp, yp, a, nn) = (dptr(&x, &cs), dptr(&y, &cs), 1e-3f32, 1i64);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let launch = || -> Result<(), ExecError> {
-            let mut lb = cs.launch_builder(&self.gpu.funcs[K_AXPY]);
-            lb.arg(&xp).arg(&yp).arg(&a).arg(&nn);
-            unsafe { lb.launch(cfg) }.map_err(drv)?;
-            Ok(())
-        };
-        launch()?;
-        cs.synchronize().map_err(drv)?;
-        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
-        e0.record(&cs).map_err(drv)?;
-        let t0 = Instant::now();
-        for _ in 0..calls.max(1) {
-            launch()?;
-        }
-        let host = t0.elapsed().as_secs_f64();
-        e1.record(&cs).map_err(drv)?;
-        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
-        cs.synchronize().map_err(drv)?;
-        drop((x, y));
-        let n = calls.max(1) as f64;
-        Ok((host / n, ms as f64 * 1e-3 / n))
+        self.axpy_launches(1, (1, 32), calls)
     }
 
     fn sync_all(&mut self) -> Result<(), ExecError> {
