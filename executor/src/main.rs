@@ -337,7 +337,6 @@ fn cmd_sweep(a: SweepArgs) -> Result<(), CliError> {
             "--repeats and --seq-len must be at least 1".into(),
         ));
     }
-    pplan_exec::cuda::availability().map_err(|e| exec_error(&e, format!("sweep: {e}")))?;
     let req = pplan_exec::cuda::sweep::SweepRequest {
         seq: a.seq_len.unwrap_or(model.seq_len),
         model,

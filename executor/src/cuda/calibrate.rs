@@ -35,6 +35,17 @@ pub fn calls_for(once_s: f64, target_s: f64) -> u32 {
     (target_s / once_s).ceil().clamp(1.0, 10_000.0) as u32
 }
 
+/// `repeats` (at least 1) samples of `time(calls)`: one call timed first, then `calls` chosen
+/// by [`calls_for`] so that a sample lasts about `target_s`.
+pub fn timed_samples(
+    repeats: u32,
+    target_s: f64,
+    mut time: impl FnMut(u32) -> Result<f64, ExecError>,
+) -> Result<Vec<f64>, ExecError> {
+    let calls = calls_for(time(1)?, target_s);
+    (0..repeats.max(1)).map(|_| time(calls)).collect()
+}
+
 /// `2mnk / t`.
 pub fn gemm_flops_per_s((m, n, k): (usize, usize, usize), seconds: f64) -> f64 {
     2.0 * m as f64 * n as f64 * k as f64 / seconds
@@ -59,6 +70,32 @@ pub fn profiling_stages() -> Vec<(u32, u32, u32, bool, bool)> {
         (1, 0, 1, false, false),
         (2, 1, 0, false, true),
     ]
+}
+
+/// A worker holding [`profiling_stages`] of `dims` on GPU `g0` (SGD with lr 0: the weights
+/// never move), handing over between its stages locally: the profiler's and the sweep's.
+pub(crate) fn profiling_worker(
+    g0: &Arc<Gpu>,
+    dims: Dims,
+    bf16: bool,
+) -> Result<CudaWorker, ExecError> {
+    let wp = WorkerPlan {
+        device: 0,
+        dims,
+        bf16,
+        lr: 0.0,
+        seed: crate::spec::DEFAULT_SEED,
+        microbatches_per_step: 1,
+        stage_device: vec![0, 0, 0],
+        stages: profiling_stages(),
+        actions: vec![Vec::new()],
+        timeout: Duration::from_secs(600),
+    };
+    let link = Link::InProc {
+        mailbox: Arc::new(Mailbox::default()),
+        gpu_of: vec![g0.clone()],
+    };
+    CudaWorker::new(wp, g0.clone(), link)
 }
 
 /// Median (F, I, W) in ms per stage from measured compute spans, leaving out micro-batch 0
@@ -127,25 +164,9 @@ fn measure(req: &ProfileRequest, d: Dims, bf16: bool) -> Result<ProfileOutput, E
     let (maj, min) = g0.ctx.compute_capability().unwrap_or((0, 0));
 
     // Layer times with the worker itself.
-    let wp = WorkerPlan {
-        device: 0,
-        dims: d,
-        bf16,
-        lr: 0.0,
-        seed: crate::spec::DEFAULT_SEED,
-        microbatches_per_step: 1,
-        stage_device: vec![0, 0, 0],
-        stages: profiling_stages(),
-        actions: vec![Vec::new()],
-        timeout: Duration::from_secs(600),
-    };
-    let link = Link::InProc {
-        mailbox: Arc::new(Mailbox::default()),
-        gpu_of: vec![g0.clone()],
-    };
     let mut w = step(
         "building the one-layer worker (is the shape too large for this GPU?)",
-        CudaWorker::new(wp, g0.clone(), link),
+        profiling_worker(&g0, d, bf16),
     )?;
     step("starting the event clock", w.start_clock(Instant::now()))?;
     let mut spans = Vec::new();
@@ -196,30 +217,30 @@ fn measure(req: &ProfileRequest, d: Dims, bf16: bool) -> Result<ProfileOutput, E
             continue;
         }
         let what = format!("GEMM {}x{}x{}", shape.0, shape.1, shape.2);
-        let once = step(&what, w.time_gemm(shape, 1))?;
-        let calls = calls_for(once, 0.02);
-        let mut samples = Vec::new();
-        for _ in 0..repeats {
-            let s = step(&what, w.time_gemm(shape, calls))?;
-            samples.push(gemm_flops_per_s(shape, s));
-        }
+        let seconds = timed_samples(repeats, 0.02, |c| step(&what, w.time_gemm(shape, c)))?;
         gemm.push(GemmPoint {
             m: shape.0,
             n: shape.1,
             k: shape.2,
-            flops_per_s: profile::median(samples),
+            flops_per_s: profile::median(
+                seconds
+                    .into_iter()
+                    .map(|s| gemm_flops_per_s(shape, s))
+                    .collect(),
+            ),
         });
     }
 
     // Memory-bound bandwidth.
-    let mut bws = Vec::new();
-    let once = step("y += a*x", w.time_axpy(AXPY_ELEMS, 1))?;
-    let calls = calls_for(once, 0.02);
-    for _ in 0..repeats {
-        let s = step("y += a*x", w.time_axpy(AXPY_ELEMS, calls))?;
-        bws.push(axpy_bytes(AXPY_ELEMS) / s);
-    }
-    let bw = profile::median(bws);
+    let seconds = timed_samples(repeats, 0.02, |c| {
+        step("y += a*x", w.time_axpy(AXPY_ELEMS, c))
+    })?;
+    let bw = profile::median(
+        seconds
+            .into_iter()
+            .map(|s| axpy_bytes(AXPY_ELEMS) / s)
+            .collect(),
+    );
     drop(w);
 
     // Transfers: GPU 0 -> GPU 1 when there are two, else within GPU 0.
@@ -239,12 +260,9 @@ fn measure(req: &ProfileRequest, d: Dims, bf16: bool) -> Result<ProfileOutput, E
     let act_elems = d.tokens() * d.hidden;
     let one_way = |elems: usize| -> Result<f64, ExecError> {
         let what = format!("copy of {elems} f32");
-        let once = step(&what, device::time_copy(&g0, dst, elems, 1))?;
-        let calls = calls_for(once, 0.01);
-        let mut v = Vec::new();
-        for _ in 0..repeats {
-            v.push(step(&what, device::time_copy(&g0, dst, elems, calls))?);
-        }
+        let v = timed_samples(repeats, 0.01, |c| {
+            step(&what, device::time_copy(&g0, dst, elems, c))
+        })?;
         Ok(profile::median(v))
     };
     let lat = one_way(1)?;
@@ -345,6 +363,32 @@ mod tests {
         assert_eq!(calls_for(1e-9, 0.02), 10_000);
         assert_eq!(calls_for(0.0, 0.02), 1);
         assert_eq!(calls_for(f64::NAN, 0.02), 1);
+    }
+
+    /// One call timed first, then `repeats` samples of the calls that make 20 ms; an error
+    /// from any timing stops the sampling.
+    #[test]
+    fn samples_time_one_call_then_enough_calls() {
+        let mut asked = Vec::new();
+        let v = timed_samples(3, 0.02, |c| {
+            asked.push(c);
+            Ok(0.001 * c as f64)
+        })
+        .unwrap();
+        assert_eq!(asked, vec![1, 20, 20, 20]);
+        assert!(
+            v.len() == 3 && v.iter().all(|x| (x - 0.02).abs() < 1e-12),
+            "{v:?}"
+        );
+        assert_eq!(timed_samples(0, 0.02, |_| Ok(1.0)).unwrap().len(), 1);
+        let e = timed_samples(3, 0.02, |c| {
+            if c > 1 {
+                Err(ExecError::Backend("boom".into()))
+            } else {
+                Ok(0.001)
+            }
+        });
+        assert!(e.is_err());
     }
 
     #[test]

@@ -1747,8 +1747,8 @@ impl CudaWorker {
         let c = self.alloc(m * n)?;
         let (ao, bo) = (self.opnd(&a)?, self.opnd(&b)?);
         let cp = dptr(&c, &cs);
-        let run = |w: &Self| {
-            w.gemm(
+        let (_, seconds) = self.time_on_compute(calls, || {
+            self.gemm(
                 false,
                 false,
                 (m, n, k),
@@ -1762,18 +1762,34 @@ impl CudaWorker {
                 0.0,
                 None,
             )
-        };
-        run(self)?;
+        })?;
+        drop((a, b, c, ao, bo));
+        Ok(seconds)
+    }
+
+    /// `op` (work on the compute stream) once untimed, then `calls` times back to back:
+    /// (host seconds per call, from the first call to the last returning; device seconds per
+    /// call, between CUDA events recorded around them).
+    fn time_on_compute(
+        &self,
+        calls: u32,
+        op: impl Fn() -> Result<(), ExecError>,
+    ) -> Result<(f64, f64), ExecError> {
+        let cs = &self.compute;
+        op()?;
+        cs.synchronize().map_err(drv)?;
         let (e0, e1) = (self.timing_event()?, self.timing_event()?);
-        e0.record(&cs).map_err(drv)?;
+        e0.record(cs).map_err(drv)?;
+        let t0 = Instant::now();
         for _ in 0..calls.max(1) {
-            run(self)?;
+            op()?;
         }
-        e1.record(&cs).map_err(drv)?;
+        let host = t0.elapsed().as_secs_f64();
+        e1.record(cs).map_err(drv)?;
         let ms = e0.elapsed_ms(&e1).map_err(drv)?;
         cs.synchronize().map_err(drv)?;
-        drop((a, b, c, ao, bo));
-        Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+        let k = calls.max(1) as f64;
+        Ok((host / k, ms as f64 * 1e-3 / k))
     }
 
     /// Seconds of one `y += a·x` pass over `n` f32 elements (the `axpy` kernel): one untimed
@@ -1802,27 +1818,14 @@ impl CudaWorker {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let launch = || -> Result<(), ExecError> {
+        let times = self.time_on_compute(calls, || {
             let mut lb = cs.launch_builder(&self.gpu.funcs[K_AXPY]);
             lb.arg(&xp).arg(&yp).arg(&a).arg(&nn);
             unsafe { lb.launch(cfg) }.map_err(drv)?;
             Ok(())
-        };
-        launch()?;
-        cs.synchronize().map_err(drv)?;
-        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
-        e0.record(&cs).map_err(drv)?;
-        let t0 = Instant::now();
-        for _ in 0..calls.max(1) {
-            launch()?;
-        }
-        let host = t0.elapsed().as_secs_f64();
-        e1.record(&cs).map_err(drv)?;
-        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
-        cs.synchronize().map_err(drv)?;
+        })?;
         drop((x, y));
-        let k = calls.max(1) as f64;
-        Ok((host / k, ms as f64 * 1e-3 / k))
+        Ok(times)
     }
 
     /// Operands for a sweep of GEMM shapes (`pplan-exec sweep`): A, B and C of `a`, `b`, `c`
@@ -1880,8 +1883,8 @@ impl CudaWorker {
         let cs = self.compute.clone();
         let cp = dptr(&arena.c, &cs);
         let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
-        let run = |w: &Self| {
-            w.gemm(
+        let (_, seconds) = self.time_on_compute(calls, || {
+            self.gemm(
                 ta,
                 tb,
                 (m, n, k),
@@ -1895,17 +1898,8 @@ impl CudaWorker {
                 0.0,
                 None,
             )
-        };
-        run(self)?;
-        let (e0, e1) = (self.timing_event()?, self.timing_event()?);
-        e0.record(&cs).map_err(drv)?;
-        for _ in 0..calls.max(1) {
-            run(self)?;
-        }
-        e1.record(&cs).map_err(drv)?;
-        let ms = e0.elapsed_ms(&e1).map_err(drv)?;
-        cs.synchronize().map_err(drv)?;
-        Ok(ms as f64 * 1e-3 / calls.max(1) as f64)
+        })?;
+        Ok(seconds)
     }
 
     /// Launch overhead: `calls` launches of the one-element `axpy` kernel back to back

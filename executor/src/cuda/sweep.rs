@@ -14,15 +14,15 @@
 //! - Launch overhead: back-to-back launches of a one-element kernel; host time per launch (what
 //!   the CPU spends in `cuLaunchKernel`) and device time per launch (kernel-to-kernel spacing).
 
-use super::calibrate::{axpy_bytes, calls_for, gemm_flops_per_s};
-use super::device::{self, CudaWorker, Gpu, Link, Mailbox, WorkerPlan};
+use super::calibrate::{axpy_bytes, gemm_flops_per_s, profiling_worker, timed_samples};
+use super::device::{self, Gpu};
 use super::{availability, guarded, kernels};
 use crate::backend::ExecError;
+use crate::profile::median;
 use crate::spec::Dims;
 use pplan::inputs::model::Model;
 use serde::Serialize;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One GEMM of a transformer layer: which linear layer, which pass, and the row-major
 /// `(m, n, k)` with the operands' storage (`ta`: A stored k×m; `tb`: B stored n×k).
@@ -146,10 +146,6 @@ pub struct SweepOutput {
     pub launch: Vec<LaunchPoint>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    crate::profile::median(std::mem::take(&mut v))
-}
-
 /// Runs the sweep on GPU 0.
 pub fn sweep_cuda(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     availability()?;
@@ -182,30 +178,15 @@ fn measure(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     let total = g0.ctx.total_mem().map_err(device::drv)? as u64;
     let (maj, min) = g0.ctx.compute_capability().unwrap_or((0, 0));
     // A tiny worker: only its GEMM call, kernels and events are used.
-    let wp = WorkerPlan {
-        device: 0,
-        dims: Dims {
-            hidden: 64,
-            heads: 2,
-            ffn: 256,
-            seq: 16,
-            micro_batch: 1,
-            vocab: 128,
-        },
-        bf16: req.bf16,
-        lr: 0.0,
-        seed: crate::spec::DEFAULT_SEED,
-        microbatches_per_step: 1,
-        stage_device: vec![0, 0, 0],
-        stages: super::calibrate::profiling_stages(),
-        actions: vec![Vec::new()],
-        timeout: Duration::from_secs(600),
+    let tiny = Dims {
+        hidden: 64,
+        heads: 2,
+        ffn: 256,
+        seq: 16,
+        micro_batch: 1,
+        vocab: 128,
     };
-    let link = Link::InProc {
-        mailbox: Arc::new(Mailbox::default()),
-        gpu_of: vec![g0.clone()],
-    };
-    let mut w = CudaWorker::new(wp, g0.clone(), link)?;
+    let mut w = profiling_worker(&g0, tiny, req.bf16)?;
     w.start_clock(Instant::now())?;
 
     let (a, b, c) = arena_sizes(&cases);
@@ -213,13 +194,9 @@ fn measure(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     let mut gemm = Vec::new();
     for g in cases {
         let shape = (g.m, g.n, g.k);
-        let once = w.time_gemm_in(&arena, g.trans, shape, 1)?;
-        let calls = calls_for(once, 0.01);
-        let mut s = Vec::new();
-        for _ in 0..repeats {
-            s.push(w.time_gemm_in(&arena, g.trans, shape, calls)?);
-        }
-        let seconds = median(s);
+        let seconds = median(timed_samples(repeats, 0.01, |c| {
+            w.time_gemm_in(&arena, g.trans, shape, c)
+        })?);
         gemm.push(GemmPoint {
             flops_per_s: gemm_flops_per_s(shape, seconds),
             case: g,
@@ -231,13 +208,7 @@ fn measure(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     let mut hbm_axpy = Vec::new();
     for shift in [20usize, 22, 24, 26, 28] {
         let n = 1usize << shift;
-        let once = w.time_axpy(n, 1)?;
-        let calls = calls_for(once, 0.01);
-        let mut s = Vec::new();
-        for _ in 0..repeats {
-            s.push(w.time_axpy(n, calls)?);
-        }
-        let seconds = median(s);
+        let seconds = median(timed_samples(repeats, 0.01, |c| w.time_axpy(n, c))?);
         hbm_axpy.push(BandwidthPoint {
             bytes: axpy_bytes(n),
             seconds,
@@ -248,13 +219,9 @@ fn measure(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     let mut copy_d2d = Vec::new();
     for shift in [18usize, 20, 22, 24, 26, 28] {
         let elems = 1usize << shift;
-        let once = device::time_copy(&g0, &g0, elems, 1)?;
-        let calls = calls_for(once, 0.01);
-        let mut s = Vec::new();
-        for _ in 0..repeats {
-            s.push(device::time_copy(&g0, &g0, elems, calls)?);
-        }
-        let seconds = median(s);
+        let seconds = median(timed_samples(repeats, 0.01, |c| {
+            device::time_copy(&g0, &g0, elems, c)
+        })?);
         let bytes = 4.0 * elems as f64;
         copy_d2d.push(BandwidthPoint {
             bytes,

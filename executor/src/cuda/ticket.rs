@@ -21,12 +21,7 @@ impl TicketLock {
         let ticket = self.next.fetch_add(1, Ordering::Relaxed);
         let mut spins = 0u32;
         while self.serving.load(Ordering::Acquire) != ticket {
-            if spins < 1 << 12 {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
+            back_off(&mut spins);
         }
         TicketGuard(self)
     }
@@ -51,12 +46,17 @@ pub fn spin_until<T>(
         if std::time::Instant::now() >= deadline {
             return None;
         }
-        if spins < 1 << 12 {
-            std::hint::spin_loop();
-            spins += 1;
-        } else {
-            std::thread::yield_now();
-        }
+        back_off(&mut spins);
+    }
+}
+
+/// One wait step: a spin hint for the first 4096 steps, then a yield of the thread.
+fn back_off(spins: &mut u32) {
+    if *spins < 1 << 12 {
+        std::hint::spin_loop();
+        *spins += 1;
+    } else {
+        std::thread::yield_now();
     }
 }
 
