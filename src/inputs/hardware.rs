@@ -398,14 +398,11 @@ impl Hardware {
         let fractions = [
             ("gpu.hbm_efficiency", self.gpu.hbm_efficiency),
             ("gpu.gemm_efficiency_max", self.gpu.gemm_efficiency_max),
-            (
-                "gpu.gemm_training_factor",
-                self.gpu.gemm_training_factor.unwrap_or(1.0),
-            ),
             ("node.nvlink_efficiency", self.node.nvlink_efficiency),
             ("node.nic_efficiency", self.node.nic_efficiency),
         ];
         let optional = [
+            ("gpu.gemm_training_factor", self.gpu.gemm_training_factor),
             (
                 "gpu.attention_efficiency_forward",
                 self.gpu.attention_efficiency_forward,
