@@ -90,7 +90,7 @@ echo "== 5. PyTorch kernels"
 (while sleep 15; do pack; done) &
 PACKER=$!
 # PyTorch brings its own cuDNN: the library path above would load an older one.
-LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH PYTHONUNBUFFERED=1 timeout 150 python3 "$HERE/benches/gpu_kernels.py" "$W/torch-kernels.json"
+LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH PYTHONUNBUFFERED=1 timeout 200 python3 "$HERE/benches/gpu_kernels.py" "$W/torch-kernels.json"
 kill $PACKER 2>/dev/null
 
 fi

@@ -14,7 +14,12 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
   scaled_dot_product_attention with the FlashAttention and the cuDNN backends;
 - memory-bound kernels: RMSNorm and LayerNorm forward and backward, SiLU-gate (unfused),
   the FP8 cast with its amax, and device-to-device copies;
-- per-op host overhead of a tiny PyTorch op.
+- per-op host overhead of a tiny PyTorch op;
+- grouped expert GEMMs (mixture of experts): the up (gated) and down projections of E local
+  experts with 256-4,096 routed rows each, forward, input- and weight-gradient shapes, run as
+  a loop of per-expert GEMMs on one stream, the same loop over 4 streams (Transformer
+  Engine's multi-stream grouped linear layer), and torch._grouped_mm where PyTorch has it;
+  each with the host time of issuing the calls.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json
@@ -204,6 +209,71 @@ def sustained(res):
                              "windows": windows, "nvidia_smi": smi}
 
 
+# (name, hidden, expert ffn, local experts): Qwen3-235B-A22B at EP 8 (128 experts of 1536,
+# Qwen/Qwen3-235B-A22B config.json) and DeepSeek-V3 at EP 64 (256 of 2048 over 64 ranks,
+# deepseek-ai/DeepSeek-V3 config.json).
+EXPERTS = [("qwen3-235b-a22b", 4096, 1536, 16), ("deepseek-v3", 7168, 2048, 4)]
+EXPERT_ROWS = [256, 512, 1024, 2048, 4096]
+
+
+def grouped_gemms(res):
+    dev = "cuda"
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    have_grouped = hasattr(torch, "_grouped_mm")
+    for name, h, f, experts in EXPERTS:
+        for rows in EXPERT_ROWS:
+            # (op, m, n, k) of one expert's GEMMs: up (gated: 2f wide) and down, each forward,
+            # input gradient and weight gradient.
+            shapes = [("up", rows, 2 * f, h), ("down", rows, h, f),
+                      ("up_dgrad", rows, h, 2 * f), ("down_dgrad", rows, f, h),
+                      ("up_wgrad", 2 * f, h, rows), ("down_wgrad", h, f, rows)]
+            for op, m, n, k in shapes:
+                a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(experts)]
+                b = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(experts)]
+                flops = 2.0 * m * n * k * experts
+                row = {"model": name, "op": op, "experts": experts, "rows_per_expert": rows,
+                       "m": m, "n": n, "k": k}
+
+                def loop():
+                    for x, w in zip(a, b):
+                        torch.matmul(x, w.t())
+
+                def multi():
+                    cur = torch.cuda.current_stream()
+                    for s in streams:
+                        s.wait_stream(cur)
+                    for i, (x, w) in enumerate(zip(a, b)):
+                        with torch.cuda.stream(streams[i % len(streams)]):
+                            torch.matmul(x, w.t())
+                    for s in streams:
+                        cur.wait_stream(s)
+
+                impls = [("loop", loop), ("streams4", multi)]
+                if have_grouped and op in ("up", "down", "up_dgrad", "down_dgrad"):
+                    try:
+                        ga = torch.cat(a)
+                        gb = torch.stack(b).transpose(-2, -1)
+                        offs = torch.arange(1, experts + 1, device=dev, dtype=torch.int32) * m
+                        torch._grouped_mm(ga, gb, offs=offs, out_dtype=torch.bfloat16)
+                        impls.append(("grouped_mm", lambda: torch._grouped_mm(
+                            ga, gb, offs=offs, out_dtype=torch.bfloat16)))
+                    except Exception as e:  # noqa: BLE001 - recorded, not hidden
+                        res["errors"].append(f"_grouped_mm {name} {op} rows={rows}: {e!r}")
+                for impl, fn in impls:
+                    sec = bench(fn)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(20):
+                        fn()
+                    host = (time.perf_counter() - t0) / 20
+                    torch.cuda.synchronize()
+                    res["grouped_gemm"].append(dict(row, impl=impl, seconds=sec,
+                                                    flops_per_s=flops / sec,
+                                                    host_s_per_call=host))
+                del a, b
+        torch.cuda.empty_cache()
+
+
 def host_overhead(res):
     x = torch.zeros(1, device="cuda")
     for _ in range(100):
@@ -233,9 +303,9 @@ def main():
         "method": "CUDA events around back-to-back calls (at least 10 ms a sample), one untimed "
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
-        "host_overhead": [], "errors": [],
+        "host_overhead": [], "grouped_gemm": [], "errors": [],
     }
-    for part in (gemms, attention, memory_bound, host_overhead, sustained):
+    for part in (gemms, attention, memory_bound, host_overhead, grouped_gemms, sustained):
         t0 = time.time()
         try:
             part(res)

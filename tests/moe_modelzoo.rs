@@ -60,13 +60,13 @@ fn each_request_takes_the_rows_layout_and_stated_stack() {
         assert_eq!(r.sequence_parallel, row.t > 1);
         assert_eq!(r.stack.moe_comm_overlap, row.id == "m287", "{}", row.id);
         assert_eq!(r.stack.moe_node_dedup, row.notes.contains("DeepEP"));
-        // Forced balanced routing for the recipe script's layout (m286, m287), else the
-        // default imbalance.
-        let forced = row.id == "m286" || row.id == "m287";
-        assert_eq!(c.forced_balance(), forced, "{}", row.id);
+        // Every row's published command forces balanced routing; the Megatron-FSDP row's
+        // turns off the fused gradient accumulation.
+        assert!(c.forced_balance(), "{}", row.id);
+        assert_eq!(r.stack.moe_imbalance, 1.0, "{}", row.id);
         assert_eq!(
-            r.stack.moe_imbalance,
-            if forced { 1.0 } else { 1.25 },
+            r.stack.grad_accumulation_fusion,
+            row.id != "m288",
             "{}",
             row.id
         );

@@ -9,8 +9,8 @@
 //! parallelism with t > 1 (Megatron-Core requires it with MoE), the distributed optimizer
 //! (ZeRO-1; ZeRO-3 where the row runs Megatron-FSDP, `FSDP=On`) with overlapped gradient
 //! reduction and parameter gather, the all-to-all overlap where the row says so (`+1f1b
-//! overlap (EP A2A overlap)`), and forced balanced routing where the recipe's script for the
-//! row's layout forces it ([`MoeCase::forced_balance`]). The table reports TFLOP/s per GPU
+//! overlap (EP A2A overlap)`), and forced balanced routing as the commands published with
+//! the table ran every row ([`MoeCase::forced_balance`]). The table reports TFLOP/s per GPU
 //! as Megatron-Core counts FLOPs; the harness compares step times, so the predicted figure is
 //! `published TFLOP/s x published step time / predicted step time` (the same FLOPs per step).
 
@@ -132,15 +132,22 @@ impl MoeCase {
     }
 
     /// Whether the row routed with `--moe-router-force-load-balancing` (every token's experts
-    /// drawn evenly, pplan's `--moe-imbalance 1.0`): the two cross-node rows (TP 2, PP 8, VPP
-    /// 4, EP 32) have the layout of the recipe's H100 script, which passes that flag —
-    /// `best-practice/qwen3/run_235b.sh` ("H100 baseline config", A2A_OVERLAP=1) in the
-    /// vwxyzjn/Megatron-MoE-ModelZoo copy at 6925790, and upstream's
-    /// `best_practice/qwen3/run_h100_235b.sh` at bff1229. The other rows have no script;
-    /// they keep the default imbalance.
+    /// drawn evenly, pplan's `--moe-imbalance 1.0`). All five Qwen3-235B-A22B rows did: the
+    /// commit that published the table (yanring/Megatron-MoE-ModelZoo 8017e11, 2025-05-27,
+    /// "Update perf results") has beside it the command of each of the five layouts in
+    /// `examples/qwen3/run_235b.sh` ("Add --moe-router-force-load-balancing for stable
+    /// benchmarking"), every one with that flag. (The later scripts
+    /// `best_practice/qwen3/run_235b.sh` and `run_h100_235b.sh` keep it for the EP 32 layout.)
     pub fn forced_balance(&self) -> bool {
-        let r = &self.row;
-        (r.t, r.p, r.vp, r.ep) == (2, 8, 4, 32)
+        self.model.moe.is_some()
+    }
+
+    /// Whether the row's weight gradients accumulate in the GEMM epilogue. The Megatron-FSDP
+    /// row's command (`examples/qwen3/run_235b.sh` at 8017e11, "Intra-node EP + FSDP
+    /// solution") passes `--no-gradient-accumulation-fusion`; the others keep Megatron-Core's
+    /// default (fused).
+    pub fn grad_accumulation_fusion(&self) -> bool {
+        !self.row.notes.contains("FSDP=On")
     }
 
     /// The stack the row states (module docs).
@@ -156,7 +163,7 @@ impl MoeCase {
             },
             overlap_grad_reduce: true,
             overlap_param_gather: true,
-            grad_accumulation_fusion: true,
+            grad_accumulation_fusion: self.grad_accumulation_fusion(),
             tp_async_backward: true,
             moe_comm_overlap: self.row.notes.contains("EP A2A overlap"),
             moe_node_dedup: self.row.notes.contains("dispatcher DeepEP"),
