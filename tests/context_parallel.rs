@@ -83,6 +83,47 @@ fn kv_chunk_and_exchange_against_a_hand_count() {
 }
 
 #[test]
+fn the_rings_merge_traffic_against_a_hand_count() {
+    use pplan::cost::CpComm;
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let m = llama8b(8192);
+    // cp = 2, t = 1: 4096 query tokens of 32 heads of 128 per rank, q = 16 777 216 output
+    // elements; K and V of 8 heads, kv = 8 388 608 elements. Forward: each of the 2 steps'
+    // outputs merged into the running one, 6 bytes an element: 6 x 2 q = 201 326 592.
+    // Backward: the second step re-reads Q, O, dO (6 q), both steps add dQ (6 x 2 q) and
+    // dK/dV (6 x 2 kv): 100 663 296 + 201 326 592 + 100 663 296 = 402 653 184.
+    let c = cost_model(&m, &hw, 1, 2, flash());
+    assert_eq!(c.cp_ring_merge_bytes(), (201_326_592.0, 402_653_184.0));
+    // It is part of the attention core's memory traffic.
+    let base = cost_model(&m, &hw, 1, 2, flash());
+    let all_gather = cost_model(
+        &m,
+        &hw,
+        1,
+        2,
+        Stack {
+            cp_comm: CpComm::AllGather,
+            ..flash()
+        },
+    );
+    assert_eq!(all_gather.cp_ring_merge_bytes(), (0.0, 0.0));
+    let (with, without) = (base.layer_memory_bytes(), all_gather.layer_memory_bytes());
+    assert_eq!(
+        with.attention_forward_bytes - without.attention_forward_bytes,
+        201_326_592.0
+    );
+    assert_eq!(
+        with.attention_backward_bytes - without.attention_backward_bytes,
+        402_653_184.0
+    );
+    // Nothing to merge without context parallelism.
+    assert_eq!(
+        cost_model(&m, &hw, 1, 1, flash()).cp_ring_merge_bytes(),
+        (0.0, 0.0)
+    );
+}
+
+#[test]
 fn a_rank_does_one_cp_th_of_the_work_and_the_flops_counted_stay_the_same() {
     let hw = Hardware::bundled("h100-80gb").unwrap();
     let m = llama8b(32768);

@@ -5,7 +5,7 @@
 //! docs/cost-model.md.
 
 use super::stack::{
-    Attention, CostModel, CpComm, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
+    Attention, CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
 use crate::inputs::hardware::{Hardware, Precision};
 
@@ -348,7 +348,11 @@ impl CostModel<'_> {
                 * self.model.head_dim() as f64
                 / t;
             let lse = 4.0 * s * b * a / t;
-            (2.0 * q + 2.0 * kv + lse, 3.0 * q + 4.0 * kv + lse)
+            let (ring_f, ring_b) = self.cp_ring_merge_bytes();
+            (
+                2.0 * q + 2.0 * kv + lse + ring_f,
+                3.0 * q + 4.0 * kv + lse + ring_b,
+            )
         } else if self.stack.fused_kernels {
             (9.0 * as2b, 11.0 * as2b)
         } else {
@@ -452,45 +456,6 @@ impl CostModel<'_> {
         let forward = sb * (a * dh / t + f / t);
         let backward = sb * ((a * dh + 2.0 * kv * dh) / t + h + mlp_in / t + h);
         (per_element * forward, per_element * backward)
-    }
-
-    /// Bytes of one rank's K/V chunk for one layer and micro-batch: K and V of its `s / cp`
-    /// tokens for its `g / t` key/value heads, 16-bit.
-    pub fn cp_kv_chunk_bytes(&self) -> f64 {
-        let (b, s, _, _, _, t, dh) = self.dims();
-        2.0 * 2.0 * b * s * self.model.num_kv_heads as f64 * dh / t
-    }
-
-    /// Context-parallel K/V exchange of one layer and micro-batch on one rank, as
-    /// (forward exposed, forward hidden, backward exposed, backward hidden), given the
-    /// attention core's forward and backward times `attn` on this rank. Ring (`p2p`,
-    /// Megatron-Core/Transformer Engine's default): cp - 1 steps, each passing one K/V chunk
-    /// `c` to the next rank while the attention block of the chunk in hand runs (`attn / cp`);
-    /// backward passes K/V and their gradients (`2 c`) per step. A step hides `min(comm,
-    /// block)`. All-gather: the K/V of the other cp - 1 ranks gathered before the attention
-    /// (`(cp - 1) c`, exposed), backward gathered again and the K/V gradients
-    /// reduce-scattered. Zero for cp = 1.
-    pub fn cp_comm_s(&self, attn: (f64, f64)) -> (f64, f64, f64, f64) {
-        let cp = self.layout.cp.max(1);
-        if cp <= 1 {
-            return (0.0, 0.0, 0.0, 0.0);
-        }
-        let (bw, lat) = self.cp_link();
-        let c = self.cp_kv_chunk_bytes() / bw + lat;
-        let steps = (cp - 1) as f64;
-        match self.stack.cp_comm {
-            CpComm::P2p => {
-                let (bf, bb) = (attn.0 / cp as f64, attn.1 / cp as f64);
-                let hide = |comm: f64, block: f64| comm.min(block);
-                (
-                    steps * (c - hide(c, bf)),
-                    steps * hide(c, bf),
-                    steps * (2.0 * c - hide(2.0 * c, bb)),
-                    steps * hide(2.0 * c, bb),
-                )
-            }
-            CpComm::AllGather => (steps * c, 0.0, 2.0 * steps * c, 0.0),
-        }
     }
 
     /// One transformer layer for one micro-batch on one rank.

@@ -3,6 +3,7 @@
 //! - [`stack`]: what is being costed: the parallel [`Layout`], the training [`Stack`] and the
 //!   [`CostModel`] binding them to a model and a hardware profile;
 //! - [`compute`]: per-layer, embedding, output-layer and optimizer time on one GPU;
+//! - [`cp`]: context parallelism: the K/V exchange and the ring's merge traffic;
 //! - [`network`]: collectives and point-to-point transfers on the links they cross;
 //! - [`memory`]: model state and activation memory per GPU;
 //! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction;
@@ -20,6 +21,7 @@
 //! of the gradient into the main-gradient buffer).
 
 pub mod compute;
+pub mod cp;
 pub mod launch;
 pub mod memory;
 pub mod moe;

@@ -1,0 +1,71 @@
+//! Context parallelism (`cp` > 1): each sequence split over `cp` ranks, the ranks' K/V
+//! chunks passed around a ring (Megatron-Core/Transformer Engine `p2p`, the default) or
+//! all-gathered, and what merging a ring's per-step results costs. Formulas and sources:
+//! docs/cost-model.md, "Context parallelism".
+
+use super::stack::{CostModel, CpComm};
+
+impl CostModel<'_> {
+    /// HBM traffic (forward, backward) of merging the steps of Transformer Engine's ring
+    /// attention (`cp_comm` p2p, cp > 1) on one rank, beyond the kernels' own: the ring runs
+    /// one attention kernel per step, so forward each of the `cp` steps' outputs is rescaled
+    /// into the running output (`flash_attn_fwd_out_correction`: read the step's output and
+    /// the running output, write the running output, 16-bit: 6 bytes per output element);
+    /// backward each step past the first reads Q, O and dO again (6 bytes per element), and
+    /// every step adds its dQ into the running dQ and its dK/dV into the running dK/dV
+    /// (6 bytes per element each). Zero for cp = 1 and for the all-gather variant (one
+    /// kernel per query chunk over the gathered K/V, nothing to merge).
+    pub fn cp_ring_merge_bytes(&self) -> (f64, f64) {
+        let cp = self.layout.cp.max(1);
+        if cp <= 1 || self.stack.cp_comm != CpComm::P2p {
+            return (0.0, 0.0);
+        }
+        let (b, s, _, a, _, t, dh) = self.dims();
+        let q = s * b * a * dh / t;
+        let kv = 2.0 * s * b * self.model.num_kv_heads as f64 * dh / t;
+        let cp = cp as f64;
+        (
+            6.0 * cp * q,
+            6.0 * (cp - 1.0) * q + 6.0 * cp * q + 6.0 * cp * kv,
+        )
+    }
+
+    /// Bytes of one rank's K/V chunk for one layer and micro-batch: K and V of its `s / cp`
+    /// tokens for its `g / t` key/value heads, 16-bit.
+    pub fn cp_kv_chunk_bytes(&self) -> f64 {
+        let (b, s, _, _, _, t, dh) = self.dims();
+        2.0 * 2.0 * b * s * self.model.num_kv_heads as f64 * dh / t
+    }
+
+    /// Context-parallel K/V exchange of one layer and micro-batch on one rank, as
+    /// (forward exposed, forward hidden, backward exposed, backward hidden), given the
+    /// attention core's forward and backward times `attn` on this rank. Ring (`p2p`,
+    /// Megatron-Core/Transformer Engine's default): cp - 1 steps, each passing one K/V chunk
+    /// `c` to the next rank while the attention block of the chunk in hand runs (`attn / cp`);
+    /// backward passes K/V and their gradients (`2 c`) per step. A step hides `min(comm,
+    /// block)`. All-gather: the K/V of the other cp - 1 ranks gathered before the attention
+    /// (`(cp - 1) c`, exposed), backward gathered again and the K/V gradients
+    /// reduce-scattered. Zero for cp = 1.
+    pub fn cp_comm_s(&self, attn: (f64, f64)) -> (f64, f64, f64, f64) {
+        let cp = self.layout.cp.max(1);
+        if cp <= 1 {
+            return (0.0, 0.0, 0.0, 0.0);
+        }
+        let (bw, lat) = self.cp_link();
+        let c = self.cp_kv_chunk_bytes() / bw + lat;
+        let steps = (cp - 1) as f64;
+        match self.stack.cp_comm {
+            CpComm::P2p => {
+                let (bf, bb) = (attn.0 / cp as f64, attn.1 / cp as f64);
+                let hide = |comm: f64, block: f64| comm.min(block);
+                (
+                    steps * (c - hide(c, bf)),
+                    steps * hide(c, bf),
+                    steps * (2.0 * c - hide(2.0 * c, bb)),
+                    steps * hide(2.0 * c, bb),
+                )
+            }
+            CpComm::AllGather => (steps * c, 0.0, 2.0 * steps * c, 0.0),
+        }
+    }
+}
