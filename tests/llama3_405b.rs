@@ -4,7 +4,8 @@
 //! 8k-sequence rows are over-predicted by about 10 % (pinned below 12 %: pplan's pipeline has
 //! the paper's bubble, (p - 1)/(v m), and no source says where Meta's other tenth went); the
 //! 128k row with 16-way context parallelism by about two fifths, pinned so that a change to the
-//! context-parallel model shows here.
+//! context-parallel model shows here. With the attention's FLOPs counted causally (a
+//! convention the paper does not state) all three are within 7 %.
 
 use pplan::inputs::hardware::Hardware;
 use pplan::report::llama3_405b::{validate_llama3_405b, LLAMA3_405B_ROWS};
@@ -38,5 +39,21 @@ fn held_out_h100_bf16_rows() {
         } else {
             assert!(c.error > 0.30 && c.error < 0.45, "cp {}: {}", r.cp, c.error);
         }
+        // The same step's FLOP/s with the attention core counted causally, by hand: per
+        // token, 126 layers of linear GEMMs (QKV 16384 x (16384 + 2 x 1024), output 16384^2,
+        // SwiGLU MLP 3 x 16384 x 53248: 2 FLOPs a multiply-add) and of attention `4 s h`
+        // (scores and values, all keys), plus the logits `2 h V`; causal keeps half the
+        // attention.
+        let (h, s, layers, vocab) = (16384.0, r.seq_len as f64, 126.0, 128256.0);
+        let linear = 2.0 * (h * (h + 2048.0) + h * h + 3.0 * h * 53248.0);
+        let attention = 4.0 * s * h;
+        let logits = 2.0 * h * vocab;
+        let full = layers * (linear + attention) + logits;
+        let causal = layers * (linear + attention / 2.0) + logits;
+        let ratio = c.causal_tflops_per_gpu / c.prediction.model_tflops_per_gpu;
+        assert!((ratio / (causal / full) - 1.0).abs() < 1e-9, "{ratio}");
+        // Counted that way, every row is within 7 % of the paper (docs/validation.md).
+        let causal_error = c.causal_tflops_per_gpu / r.tflops_per_gpu - 1.0;
+        assert!(causal_error.abs() < 0.07, "{} GPUs: {causal_error}", r.gpus);
     }
 }
