@@ -8,6 +8,7 @@ pub mod compare;
 pub mod gantt;
 pub mod llama3_405b;
 pub mod measured;
+pub mod moe_long_context;
 pub mod moe_modelzoo;
 pub mod nemo;
 pub mod torchtitan;
