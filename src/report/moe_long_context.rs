@@ -125,7 +125,10 @@ pub fn long_context_request<'a>(
         loss: true,
         ..PipelineSplit::default()
     });
+    // The page's command as of the commit that added the table (b0b92ff, 2025-11-04): the
+    // benchmarking script passed `--tp-comm-overlap` for BF16 only from 2025-12-16 (b09773a).
     req.stack = Stack {
+        tp_comm_overlap: false,
         attention: Attention::Flash,
         zero: Zero::Optimizer,
         overlap_grad_reduce: true,
