@@ -10,11 +10,10 @@
 //! (ZeRO-1; ZeRO-3 where the row runs Megatron-FSDP, `FSDP=On`) with overlapped gradient
 //! reduction and parameter gather, the all-to-all overlap where the row says so (`+1f1b
 //! overlap (EP A2A overlap)`), and forced balanced routing as the commands published with
-//! the table ran every row ([`MoeCase::forced_balance`]). The table reports TFLOP/s per GPU
+//! the table ran every row ([`MoeCase::stack`]). The table reports TFLOP/s per GPU
 //! as Megatron-Core counts FLOPs; the harness compares step times, so the predicted figure is
 //! `published TFLOP/s x published step time / predicted step time` (the same FLOPs per step).
 
-use crate::cost::stack::DEFAULT_MOE_IMBALANCE;
 use crate::cost::{Attention, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::{Model, ModelError};
@@ -131,17 +130,6 @@ impl MoeCase {
         }
     }
 
-    /// Whether the row routed with `--moe-router-force-load-balancing` (every token's experts
-    /// drawn evenly, pplan's `--moe-imbalance 1.0`). All five Qwen3-235B-A22B rows did: the
-    /// commit that published the table (yanring/Megatron-MoE-ModelZoo 8017e11, 2025-05-27,
-    /// "Update perf results") has beside it the command of each of the five layouts in
-    /// `examples/qwen3/run_235b.sh` ("Add --moe-router-force-load-balancing for stable
-    /// benchmarking"), every one with that flag. (The later scripts
-    /// `best_practice/qwen3/run_235b.sh` and `run_h100_235b.sh` keep it for the EP 32 layout.)
-    pub fn forced_balance(&self) -> bool {
-        self.model.moe.is_some()
-    }
-
     /// Whether the row's weight gradients accumulate in the GEMM epilogue. The Megatron-FSDP
     /// row's command (`examples/qwen3/run_235b.sh` at 8017e11, "Intra-node EP + FSDP
     /// solution") passes `--no-gradient-accumulation-fusion`; the others keep Megatron-Core's
@@ -171,11 +159,13 @@ impl MoeCase {
             // unless told not to (`--no-overlap-p2p-communication`, `store_false` into
             // `overlap_p2p_comm`); the 1F1B schedule's sends block.
             blocking_p2p: self.row.vp <= 1,
-            moe_imbalance: if self.forced_balance() {
-                1.0
-            } else {
-                DEFAULT_MOE_IMBALANCE
-            },
+            // Every row routed with `--moe-router-force-load-balancing` (every token's
+            // experts drawn evenly: imbalance 1): the commit that published the table
+            // (yanring/Megatron-MoE-ModelZoo 8017e11, 2025-05-27, "Update perf results") has
+            // beside it the command of each of the five layouts in
+            // `examples/qwen3/run_235b.sh` ("Add --moe-router-force-load-balancing for stable
+            // benchmarking"), every one with that flag.
+            moe_imbalance: 1.0,
             ..Stack::default()
         }
     }
