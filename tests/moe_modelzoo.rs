@@ -7,15 +7,6 @@ use pplan::inputs::hardware::Hardware;
 use pplan::plan::predict::{PipelineSplit, Split};
 use pplan::report::moe_modelzoo::{moe_cases, moe_rows, validate_moe_modelzoo};
 
-/// `--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`, as the
-/// ModelZoo's Qwen3-235B-A22B benchmarking config sets them.
-const EMBEDDING_AND_LOSS: PipelineSplit = PipelineSplit {
-    embedding: true,
-    loss: true,
-    first: None,
-    last: None,
-};
-
 #[test]
 fn six_published_rows_five_predicted_one_explained() {
     let rows = moe_rows().unwrap();
@@ -75,7 +66,7 @@ fn each_request_takes_the_rows_layout_and_stated_stack() {
         // The benchmarking config counts the embedding and the loss as pipeline layers.
         assert_eq!(
             r.partition,
-            Split::Megatron(EMBEDDING_AND_LOSS),
+            Split::Megatron(PipelineSplit::EMBEDDING_AND_LOSS),
             "{}",
             row.id
         );

@@ -122,11 +122,7 @@ pub fn validate_llama3_405b(hw: &Hardware) -> Result<Vec<Llama3Comparison>, Pred
             // The first and last stages one layer short, their end chunks only the embedding
             // and the loss: Megatron-Core's rule that counts both as layers.
             req.chunks = 8;
-            req.partition = Split::Megatron(PipelineSplit {
-                embedding: true,
-                loss: true,
-                ..PipelineSplit::default()
-            });
+            req.partition = Split::Megatron(PipelineSplit::EMBEDDING_AND_LOSS);
             req.recompute = Recompute::None;
             req.sequence_parallel = true;
             req.stack = llama3_stack(row.cp);

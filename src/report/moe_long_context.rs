@@ -10,12 +10,13 @@
 //! which counts the attention core causally; the harness turns each figure into the step time
 //! it implies (`FLOPs per step / (TFLOP/s x GPUs)`) and compares pplan's step with it.
 
-use crate::cost::{Attention, Recompute, Stack, Zero};
+use crate::cost::{Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::plan::predict::{
     predict, PipelineSplit, PredictError, PredictRequest, Prediction, Split,
 };
+use crate::report::moe_modelzoo::benchmarking_stack;
 use std::fmt::Write as _;
 
 /// One published run of the table.
@@ -120,25 +121,13 @@ pub fn long_context_request<'a>(
     req.sequence_parallel = true;
     // The benchmarking config counts the embedding and the loss as pipeline layers, as for
     // the page's other table (`report::moe_modelzoo`).
-    req.partition = Split::Megatron(PipelineSplit {
-        embedding: true,
-        loss: true,
-        ..PipelineSplit::default()
-    });
-    // The page's command as of the commit that added the table (b0b92ff, 2025-11-04): the
-    // benchmarking script passed `--tp-comm-overlap` for BF16 only from 2025-12-16 (b09773a).
+    req.partition = Split::Megatron(PipelineSplit::EMBEDDING_AND_LOSS);
+    // The page's command, without the tensor-parallel overlap: the benchmarking script passed
+    // `--tp-comm-overlap` for BF16 only from 2025-12-16 (b09773a), after the table was added
+    // (b0b92ff, 2025-11-04).
     req.stack = Stack {
-        tp_comm_overlap: false,
-        attention: Attention::Flash,
-        zero: Zero::Optimizer,
-        overlap_grad_reduce: true,
-        overlap_param_gather: true,
-        grad_accumulation_fusion: true,
-        tp_async_backward: true,
-        blocking_p2p: false,
-        moe_node_dedup: true,
         moe_imbalance: if row.forced { 1.0 } else { DROPLESS_IMBALANCE },
-        ..Stack::megatron_core()
+        ..benchmarking_stack()
     };
     req
 }

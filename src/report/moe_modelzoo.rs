@@ -109,6 +109,31 @@ pub fn row_model(row: &MoeRow) -> Result<Option<Model>, MoeModelzooError> {
     Ok(Some(m))
 }
 
+/// The ModelZoo's benchmarking stack (`model_configs/benchmarking/Qwen3-235B-A22B.yaml` and
+/// `sbatch_benchmarking.sh`): BF16, fused attention, the distributed optimizer (ZeRO-1) with
+/// overlapped gradient reduction and parameter gather, fused weight-gradient accumulation,
+/// asynchronous tensor-parallel backward without the userbuffers overlap, non-blocking
+/// pipeline sends, the DeepEP dispatcher, and forced balanced routing (imbalance 1): the
+/// commit that published the H100 table (yanring/Megatron-MoE-ModelZoo 8017e11, 2025-05-27,
+/// "Update perf results") has beside it the command of each of its five layouts in
+/// `examples/qwen3/run_235b.sh` ("Add --moe-router-force-load-balancing for stable
+/// benchmarking"), every one with that flag. Rows and runs that differ say so
+/// ([`MoeCase::stack`], `report::moe_long_context`).
+pub fn benchmarking_stack() -> Stack {
+    Stack {
+        attention: Attention::Flash,
+        zero: Zero::Optimizer,
+        overlap_grad_reduce: true,
+        overlap_param_gather: true,
+        grad_accumulation_fusion: true,
+        tp_async_backward: true,
+        blocking_p2p: false,
+        moe_node_dedup: true,
+        moe_imbalance: 1.0,
+        ..Stack::default()
+    }
+}
+
 /// A row pplan predicts, with its model.
 #[derive(Debug, Clone)]
 pub struct MoeCase {
@@ -138,10 +163,10 @@ impl MoeCase {
         !self.row.notes.contains("FSDP=On")
     }
 
-    /// The stack the row states (module docs).
+    /// The stack the row states (module docs): the benchmarking stack with the row's
+    /// sharding, accumulation, dispatcher, overlap and pipeline sends.
     pub fn stack(&self) -> Stack {
         Stack {
-            attention: Attention::Flash,
             // Megatron-FSDP's default sharding (`optim_grads_params`) is ZeRO-3; otherwise the
             // distributed optimizer.
             zero: if self.row.notes.contains("FSDP=On") {
@@ -149,24 +174,14 @@ impl MoeCase {
             } else {
                 Zero::Optimizer
             },
-            overlap_grad_reduce: true,
-            overlap_param_gather: true,
             grad_accumulation_fusion: self.grad_accumulation_fusion(),
-            tp_async_backward: true,
             moe_comm_overlap: self.row.notes.contains("EP A2A overlap"),
             moe_node_dedup: self.row.notes.contains("dispatcher DeepEP"),
             // Megatron-LM's training loop overlaps the interleaved schedule's pipeline sends
             // unless told not to (`--no-overlap-p2p-communication`, `store_false` into
             // `overlap_p2p_comm`); the 1F1B schedule's sends block.
             blocking_p2p: self.row.vp <= 1,
-            // Every row routed with `--moe-router-force-load-balancing` (every token's
-            // experts drawn evenly: imbalance 1): the commit that published the table
-            // (yanring/Megatron-MoE-ModelZoo 8017e11, 2025-05-27, "Update perf results") has
-            // beside it the command of each of the five layouts in
-            // `examples/qwen3/run_235b.sh` ("Add --moe-router-force-load-balancing for stable
-            // benchmarking"), every one with that flag.
-            moe_imbalance: 1.0,
-            ..Stack::default()
+            ..benchmarking_stack()
         }
     }
 
@@ -190,11 +205,7 @@ impl MoeCase {
         // as pipeline layers (`model_configs/benchmarking/Qwen3-235B-A22B.yaml` at 1ed4179f:
         // `--account-for-embedding-in-pipeline-split`, `--account-for-loss-in-pipeline-split`):
         // 94 + 2 = 96 layers split evenly.
-        req.partition = Split::Megatron(PipelineSplit {
-            embedding: true,
-            loss: true,
-            ..PipelineSplit::default()
-        });
+        req.partition = Split::Megatron(PipelineSplit::EMBEDDING_AND_LOSS);
         req
     }
 }

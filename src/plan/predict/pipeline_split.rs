@@ -26,6 +26,16 @@ pub struct PipelineSplit {
 }
 
 impl PipelineSplit {
+    /// The embedding and the loss counted as pipeline layers
+    /// (`--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`), the
+    /// split of the ModelZoo's benchmarking configs and of the Llama 3 paper's pipeline.
+    pub const EMBEDDING_AND_LOSS: PipelineSplit = PipelineSplit {
+        embedding: true,
+        loss: true,
+        first: None,
+        last: None,
+    };
+
     /// Whether any rule is set.
     pub fn is_set(&self) -> bool {
         self.embedding || self.loss || self.first.is_some() || self.last.is_some()
