@@ -19,7 +19,9 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
   experts with 256-4,096 routed rows each, forward, input- and weight-gradient shapes, run as
   a loop of per-expert GEMMs on one stream, the same loop over 4 streams (Transformer
   Engine's multi-stream grouped linear layer), and torch._grouped_mm where PyTorch has it;
-  each with the host time of issuing the calls.
+  each with the host time of issuing the calls;
+- causal attention at 16k-32k tokens with 4-16 heads (Llama 2 7B at t = 2-8) and the
+  non-causal half-chunk blocks of a context-parallel ring step.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json
@@ -142,6 +144,49 @@ def attention(res):
                     except Exception as e:  # noqa: BLE001
                         res["errors"].append(f"attention {bname} {name} t={t} s={seq}: {e!r}")
                 del q, k, v, g
+        torch.cuda.empty_cache()
+
+
+# Llama 2 7B (meta-llama/Llama-2-7b-hf config.json: 32 heads of 128, no grouped-query
+# attention) at t = 2, 4, 8, at the per-rank lengths of NeMo's long-sequence runs
+# (docs/validation.md, "Held out: NeMo's long-sequence runs"): the attention law was fitted at
+# 2k-8k tokens and 8-96 heads a rank; these settle what it gives beyond.
+LONG_ATTENTION = [(16, 16384), (8, 16384), (8, 32768), (4, 32768)]
+
+
+def long_attention(res):
+    """Causal attention at 16k-32k tokens with 4-16 heads, and the non-causal half-chunk
+    blocks of a load-balanced context-parallel ring step (s/2 queries against s keys)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dev, hd = "cuda", 128
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    for heads, seq in LONG_ATTENTION:
+        for causal, sq in [(True, seq), (False, seq // 2)]:
+            q = torch.randn(1, heads, sq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(1, heads, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(1, heads, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            g = torch.randn(1, heads, sq, hd, device=dev, dtype=torch.bfloat16)
+            fwd_flops = 2.0 * 2.0 * heads * sq * seq * hd / (2.0 if causal else 1.0)
+            for bname, be in backends:
+                row = {"model": "llama2-7b", "seq": seq, "query_tokens": sq, "heads": heads,
+                       "kv_heads": heads, "head_dim": hd, "causal": causal, "backend": bname}
+                try:
+                    with sdpa_kernel([be]):
+                        fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        sf = bench(fwd)
+
+                        def fb():
+                            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            torch.autograd.grad(o, (q, k, v), g)
+                        sfb = bench(fb)
+                    sb = max(sfb - sf, 1e-9)
+                    res["long_attention"].append(dict(
+                        row, forward_s=sf, backward_s=sb,
+                        forward_flops_per_s=fwd_flops / sf,
+                        backward_flops_per_s=2.5 * fwd_flops / sb))
+                except Exception as e:  # noqa: BLE001
+                    res["errors"].append(f"long attention {bname} h={heads} s={seq}: {e!r}")
+            del q, k, v, g
         torch.cuda.empty_cache()
 
 
@@ -303,9 +348,10 @@ def main():
         "method": "CUDA events around back-to-back calls (at least 10 ms a sample), one untimed "
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
-        "host_overhead": [], "grouped_gemm": [], "errors": [],
+        "host_overhead": [], "grouped_gemm": [], "long_attention": [], "errors": [],
     }
-    for part in (gemms, attention, memory_bound, host_overhead, grouped_gemms, sustained):
+    for part in (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
+                 sustained):
         t0 = time.time()
         try:
             part(res)

@@ -176,13 +176,14 @@ fn fp8_gemms_reach_about_the_bf16_fraction_of_their_peak() {
     }
 }
 
-/// Attention: the profile's law `A · s/(s + s0) · H/(H + h0)` against the 24 cuDNN points
-/// measured on H100 (forward within 5%, backward within 7% on average; a constant misses by
-/// 21% and 28%), and against the H200's (the same die) within 7% and 12% (one backward point,
-/// 8 heads at 2k tokens, is 70% off: the backward time there is a difference of two short runs).
+/// Attention: the profile's law `A · s/(s + s0) · Hs/(Hs + n0)` against the 24 cuDNN points
+/// measured on H100 (forward within 2%, backward within 4% on average; the heads-only law
+/// `H/(H + h0)` missed by 4.5% and 6.7%, a constant by 21% and 28%), and against the H200's
+/// (the same die) within 2% and 8% (one backward point, 8 heads at 2k tokens, is 51% off: the
+/// backward time there is a difference of two short runs).
 #[test]
 fn attention_law_matches_the_measured_cudnn_kernels() {
-    for (gpu, fwd_bar, bwd_bar) in [("h100", 0.05, 0.07), ("h200", 0.07, 0.12)] {
+    for (gpu, fwd_bar, bwd_bar) in [("h100", 0.02, 0.04), ("h200", 0.02, 0.08)] {
         let hw = profile(gpu);
         let t = load(gpu, "torch-kernels.json");
         let pts: Vec<&Value> = t["attention"]

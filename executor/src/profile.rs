@@ -710,6 +710,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_half_seq_forward: None,
             attention_half_seq_backward: None,
             attention_half_heads: None,
+            attention_half_work: None,
             fp8_split_accumulator_slowdown: None,
             // Not measured by this profiler: pplan's default applies.
             kernel_launch_s: None,

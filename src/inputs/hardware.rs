@@ -54,16 +54,20 @@ pub struct Gpu {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_efficiency_backward: Option<f64>,
     /// How the attention kernel's efficiency falls with less work per kernel: the forward
-    /// (backward) efficiency is `attention_efficiency_forward · s/(s + s0) · H/(H + h0)` for
-    /// `s` query tokens per sequence on the rank and `H` = micro-batch × query heads per rank,
-    /// with `s0` = `attention_half_seq_forward` (`_backward`) and `h0` = `attention_half_heads`.
-    /// Absent: no fall-off (the efficiencies are constants).
+    /// (backward) efficiency is `attention_efficiency_forward · s/(s + s0) · F` for `s` query
+    /// tokens per sequence on the rank, with `s0` = `attention_half_seq_forward`
+    /// (`_backward`) and the fill term `F` = `H s/(H s + n0)`, `H` = micro-batch × query heads
+    /// per rank, `n0` = `attention_half_work` (the kernel's blocks are (batch, head, query
+    /// tile) triples: too few leave SMs idle), or, in profiles that give
+    /// `attention_half_heads` (`h0`) instead, `H/(H + h0)`. Absent: no fall-off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_half_seq_forward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_half_seq_backward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_half_heads: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_half_work: Option<f64>,
     /// How much longer an FP8 GEMM takes with the split (periodically FP32-promoted)
     /// accumulator than with the fast one, on GPUs that have both (Hopper). Transformer Engine
     /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
@@ -310,7 +314,10 @@ impl Hardware {
     pub fn attention_efficiency_at(&self, seq: f64, heads: f64) -> (f64, f64) {
         let (ef, eb) = self.attention_efficiency();
         let term = |x: f64, half: Option<f64>| half.map_or(1.0, |h| x / (x + h));
-        let h = term(heads, self.gpu.attention_half_heads);
+        let h = match self.gpu.attention_half_work {
+            Some(n0) => term(heads * seq, Some(n0)),
+            None => term(heads, self.gpu.attention_half_heads),
+        };
         (
             ef * term(seq, self.gpu.attention_half_seq_forward) * h,
             eb * term(seq, self.gpu.attention_half_seq_backward) * h,
@@ -430,6 +437,7 @@ impl Hardware {
                 self.gpu.attention_half_seq_backward,
             ),
             ("gpu.attention_half_heads", self.gpu.attention_half_heads),
+            ("gpu.attention_half_work", self.gpu.attention_half_work),
         ] {
             if let Some(v) = v {
                 if !(v.is_finite() && v >= 0.0) {
@@ -439,6 +447,13 @@ impl Hardware {
                     ));
                 }
             }
+        }
+        if self.gpu.attention_half_heads.is_some() && self.gpu.attention_half_work.is_some() {
+            return Err(invalid(
+                "gpu.attention_half_work",
+                "give either it (heads x tokens) or gpu.attention_half_heads (heads), not both"
+                    .to_string(),
+            ));
         }
         if let Some(v) = self.gpu.kernel_launch_s {
             if !(v.is_finite() && (0.0..1.0).contains(&v)) {
@@ -628,6 +643,51 @@ mod tests {
                 assert!(hw.sources[f].contains("FITTED"), "{name}: {f}");
             }
         }
+    }
+
+    /// The attention law's fill term counts the kernel's blocks, heads x query tokens: a
+    /// 32k-token kernel with 4 heads fills the GPU as a 8k-token one with 16 heads does, and
+    /// only the per-block loop term tells them apart. The heads-only form (`h0`) stays for
+    /// profiles that give it; giving both is refused, naming both fields.
+    #[test]
+    fn attention_fill_counts_heads_times_tokens() {
+        let h100 = Hardware::bundled("h100-80gb").unwrap();
+        let g = &h100.gpu;
+        let (a, b) = (
+            h100.attention_efficiency_at(32768.0, 4.0),
+            h100.attention_efficiency_at(8192.0, 16.0),
+        );
+        let n0 = g.attention_half_work.unwrap();
+        let fill = 131072.0 / (131072.0 + n0);
+        let s0 = g.attention_half_seq_forward.unwrap();
+        let want = g.attention_efficiency_forward.unwrap() * 32768.0 / (32768.0 + s0) * fill;
+        assert!((a.0 - want).abs() < 1e-12, "{a:?}");
+        assert!(a.0 / b.0 - (32768.0 / (32768.0 + s0)) / (8192.0 / (8192.0 + s0)) < 1e-12);
+        // The heads-only form: 4 heads are 4 / (4 + h0) at any length.
+        let mut old = h100.clone();
+        (old.gpu.attention_half_work, old.gpu.attention_half_heads) = (None, Some(6.0));
+        let (x, y) = (
+            old.attention_efficiency_at(32768.0, 4.0),
+            old.attention_efficiency_at(2048.0, 4.0),
+        );
+        assert!((x.0 / y.0 - (32768.0 / (32768.0 + s0)) / (2048.0 / (2048.0 + s0))).abs() < 1e-12);
+        let both = serde_json::to_string(&Hardware {
+            gpu: Gpu {
+                attention_half_heads: Some(6.0),
+                ..h100.gpu.clone()
+            },
+            ..h100.clone()
+        })
+        .unwrap();
+        let e = Hardware::from_json(&both, "both.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("both.json")
+                && e.contains("gpu.attention_half_work")
+                && e.contains("gpu.attention_half_heads"),
+            "{e}"
+        );
     }
 
     #[test]
