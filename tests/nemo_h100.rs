@@ -258,6 +258,7 @@ fn schedules_outside_the_two_forms_are_refused() {
     for (p, s, ok) in [
         (1, "none", Some((ScheduleName::OneFOneB, 1))),
         (4, "none", None),
+        (4, "1F1B", Some((ScheduleName::OneFOneB, 1))),
         (
             4,
             "interleaved 1F1B, VP=10",

@@ -458,6 +458,16 @@ impl CostModel<'_> {
         k * (moe_dense + self.moe_routed_forward_flops()) + (l - k) * self.layer_forward_flops()
     }
 
+    /// The share of the model FLOPs (all layers and the logits, attention core counted whole,
+    /// pplan's `model_tflops_per_gpu` convention) that remains when the attention core is
+    /// counted causally instead: half of [`CostModel::attention_core_flops`] in every layer
+    /// dropped. Converts a predicted model TFLOP/s into the other convention.
+    pub fn causal_model_flops_fraction(&self) -> f64 {
+        let full = self.all_layers_forward_flops() + self.logit_forward_flops();
+        let half_attention = 0.5 * self.attention_core_flops() * self.model.num_layers as f64;
+        (full - half_attention) / full
+    }
+
     /// Forward FLOPs of one MoE layer's router and routed experts for one micro-batch, all
     /// ranks: every token's top-k experts (not the imbalance) and its router scores.
     fn moe_routed_forward_flops(&self) -> f64 {

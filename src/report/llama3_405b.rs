@@ -133,12 +133,10 @@ pub fn validate_llama3_405b(hw: &Hardware) -> Result<Vec<Llama3Comparison>, Pred
                 layout: req.layout(row.dp),
                 stack: req.stack,
             };
-            let full = cm.all_layers_forward_flops() + cm.logit_forward_flops();
-            let half_attention = 0.5 * cm.attention_core_flops() * model.num_layers as f64;
             Ok(Llama3Comparison {
                 error: prediction.model_tflops_per_gpu / row.tflops_per_gpu - 1.0,
-                causal_tflops_per_gpu: prediction.model_tflops_per_gpu * (full - half_attention)
-                    / full,
+                causal_tflops_per_gpu: prediction.model_tflops_per_gpu
+                    * cm.causal_model_flops_fraction(),
                 row: *row,
                 prediction,
             })

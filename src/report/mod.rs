@@ -11,6 +11,7 @@ pub mod measured;
 pub mod moe_long_context;
 pub mod moe_modelzoo;
 pub mod nemo;
+pub mod nemo_long_context;
 pub mod torchtitan;
 pub mod trace;
 pub mod validation;

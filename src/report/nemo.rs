@@ -59,13 +59,16 @@ impl NemoRow {
         self.tflops_per_gpu * 1e12 / self.tokens_per_s_per_gpu
     }
 
-    /// The row's schedule in pplan's terms: `"none"` (only with p = 1) is 1F1B with one chunk,
-    /// `"interleaved 1F1B, VP=k"` is `interleaved-1f1b` with k chunks.
+    /// The row's schedule in pplan's terms: `"none"` (only with p = 1) and `"1F1B"` are 1F1B
+    /// with one chunk, `"interleaved 1F1B, VP=k"` is `interleaved-1f1b` with k chunks.
     pub fn schedule(&self) -> Result<(ScheduleName, u64), NemoError> {
         let bad = || NemoError::Schedule {
             row: self.id.clone(),
             schedule: self.schedule.clone(),
         };
+        if self.schedule == "1F1B" {
+            return Ok((ScheduleName::OneFOneB, 1));
+        }
         if self.schedule == "none" {
             return if self.p == 1 {
                 Ok((ScheduleName::OneFOneB, 1))
