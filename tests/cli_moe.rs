@@ -106,3 +106,53 @@ fn predict_and_search_report_the_expert_layout() {
     assert_eq!(best["fits"], true);
     assert!(best["active_params"].as_u64() < best["params"].as_u64());
 }
+
+/// `--moe-layer-host-ms`: out-of-range values exit 2 naming the flag; the Megatron-Core default
+/// (9.1 ms) lifts a small MoE configuration's step, 0 turns the floor off, and megatron-2021
+/// has none unless given.
+#[test]
+fn moe_layer_host_floor_flag() {
+    refused(
+        &[&PREDICT[..], &["--moe-layer-host-ms", "-1"]].concat(),
+        &["--moe-layer-host-ms -1", "0 (no host floor) to 10000"],
+    );
+    refused(
+        &[&PREDICT[..], &["--moe-layer-host-ms", "nan"]].concat(),
+        &["--moe-layer-host-ms"],
+    );
+    let step = |extra: &[&str]| -> f64 {
+        let args = [
+            "predict",
+            "--model",
+            "qwen3-30b-a3b",
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            "16",
+            "--ep",
+            "16",
+            "--global-batch",
+            "64",
+            "--micro-batch",
+            "1",
+            "--seq-len",
+            "1024",
+            "--moe-imbalance",
+            "1",
+            "--format",
+            "json",
+        ];
+        let (code, out, err) = pplan(&[&args[..], extra].concat());
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["step_time_s"].as_f64().unwrap()
+    };
+    let default = step(&[]);
+    let nine = step(&["--moe-layer-host-ms", "9.1"]);
+    let off = step(&["--moe-layer-host-ms", "0"]);
+    assert_eq!(default, nine);
+    assert!(default > 1.3 * off, "{default} vs {off}");
+    let legacy = step(&["--stack", "megatron-2021"]);
+    let legacy_floored = step(&["--stack", "megatron-2021", "--moe-layer-host-ms", "9.1"]);
+    assert!(legacy_floored > legacy, "{legacy_floored} vs {legacy}");
+}

@@ -503,3 +503,62 @@ fn megatron_core_recompute_modules_drop_and_rebuild_what_they_name() {
     assert!(act.backward_input.memory_s > none.backward_input.memory_s);
     assert!(moe.backward_input.total_s() > act.backward_input.total_s());
 }
+
+/// The host floor (docs/cost-model.md, "Host time of a MoE layer"): a small MoE layer takes the
+/// framework's host time, spread over its parts by their kernels; a long one is untouched;
+/// recomputation scales the floor with the kernels it re-runs; 0 turns it off.
+#[test]
+fn small_moe_layers_wait_for_the_host() {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let m = small();
+    let total = |b: pplan::cost::BlockCost| {
+        b.forward.total_s() + b.backward_input.total_s() + b.backward_weight.total_s()
+    };
+    let off = cm(&m, &hw, 1, 8, 8, balanced()).moe_layer();
+    let host = 9.1e-3;
+    let on_stack = Stack {
+        moe_layer_host_s: host,
+        ..balanced()
+    };
+    let on = cm(&m, &hw, 1, 8, 8, on_stack).moe_layer();
+    // This layer's GPU work is far under 9.1 ms: it takes the host time exactly.
+    assert!(total(off) < 1e-3, "{}", total(off));
+    assert!((total(on) - host).abs() < 1e-12, "{}", total(on));
+    // The GPU's own work is unchanged; the wait is launch time, split by kernels.
+    assert_eq!(on.forward.gemm_s, off.forward.gemm_s);
+    let kernels = {
+        let dense = Model {
+            ffn_hidden_size: 0,
+            moe: None,
+            ..m.clone()
+        };
+        let d = cm(&dense, &hw, 1, 8, 8, balanced()).layer_kernels();
+        d.plus(cm(&m, &hw, 1, 8, 8, balanced()).moe_kernels(1.0))
+    };
+    let wait = |p: pplan::cost::Part, q: pplan::cost::Part| p.launch_s - q.launch_s;
+    let all = kernels.forward + kernels.backward_input + kernels.backward_weight;
+    let w = host - total(off);
+    assert!((wait(on.forward, off.forward) - w * kernels.forward / all).abs() < 1e-12);
+    assert!(
+        (wait(on.backward_weight, off.backward_weight) - w * kernels.backward_weight / all).abs()
+            < 1e-12
+    );
+    // Full recomputation re-runs the forward's kernels: the floor grows by as many.
+    let mut full = cm(&m, &hw, 1, 8, 8, on_stack);
+    full.layout.recompute = Recompute::Full;
+    let want = host * (all + kernels.forward) / all;
+    assert!((total(full.moe_layer()) - want).abs() < 1e-12);
+    // A layer whose GPU work outlasts the floor does not see it.
+    let long = Model {
+        seq_len: 65536,
+        ..m.clone()
+    };
+    let a = cm(&long, &hw, 1, 8, 8, on_stack).moe_layer();
+    let b = cm(&long, &hw, 1, 8, 8, balanced()).moe_layer();
+    assert!(total(b) > host);
+    assert_eq!(a, b);
+    // Megatron-Core's preset carries the measured floor; the 2021 stack and torchtitan none.
+    assert_eq!(Stack::megatron_core().moe_layer_host_s, host);
+    assert_eq!(Stack::default().moe_layer_host_s, 0.0);
+    assert_eq!(Stack::torchtitan().moe_layer_host_s, 0.0);
+}

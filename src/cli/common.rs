@@ -576,6 +576,12 @@ pub(crate) struct StackArgs {
     /// deepep (DeepEP / DeepSeek-V3: one copy per remote node, forwarded over NVLink).
     #[arg(long, default_value = "alltoall")]
     pub(crate) moe_dispatcher: String,
+    /// Mixture of experts: the framework's host time for one MoE layer's forward and backward
+    /// on one micro-batch, in milliseconds; a MoE layer takes at least this long. Default: 9.1
+    /// with --stack megatron-core (measured on DGX hosts, docs/cost-model.md), 0 with the
+    /// others.
+    #[arg(long, value_name = "MS")]
+    pub(crate) moe_layer_host_ms: Option<f64>,
     /// Run the output layer's weight-gradient GEMMs of the last pipeline stage at its pipeline
     /// flush instead of in each micro-batch's backward (Megatron-Core
     /// --defer-embedding-wgrad-compute); what they need stays in memory until then.
@@ -659,6 +665,15 @@ impl StackArgs {
                 )));
             },
             moe_comm_overlap: self.moe_comm_overlap == OnOff::On,
+            moe_layer_host_s: match self.moe_layer_host_ms {
+                None => stack.moe_layer_host_s,
+                Some(ms) if ms.is_finite() && (0.0..=10_000.0).contains(&ms) => ms * 1e-3,
+                Some(ms) => {
+                    return Err(CliError::Input(format!(
+                        "--moe-layer-host-ms {ms}: valid values are 0 (no host floor) to 10000 milliseconds"
+                    )))
+                }
+            },
             defer_embedding_wgrad: self.defer_embedding_wgrad_compute == OnOff::On,
             wgrad_deferral_limit: self.wgrad_deferral_limit,
             optimizer_state: pplan::cost::OptimizerState::from_megatron(

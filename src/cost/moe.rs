@@ -10,9 +10,10 @@
 //! `edp = t cp d / (ep etp)`.
 
 use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
+use super::launch::Kernels;
 use super::memory;
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
-use super::stack::{CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
+use super::stack::{CostModel, Layout, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
 use crate::inputs::model::Model;
 
 /// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
@@ -355,13 +356,71 @@ impl CostModel<'_> {
         // The launches of the whole layer, dense part and experts, bound it from below.
         let local_experts = (moe.num_experts / self.ep()).max(1) as f64;
         let kernels = dense_kernels.plus(self.moe_kernels(local_experts));
-        dense
+        let layer = dense
             .plus(BlockCost {
                 forward,
                 backward_input,
                 backward_weight,
             })
-            .floored(kernels, self.hw.kernel_launch_s())
+            .floored(kernels, self.hw.kernel_launch_s());
+        self.moe_host_floored(layer, kernels, local_experts)
+    }
+
+    /// `layer` no shorter than the framework's host time for it ([`Stack::moe_layer_host_s`],
+    /// scaled by the kernels recomputation adds): what the GPU waits beyond its own work is
+    /// spread over the forward and the two backward parts in proportion to their kernels, as
+    /// the host issues them.
+    ///
+    /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
+    fn moe_host_floored(
+        &self,
+        layer: BlockCost,
+        kernels: Kernels,
+        local_experts: f64,
+    ) -> BlockCost {
+        if self.stack.moe_layer_host_s <= 0.0 {
+            return layer;
+        }
+        let all = kernels.forward + kernels.backward_input + kernels.backward_weight;
+        let plain = CostModel {
+            layout: Layout {
+                recompute: Recompute::None,
+                ..self.layout
+            },
+            ..*self
+        };
+        let base = {
+            let k = plain
+                .moe_dense_kernels()
+                .plus(plain.moe_kernels(local_experts));
+            k.forward + k.backward_input + k.backward_weight
+        };
+        let host = self.stack.moe_layer_host_s * all / base.max(1.0);
+        let parts = [layer.forward, layer.backward_input, layer.backward_weight];
+        let total: f64 = parts.iter().map(|p| p.total_s()).sum();
+        if host <= total || all <= 0.0 {
+            return layer;
+        }
+        let wait = host - total;
+        let add = |mut p: Part, k: f64| {
+            p.launch_s += wait * k / all;
+            p
+        };
+        BlockCost {
+            forward: add(layer.forward, kernels.forward),
+            backward_input: add(layer.backward_input, kernels.backward_input),
+            backward_weight: add(layer.backward_weight, kernels.backward_weight),
+        }
+    }
+
+    /// The kernels of a MoE layer's dense part (attention, shared experts).
+    fn moe_dense_kernels(&self) -> Kernels {
+        let dense_model = self.moe_dense_part_model();
+        CostModel {
+            model: &dense_model,
+            ..*self
+        }
+        .layer_kernels()
     }
 
     /// Routed-expert parameters one rank holds per MoE layer: `E/ep` experts, `1/etp` of each.

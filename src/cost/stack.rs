@@ -350,6 +350,10 @@ pub struct Stack {
     /// over NVLink (`--moe-dispatcher deepep`: DeepEP, DeepSeek-V3's kernels) instead of one
     /// copy per expert (`alltoall`, NCCL's all-to-all).
     pub moe_node_dedup: bool,
+    /// Host time of one MoE layer's forward and backward for one micro-batch, in seconds: the
+    /// layer takes at least this long whatever its GPU work (docs/cost-model.md, "Host time
+    /// of a MoE layer"). 0: only the kernel launches bound it.
+    pub moe_layer_host_s: f64,
     /// The output layer's weight-gradient GEMMs of the last pipeline stage wait until its
     /// pipeline flush and run there, after the device's last backward and before the stage's
     /// gradient reduction, instead of inside each micro-batch's backward (Megatron-Core
@@ -385,6 +389,7 @@ impl Stack {
             overlap_grad_reduce: true,
             overlap_param_gather: true,
             grad_accumulation_fusion: true,
+            moe_layer_host_s: MEGATRON_CORE_MOE_LAYER_HOST_S,
             ..Stack::default()
         }
     }
@@ -482,6 +487,7 @@ impl Default for Stack {
             rank_order: RankOrder::TensorDataPipeline,
             overheads: Overheads::default(),
             moe_imbalance: DEFAULT_MOE_IMBALANCE,
+            moe_layer_host_s: 0.0,
             moe_comm_overlap: false,
             moe_node_dedup: false,
             defer_embedding_wgrad: false,
@@ -508,6 +514,17 @@ impl Stack {
 /// 2022, JMLR, Sec. 2.2 and the capacity-factor tables: 1.25), i.e. the busiest expert-parallel
 /// rank taking 25 % more than its share of the routed tokens (docs/cost-model.md).
 pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
+
+/// Megatron-Core's host time for one MoE layer's forward and backward on one micro-batch, on
+/// DGX hosts (x86): 9.1 ms. Read off a published run whose layer time is not GPU work:
+/// Megatron-Bridge's Qwen3-30B-A3B on 8 DGX-B200 (NVIDIA-NeMo/Megatron-Bridge
+/// `docs/performance-summary-archive.md`, 25.11 container: MXFP8, EP 8, micro-batch 1, global
+/// batch 512, 9,299 tokens/s per GPU) takes 28.2 s a step, 9.2 ms for each of its 64 x 48
+/// layer passes a rank, 9.1 without the output layer (about 5.7 ms a micro-batch at B200's
+/// BF16 rate); the same layer takes 9.7 ms on H100 (26.06), a GPU with 0.43 of the B200's
+/// tensor-core peak, and 3.6 ms a sequence on GB200 with micro-batch 4. Held out: every H100
+/// run in docs/validation.md.
+pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 9.1e-3;
 
 /// Bytes per parameter per micro-batch that a fused weight-gradient GEMM moves in its
 /// epilogue: read and write the fp32 main gradient.

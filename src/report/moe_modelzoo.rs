@@ -14,7 +14,7 @@
 //! as Megatron-Core counts FLOPs; the harness compares step times, so the predicted figure is
 //! `published TFLOP/s x published step time / predicted step time` (the same FLOPs per step).
 
-use crate::cost::{Attention, Recompute, Stack, Zero};
+use crate::cost::{Attention, Recompute, Stack, Zero, MEGATRON_CORE_MOE_LAYER_HOST_S};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::{Model, ModelError};
 use crate::plan::predict::{
@@ -130,6 +130,7 @@ pub fn benchmarking_stack() -> Stack {
         blocking_p2p: false,
         moe_node_dedup: true,
         moe_imbalance: 1.0,
+        moe_layer_host_s: MEGATRON_CORE_MOE_LAYER_HOST_S,
         ..Stack::default()
     }
 }
