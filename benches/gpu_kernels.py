@@ -108,8 +108,24 @@ def gemms(res):
         torch.cuda.empty_cache()
 
 
+def sdpa_row(row, backend, q, k, v, g, fwd_flops, **kw):
+    """`row` with the forward and backward times and rates of scaled_dot_product_attention on
+    `backend` (backward = forward+backward - forward, 2.5 x the forward FLOPs)."""
+    from torch.nn.attention import sdpa_kernel
+    with sdpa_kernel([backend]):
+        sf = bench(lambda: F.scaled_dot_product_attention(q, k, v, **kw))
+
+        def fb():
+            o = F.scaled_dot_product_attention(q, k, v, **kw)
+            torch.autograd.grad(o, (q, k, v), g)
+        sfb = bench(fb)
+    sb = max(sfb - sf, 1e-9)
+    return dict(row, forward_s=sf, backward_s=sb, forward_flops_per_s=fwd_flops / sf,
+                backward_flops_per_s=2.5 * fwd_flops / sb)
+
+
 def attention(res):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
     dev = "cuda"
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     for name, h, heads, kv, ffn, gated, _ in MODELS:
@@ -127,20 +143,9 @@ def attention(res):
                     row = {"model": name, "tp": t, "seq": seq, "heads": hq, "kv_heads": hk,
                            "head_dim": hd, "backend": bname}
                     try:
-                        with sdpa_kernel([be]):
-                            kw = {"is_causal": True, "enable_gqa": hk != hq}
-                            fwd = lambda: F.scaled_dot_product_attention(q, k, v, **kw)
-                            sf = bench(fwd)
-
-                            def fb():
-                                o = F.scaled_dot_product_attention(q, k, v, **kw)
-                                torch.autograd.grad(o, (q, k, v), g)
-                            sfb = bench(fb)
-                        sb = max(sfb - sf, 1e-9)
-                        res["attention"].append(dict(
-                            row, forward_s=sf, backward_s=sb,
-                            forward_flops_per_s=fwd_flops / sf,
-                            backward_flops_per_s=2.5 * fwd_flops / sb))
+                        res["attention"].append(sdpa_row(
+                            row, be, q, k, v, g, fwd_flops, is_causal=True,
+                            enable_gqa=hk != hq))
                     except Exception as e:  # noqa: BLE001
                         res["errors"].append(f"attention {bname} {name} t={t} s={seq}: {e!r}")
                 del q, k, v, g
@@ -157,7 +162,7 @@ LONG_ATTENTION = [(16, 16384), (8, 16384), (8, 32768), (4, 32768)]
 def long_attention(res):
     """Causal attention at 16k-32k tokens with 4-16 heads, and the non-causal half-chunk
     blocks of a load-balanced context-parallel ring step (s/2 queries against s keys)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
     dev, hd = "cuda", 128
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     for heads, seq in LONG_ATTENTION:
@@ -171,19 +176,8 @@ def long_attention(res):
                 row = {"model": "llama2-7b", "seq": seq, "query_tokens": sq, "heads": heads,
                        "kv_heads": heads, "head_dim": hd, "causal": causal, "backend": bname}
                 try:
-                    with sdpa_kernel([be]):
-                        fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                        sf = bench(fwd)
-
-                        def fb():
-                            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            torch.autograd.grad(o, (q, k, v), g)
-                        sfb = bench(fb)
-                    sb = max(sfb - sf, 1e-9)
-                    res["long_attention"].append(dict(
-                        row, forward_s=sf, backward_s=sb,
-                        forward_flops_per_s=fwd_flops / sf,
-                        backward_flops_per_s=2.5 * fwd_flops / sb))
+                    res["long_attention"].append(sdpa_row(
+                        row, be, q, k, v, g, fwd_flops, is_causal=causal))
                 except Exception as e:  # noqa: BLE001
                     res["errors"].append(f"long attention {bname} h={heads} s={seq}: {e!r}")
             del q, k, v, g
