@@ -521,7 +521,7 @@ pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
 /// `docs/performance-summary-archive.md`, 25.11 container: MXFP8, EP 8, micro-batch 1, global
 /// batch 512, 9,299 tokens/s per GPU) takes 28.2 s a step, 9.2 ms for each of its 64 x 48
 /// layer passes a rank, 9.1 without the output layer (about 5.7 ms a micro-batch at B200's
-/// BF16 rate); the same layer takes 9.7 ms on H100 (26.06), a GPU with 0.43 of the B200's
+/// BF16 rate); the same layer takes 9.7 ms on H100 (26.06), a GPU with 0.44 of the B200's
 /// tensor-core peak, and 3.6 ms a sequence on GB200 with micro-batch 4. Held out: every H100
 /// run in docs/validation.md.
 pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 9.1e-3;
