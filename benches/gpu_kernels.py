@@ -21,7 +21,9 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
   Engine's multi-stream grouped linear layer), and torch._grouped_mm where PyTorch has it;
   each with the host time of issuing the calls;
 - causal attention at 16k-32k tokens with 4-16 heads (Llama 2 7B at t = 2-8) and the
-  non-causal half-chunk blocks of a context-parallel ring step.
+  non-causal half-chunk blocks of a context-parallel ring step;
+- an eager MoE block's forward and backward (Qwen3 shapes, 8-16 local experts, 1k-4k tokens)
+  with the dispatcher's host synchronisation: wall time against the kernels' GPU time.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json
@@ -328,6 +330,73 @@ def host_overhead(res):
                                      "host_s_per_op": host})
 
 
+# (name, hidden, expert width, experts, top-k, local experts): Qwen3-30B-A3B at EP 8 and EP 16
+# and Qwen3-235B-A22B at EP 8 (their Hugging Face config.json files).
+MOE_LAYERS = [("qwen3-30b-a3b", 2048, 768, 128, 8, 16), ("qwen3-30b-a3b", 2048, 768, 128, 8, 8),
+              ("qwen3-235b-a22b", 4096, 1536, 128, 8, 16)]
+
+
+def moe_layer_host(res):
+    """An eager MoE block (router, top-k, permutation, one GEMM pair per local expert, SwiGLU,
+    un-permutation and the weighted sum), forward and backward, with the host synchronisation
+    a dropless dispatcher makes (the per-expert row counts read on the host): its wall time per
+    call against the sum of its kernels' GPU times (torch.profiler). Their difference is what
+    the GPU waits for the host, the quantity pplan's MoE host floor stands for (Megatron-Core
+    adds its own Python, Transformer Engine's setup and the all-to-all on top of this)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    dev, dt = "cuda", torch.bfloat16
+    for name, h, f, experts, k, local in MOE_LAYERS:
+        for tokens in (1024, 4096):
+            x = torch.randn(tokens, h, device=dev, dtype=dt, requires_grad=True)
+            router = (0.02 * torch.randn(experts, h, device=dev, dtype=dt)).requires_grad_()
+            w1 = [(0.02 * torch.randn(2 * f, h, device=dev, dtype=dt)).requires_grad_()
+                  for _ in range(local)]
+            w2 = [(0.02 * torch.randn(h, f, device=dev, dtype=dt)).requires_grad_()
+                  for _ in range(local)]
+
+            def block():
+                probs = torch.softmax((x @ router.t()).float(), dim=-1)
+                top_p, top_i = probs.topk(k, dim=-1)
+                # Balanced over this rank's experts, as a forced-balance run routes them.
+                slot = top_i.flatten() % local
+                order = torch.argsort(slot, stable=True)
+                counts = torch.bincount(slot, minlength=local).tolist()  # host sync
+                rows = x.repeat_interleave(k, dim=0)[order]
+                outs, start = [], 0
+                for e, c in enumerate(counts):
+                    a, b = (rows[start:start + c] @ w1[e].t()).chunk(2, dim=-1)
+                    outs.append((F.silu(a) * b) @ w2[e].t())
+                    start += c
+                back = torch.empty_like(rows).index_copy(0, order, torch.cat(outs))
+                y = (back.view(tokens, k, h) * top_p.unsqueeze(-1).to(dt)).sum(dim=1)
+                y.sum().backward()
+
+            row = {"model": name, "tokens": tokens, "local_experts": local, "top_k": k}
+            try:
+                for _ in range(3):
+                    block()
+                torch.cuda.synchronize()
+                n = 20
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    block()
+                torch.cuda.synchronize()
+                wall = (time.perf_counter() - t0) / n
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    block()
+                    torch.cuda.synchronize()
+                # Kernel events only: a CPU op's entry repeats its kernels' device time.
+                gpu = sum(e.self_device_time_total for e in prof.key_averages()
+                          if e.device_type == DeviceType.CUDA) * 1e-6
+                res["moe_layer_host"].append(dict(row, wall_s=wall, kernel_s=gpu,
+                                                  host_wait_s=max(wall - gpu, 0.0)))
+            except Exception as e:  # noqa: BLE001
+                res["errors"].append(f"moe layer {name} tokens={tokens} local={local}: {e!r}")
+            del x, router, w1, w2
+            torch.cuda.empty_cache()
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
     p = torch.cuda.get_device_properties(0)
@@ -342,10 +411,11 @@ def main():
         "method": "CUDA events around back-to-back calls (at least 10 ms a sample), one untimed "
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
-        "host_overhead": [], "grouped_gemm": [], "long_attention": [], "errors": [],
+        "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
+        "errors": [],
     }
     for part in (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-                 sustained):
+                 moe_layer_host, sustained):
         t0 = time.time()
         try:
             part(res)
