@@ -562,3 +562,40 @@ fn small_moe_layers_wait_for_the_host() {
     assert_eq!(Stack::default().moe_layer_host_s, 0.0);
     assert_eq!(Stack::torchtitan().moe_layer_host_s, 0.0);
 }
+
+/// The routed rows' saved activations by hand (docs/cost-model.md, "Mixture of experts",
+/// Memory): per row the first expert GEMM's input `e h`, the combined output `2 h`, the up
+/// projection `2 x 2 f_e` (gated) and the second GEMM's input `e f_e`, with `e` = 2 bytes in
+/// BF16 and 1 in FP8 (Transformer Engine keeps the cast it fed the GEMM). Read through the
+/// selective-norm-moe working set, which is exactly those bytes.
+#[test]
+fn routed_activations_keep_the_expert_gemm_inputs_in_the_gemm_format() {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let m = small();
+    // 1024 tokens x top-2 over ep 8 of 8 experts: 2048 rows on a rank, 1 local expert.
+    let rows = 2048.0;
+    let (h, f) = (1024.0, 512.0);
+    for (precision, e) in [
+        (pplan::inputs::hardware::Precision::Bf16, 2.0),
+        (pplan::inputs::hardware::Precision::Fp8, 1.0),
+    ] {
+        let mut c = cm(
+            &m,
+            &hw,
+            1,
+            8,
+            8,
+            Stack {
+                precision,
+                ..balanced()
+            },
+        );
+        c.layout.recompute = Recompute::NormMoe;
+        let want = rows * (e * h + 2.0 * h + 2.0 * 2.0 * f + e * f);
+        assert_eq!(
+            c.moe_recompute_working_bytes(),
+            want as u64,
+            "{precision:?}"
+        );
+    }
+}

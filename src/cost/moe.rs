@@ -553,14 +553,20 @@ impl CostModel<'_> {
     }
 
     /// Activations of one MoE layer's routed rows on the busiest rank, in bytes: (the
-    /// dispatched input and combined output, 2 x 2h per row, and the up-projection output,
-    /// 2 x (2) f_e/etp; the activation output, 2 f_e/etp per row).
+    /// dispatched input, `e h` per row, and the combined output, 2h, and the up-projection
+    /// output, 2 x (2) f_e/etp; the activation output, `e f_e/etp` per row), `e` the bytes of a
+    /// linear layer's saved input in the stack's precision.
     fn moe_routed_activation_bytes(&self) -> (f64, f64) {
         let h = self.model.hidden_size as f64;
         let [up, down] = self.moe_expert_gemms();
         let rows = self.moe_rows_per_expert() * up.batch;
-        // `down.k` is the expert's hidden width on this rank, f_e / etp.
-        (rows * (4.0 * h + 2.0 * up.n), rows * 2.0 * down.k)
+        // The two expert GEMMs' inputs are kept as Transformer Engine casts them for the GEMM
+        // (`e` bytes an element: 2 in BF16, 1 in FP8, as the dense layers' linear inputs);
+        // the first GEMM's output (the activation's input) and the second's (for the routing
+        // weights' gradient) in BF16. `down.k` is the expert's hidden width on this rank,
+        // f_e / etp.
+        let e = self.act_dims().input_32ths as f64 / 32.0;
+        (rows * ((e + 2.0) * h + 2.0 * up.n), rows * e * down.k)
     }
 
     /// Forward FLOPs of the routed part of the MoE blocks (router and routed experts) of all
