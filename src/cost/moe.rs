@@ -363,39 +363,30 @@ impl CostModel<'_> {
                 backward_weight,
             })
             .floored(kernels, self.hw.kernel_launch_s());
-        self.moe_host_floored(layer, kernels, local_experts)
-    }
-
-    /// `layer` no shorter than the framework's host time for it ([`Stack::moe_layer_host_s`],
-    /// scaled by the kernels recomputation adds): what the GPU waits beyond its own work is
-    /// spread over the forward and the two backward parts in proportion to their kernels, as
-    /// the host issues them.
-    ///
-    /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
-    fn moe_host_floored(
-        &self,
-        layer: BlockCost,
-        kernels: Kernels,
-        local_experts: f64,
-    ) -> BlockCost {
         if self.stack.moe_layer_host_s <= 0.0 {
             return layer;
         }
-        let all = kernels.forward + kernels.backward_input + kernels.backward_weight;
-        let plain = CostModel {
-            layout: Layout {
-                recompute: Recompute::None,
-                ..self.layout
-            },
-            ..*self
+        // The same layer's kernels without recomputation, which the host time is measured on.
+        let layout = Layout {
+            recompute: Recompute::None,
+            ..self.layout
         };
-        let base = {
-            let k = plain
-                .moe_dense_kernels()
-                .plus(plain.moe_kernels(local_experts));
-            k.forward + k.backward_input + k.backward_weight
-        };
-        let host = self.stack.moe_layer_host_s * all / base.max(1.0);
+        let base = CostModel { layout, ..dense_cm }
+            .layer_kernels()
+            .plus(CostModel { layout, ..*self }.moe_kernels(local_experts));
+        self.moe_host_floored(layer, kernels, base)
+    }
+
+    /// `layer` no shorter than the framework's host time for it ([`Stack::moe_layer_host_s`]
+    /// for the layer's `base` kernels, scaled by the `kernels` recomputation adds): what the
+    /// GPU waits beyond its own work is spread over the forward and the two backward parts in
+    /// proportion to their kernels, as the host issues them.
+    ///
+    /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
+    fn moe_host_floored(&self, layer: BlockCost, kernels: Kernels, base: Kernels) -> BlockCost {
+        let count = |k: Kernels| k.forward + k.backward_input + k.backward_weight;
+        let all = count(kernels);
+        let host = self.stack.moe_layer_host_s * all / count(base).max(1.0);
         let parts = [layer.forward, layer.backward_input, layer.backward_weight];
         let total: f64 = parts.iter().map(|p| p.total_s()).sum();
         if host <= total || all <= 0.0 {
@@ -411,16 +402,6 @@ impl CostModel<'_> {
             backward_input: add(layer.backward_input, kernels.backward_input),
             backward_weight: add(layer.backward_weight, kernels.backward_weight),
         }
-    }
-
-    /// The kernels of a MoE layer's dense part (attention, shared experts).
-    fn moe_dense_kernels(&self) -> Kernels {
-        let dense_model = self.moe_dense_part_model();
-        CostModel {
-            model: &dense_model,
-            ..*self
-        }
-        .layer_kernels()
     }
 
     /// Routed-expert parameters one rank holds per MoE layer: `E/ep` experts, `1/etp` of each.
