@@ -7,7 +7,7 @@
 //! overlapped gradient reduction and parameter gather). What the paper does not state is an
 //! assumption, named in [`LLAMA3_405B_ASSUMPTIONS`].
 
-use crate::cost::{CostModel, CpComm, Recompute, Stack, Zero};
+use crate::cost::{CpComm, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::plan::predict::{
@@ -127,12 +127,7 @@ pub fn validate_llama3_405b(hw: &Hardware) -> Result<Vec<Llama3Comparison>, Pred
             req.sequence_parallel = true;
             req.stack = llama3_stack(row.cp);
             let prediction = predict(&req)?;
-            let cm = CostModel {
-                model: &model,
-                hw,
-                layout: req.layout(row.dp),
-                stack: req.stack,
-            };
+            let cm = req.cost_model(row.dp);
             Ok(Llama3Comparison {
                 error: prediction.model_tflops_per_gpu / row.tflops_per_gpu - 1.0,
                 causal_tflops_per_gpu: prediction.model_tflops_per_gpu

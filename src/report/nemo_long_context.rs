@@ -13,7 +13,6 @@
 //! attention core whole (checked on the 24.07 table, docs/validation.md), as pplan's
 //! `model_tflops_per_gpu` does; the two are compared directly.
 
-use crate::cost::CostModel;
 use crate::inputs::hardware::Hardware;
 use crate::plan::predict::{predict, Prediction};
 use crate::report::nemo::{nemo_24_07_stack, nemo_cases, NemoError};
@@ -84,7 +83,7 @@ pub struct LongSequenceComparison {
     /// predicted / published model TFLOP/s per GPU - 1 (attention core counted whole).
     pub error: f64,
     /// The predicted step's model TFLOP/s per GPU with the attention core counted causally
-    /// ([`CostModel::causal_model_flops_fraction`]).
+    /// ([`CostModel::causal_model_flops_fraction`](crate::cost::CostModel::causal_model_flops_fraction)).
     pub causal_tflops_per_gpu: f64,
 }
 
@@ -125,12 +124,7 @@ pub fn validate_long_sequence(hw: &Hardware) -> Result<Vec<LongSequenceCompariso
                 row: case.row.id.clone(),
                 source,
             })?;
-            let cm = CostModel {
-                model: req.model,
-                hw,
-                layout: req.layout(row.dp),
-                stack: req.stack,
-            };
+            let cm = req.cost_model(row.dp);
             Ok(LongSequenceComparison {
                 error: prediction.model_tflops_per_gpu / row.tflops_per_gpu - 1.0,
                 causal_tflops_per_gpu: prediction.model_tflops_per_gpu

@@ -41,12 +41,7 @@ pub fn balance_problem(
     use crate::plan::partition::{Layer, Link, Problem};
     let model = req.model;
     let p = req.pp;
-    let cm = CostModel {
-        model,
-        hw: req.hardware,
-        layout: req.layout(dp),
-        stack: req.stack,
-    };
+    let cm = req.cost_model(dp);
     let prof = match req.profile {
         None => None,
         Some(pr) => Some(

@@ -4,7 +4,7 @@
 
 use super::pipeline_split::PipelineSplit;
 use crate::cost::memory::MemoryBreakdown;
-use crate::cost::{Attention, Layout, Recompute, Stack};
+use crate::cost::{Attention, CostModel, Layout, Recompute, Stack};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::inputs::profile::LayerProfile;
@@ -122,7 +122,18 @@ impl<'a> PredictRequest<'a> {
     }
 }
 
-impl PredictRequest<'_> {
+impl<'a> PredictRequest<'a> {
+    /// The cost model of this request (its model, hardware and stack) with data-parallel size
+    /// `dp`: what every stage cost of the prediction is computed with.
+    pub fn cost_model(&self, dp: u64) -> CostModel<'a> {
+        CostModel {
+            model: self.model,
+            hw: self.hardware,
+            layout: self.layout(dp),
+            stack: self.stack,
+        }
+    }
+
     /// The parallel layout of this request with data-parallel size `dp` (from [`check`]).
     pub fn layout(&self, dp: u64) -> Layout {
         Layout {

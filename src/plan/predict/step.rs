@@ -5,7 +5,7 @@ use super::balance::{balanced_split, end_blocks, profiled_block, split_label};
 use super::request::*;
 use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, MemoryBreakdown};
-use crate::cost::{BlockCost, CostModel, Recompute};
+use crate::cost::{BlockCost, Recompute};
 use crate::inputs::profile::sum_layers;
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::schedule::ir::Placement;
@@ -41,13 +41,7 @@ pub fn step_costs(
 ) -> Result<StepCosts, PredictError> {
     let model = req.model;
     let p = req.pp;
-    let layout = req.layout(dp);
-    let cm = CostModel {
-        model,
-        hw: req.hardware,
-        layout,
-        stack: req.stack,
-    };
+    let cm = req.cost_model(dp);
     let num_stages = num_stages as u64;
     let stage_layers: Vec<u32> = match (&req.stage_layers, req.partition) {
         (Some(c), _) if c.len() as u64 == num_stages => c.clone(),
@@ -493,12 +487,7 @@ pub fn prediction_from(
     let model = req.model;
     let hw = req.hardware;
     let layers = model.num_layers as u64;
-    let cm = CostModel {
-        model,
-        hw,
-        layout: req.layout(step.dp),
-        stack: req.stack,
-    };
+    let cm = req.cost_model(step.dp);
     let step_time_s = result.makespan_ns as f64 / 1e9;
     let samples = req.global_batch as f64;
     let layer_fwd = cm.layer_forward_flops() / req.micro_batch as f64;
@@ -706,12 +695,7 @@ mod tests {
         let on = costs(&r);
         let m_b = off.microbatches;
         assert_eq!(m_b, 32);
-        let cm = CostModel {
-            model: &m,
-            hw: &hw,
-            layout: r.layout(dp),
-            stack: r.stack,
-        };
+        let cm = r.cost_model(dp);
         let w = cm.output_layer().backward_weight.total_s();
         let last = |c: &StepCosts| c.costs.stages[3].backward_weight_ns as f64;
         // 4 of 32 deferred: an eighth of each micro-batch's output-layer weight gradient goes.
