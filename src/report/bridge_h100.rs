@@ -25,6 +25,7 @@ use crate::inputs::model::Model;
 use crate::plan::predict::{
     predict, PipelineSplit, PredictError, PredictRequest, Prediction, Split,
 };
+use crate::report::mean_abs;
 use crate::report::moe_modelzoo::benchmarking_stack;
 use crate::schedule::generators::ScheduleName;
 use std::fmt::Write as _;
@@ -236,7 +237,7 @@ pub fn bridge_markdown(rows: &[BridgeComparison]) -> String {
             .filter(|c| (c.row.ep > 1) == moe)
             .map(|c| c.error)
             .collect();
-        let mae = e.iter().map(|x| x.abs()).sum::<f64>() / e.len().max(1) as f64;
+        let mae = mean_abs(e.iter().copied());
         let list: Vec<String> = e.iter().map(|x| format!("{:+.1}%", 100.0 * x)).collect();
         let _ = writeln!(
             s,

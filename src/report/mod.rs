@@ -16,3 +16,27 @@ pub mod nemo_long_context;
 pub mod torchtitan;
 pub mod trace;
 pub mod validation;
+
+/// The mean of the absolute values of `errors` (0 when there are none): a validation table's
+/// mean absolute error.
+pub(crate) fn mean_abs(errors: impl IntoIterator<Item = f64>) -> f64 {
+    let (sum, n) = errors
+        .into_iter()
+        .fold((0.0, 0usize), |(s, n), e| (s + e.abs(), n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
+}
+
+/// The item whose `error` is largest in absolute value (the first of equals), if any.
+pub(crate) fn worst_by<T>(
+    items: impl IntoIterator<Item = T>,
+    error: impl Fn(&T) -> f64,
+) -> Option<T> {
+    items.into_iter().fold(None, |w, c| match w {
+        Some(x) if error(&x).abs() >= error(&c).abs() => Some(x),
+        _ => Some(c),
+    })
+}

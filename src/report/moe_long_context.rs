@@ -17,6 +17,7 @@ use crate::plan::predict::{
     predict, PipelineSplit, PredictError, PredictRequest, Prediction, Split,
 };
 use crate::report::moe_modelzoo::benchmarking_stack;
+use crate::report::{mean_abs, worst_by};
 use std::fmt::Write as _;
 
 /// One published run of the table.
@@ -189,18 +190,14 @@ pub fn long_context_markdown(rows: &[LongContextComparison]) -> String {
         );
     }
     let mae = |forced: bool| {
-        let e: Vec<f64> = rows
-            .iter()
-            .filter(|c| c.row.forced == forced)
-            .map(|c| c.error.abs())
-            .collect();
-        e.iter().sum::<f64>() / e.len().max(1) as f64
+        mean_abs(
+            rows.iter()
+                .filter(|c| c.row.forced == forced)
+                .map(|c| c.error),
+        )
     };
-    let worst = rows
-        .iter()
-        .filter(|c| c.row.forced)
-        .map(|c| c.error.abs())
-        .fold(0.0, f64::max);
+    let worst =
+        worst_by(rows.iter().filter(|c| c.row.forced), |c| c.error).map_or(0.0, |c| c.error.abs());
     let _ = writeln!(
         s,
         "\nForced balance (held out): MAE {:.1}%, worst {:.1}%. Dropless (imbalance fitted to \

@@ -20,6 +20,7 @@ use crate::inputs::model::{Model, ModelError};
 use crate::plan::predict::{
     predict, PipelineSplit, PredictError, PredictRequest, Prediction, Split,
 };
+use crate::report::{mean_abs, worst_by};
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -252,13 +253,12 @@ pub struct MoeReport {
 
 impl MoeReport {
     pub fn mae(&self) -> f64 {
-        self.rows.iter().map(|c| c.error.abs()).sum::<f64>() / self.rows.len().max(1) as f64
+        mean_abs(self.rows.iter().map(|c| c.error))
     }
 
+    /// The row with the largest absolute error (the first of equals).
     pub fn worst(&self) -> Option<&MoeComparison> {
-        self.rows
-            .iter()
-            .max_by(|a, b| a.error.abs().total_cmp(&b.error.abs()))
+        worst_by(&self.rows, |c| c.error)
     }
 
     /// The table of docs/validation.md.

@@ -20,6 +20,7 @@ use crate::cost::{
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::{megatron_dropout, Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
+use crate::report::{mean_abs, worst_by};
 use crate::schedule::generators::ScheduleName;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -403,22 +404,17 @@ pub struct NemoReport {
 impl NemoReport {
     /// Mean absolute error of model TFLOP/s per GPU over the predicted rows.
     pub fn tflops_mae(&self) -> f64 {
-        mean(self.compared.iter().map(|c| c.tflops_error.abs()))
+        mean_abs(self.compared.iter().map(|c| c.tflops_error))
     }
 
     /// Mean absolute error of tokens/s per GPU over the predicted rows.
     pub fn tokens_mae(&self) -> f64 {
-        mean(self.compared.iter().map(|c| c.tokens_error.abs()))
+        mean_abs(self.compared.iter().map(|c| c.tokens_error))
     }
 
     /// The predicted row with the largest absolute TFLOP/s error (the first of equals).
     pub fn worst(&self) -> Option<&NemoComparison> {
-        self.compared
-            .iter()
-            .fold(None, |w: Option<&NemoComparison>, c| match w {
-                Some(x) if x.tflops_error.abs() >= c.tflops_error.abs() => Some(x),
-                _ => Some(c),
-            })
+        worst_by(&self.compared, |c| c.tflops_error)
     }
 
     /// The Markdown table of docs/validation.md, then the error summary.
@@ -472,15 +468,6 @@ impl NemoReport {
             );
         }
         s
-    }
-}
-
-fn mean(it: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = it.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
     }
 }
 

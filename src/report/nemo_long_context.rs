@@ -16,6 +16,7 @@
 use crate::inputs::hardware::Hardware;
 use crate::plan::predict::{predict, Prediction};
 use crate::report::nemo::{nemo_24_07_stack, nemo_cases, NemoError};
+use crate::report::{mean_abs, worst_by};
 use std::fmt::Write as _;
 
 /// One run of the table's "With CP" columns.
@@ -174,11 +175,8 @@ pub fn long_sequence_markdown(rows: &[LongSequenceComparison]) -> String {
         ),
         ("attention counted causally", |c| c.causal_error()),
     ] {
-        let mae = rows.iter().map(|c| error(c).abs()).sum::<f64>() / rows.len().max(1) as f64;
-        if let Some(w) = rows
-            .iter()
-            .max_by(|a, b| error(a).abs().total_cmp(&error(b).abs()))
-        {
+        let mae = mean_abs(rows.iter().map(error));
+        if let Some(w) = worst_by(rows, |c| error(c)) {
             let _ = writeln!(
                 s,
                 "\n{} runs (held out), {name}: MAE {:.1}%, worst {}k ({:+.1}%).",

@@ -11,6 +11,7 @@
 //! elementwise kernels recomputed) and `selective-layer` (every second layer whole), not as
 //! Megatron's selective recomputation (the attention core).
 
+use super::mean_abs;
 use super::nemo::nemo_models;
 use crate::cost::{Recompute, Stack};
 use crate::inputs::hardware::Hardware;
@@ -226,7 +227,7 @@ pub fn torchtitan_markdown(rows: &[TorchtitanComparison], hw: &str) -> String {
     }
     s += "\n";
     if !errors.is_empty() {
-        let mae = errors.iter().sum::<f64>() / errors.len() as f64;
+        let mae = mean_abs(errors.iter().copied());
         let worst = errors.iter().cloned().fold(0.0, f64::max);
         let _ = writeln!(
             s,
