@@ -8,6 +8,7 @@ use super::stack::{
     Attention, CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
 use crate::inputs::hardware::{Hardware, Precision};
+use crate::inputs::model::Model;
 
 /// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
 /// 128-row tiles for head dimension 128): the diagonal tiles are computed whole.
@@ -191,28 +192,56 @@ impl BlockCost {
     }
 }
 
+/// `(fan_in, fan_out)` of a dense layer's four linear layers on one of `t` tensor-parallel
+/// ranks, as Megatron shards them: QKV (queries `heads x head_dim` wide, keys and values
+/// `kv_heads x head_dim` each) and the MLP's up projection (twice as wide when gated) by
+/// output columns, the attention output and the MLP's down projection by input rows. The one
+/// formula [`CostModel::layer_gemms`] and the executor's GEMM sweep both use.
+pub fn linear_fans(model: &Model, t: f64) -> [(f64, f64); 4] {
+    let h = model.hidden_size as f64;
+    let dh = model.head_dim() as f64;
+    // Queries are a x d_h wide: h, except where a config sets `head_dim` (Qwen3, Gemma 2).
+    let q = model.num_heads as f64 * dh;
+    let kv = model.num_kv_heads as f64 * dh;
+    let f = model.ffn_hidden_size as f64;
+    let up = if model.gated_mlp { 2.0 * f } else { f };
+    [(h, (q + 2.0 * kv) / t), (q / t, h), (h, up / t), (f / t, h)]
+}
+
 impl CostModel<'_> {
     /// The GEMMs of one layer's forward on one tensor-parallel rank:
     /// QKV, attention scores, attention over values, output projection, MLP in, MLP out.
     pub fn layer_gemms(&self) -> [Gemm; 6] {
-        let (b, s, h, a, f, t, dh) = self.dims();
+        let (b, s, _, a, f, t, dh) = self.dims();
         if let Some(mla) = &self.model.mla {
             return self.mla_layer_gemms(mla, f);
         }
         // With context parallelism a rank's s / cp queries attend to the whole sequence.
         let s_kv = self.model.seq_len as f64;
-        let kv = self.model.num_kv_heads as f64;
-        let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
-        let g = |m, n, k, batch| Gemm { m, n, k, batch };
-        // Queries are a x d_h wide: h, except where a config sets `head_dim` (Qwen3, Gemma 2).
-        let q = a * dh;
+        let linear = |(k, n): (f64, f64)| Gemm {
+            m: b * s,
+            n,
+            k,
+            batch: 1.0,
+        };
+        let [qkv, proj, up, down] = linear_fans(self.model, t);
         [
-            g(b * s, (q + 2.0 * kv * dh) / t, h, 1.0),
-            g(s, s_kv, dh, b * a / t),
-            g(s, dh, s_kv, b * a / t),
-            g(b * s, h, q / t, 1.0),
-            g(b * s, mlp_in / t, h, 1.0),
-            g(b * s, h, f / t, 1.0),
+            linear(qkv),
+            Gemm {
+                m: s,
+                n: s_kv,
+                k: dh,
+                batch: b * a / t,
+            },
+            Gemm {
+                m: s,
+                n: dh,
+                k: s_kv,
+                batch: b * a / t,
+            },
+            linear(proj),
+            linear(up),
+            linear(down),
         ]
     }
 

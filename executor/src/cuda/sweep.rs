@@ -20,6 +20,7 @@ use super::{availability, guarded, kernels};
 use crate::backend::ExecError;
 use crate::profile::median;
 use crate::spec::Dims;
+use pplan::cost::linear_fans;
 use pplan::inputs::model::Model;
 use serde::Serialize;
 use std::time::Instant;
@@ -40,34 +41,25 @@ pub struct GemmCase {
 }
 
 /// The 12 GEMMs of one layer of `model` at tensor-parallel size `tp`, micro-batch `mb` and
-/// sequence `seq` (QKV with grouped-query heads; the MLP up projection twice as wide when the
-/// MLP is gated). `None` when `tp` does not divide the heads, the KV heads or the FFN width.
+/// sequence `seq`: the cost model's four linear layers ([`pplan::cost::linear_fans`], the
+/// shapes `CostModel::layer_gemms` prices) in their three passes. `None` when `tp` does not
+/// divide the heads, the key/value heads or the FFN width (as `predict` and `search` require),
+/// or for multi-head latent attention, whose projections the sweep does not build.
 pub fn layer_gemm_cases(model: &Model, seq: u64, tp: u32, mb: u32) -> Option<Vec<GemmCase>> {
     let t = tp as u64;
-    let hd = model
-        .attention_head_dim
-        .unwrap_or(model.hidden_size / model.num_heads.max(1));
-    let kv = model.num_kv_heads.max(1);
-    if t == 0 || model.num_heads % t != 0 || (kv % t != 0 && t % kv != 0) {
+    if t == 0
+        || model.mla.is_some()
+        || [model.num_heads, model.num_kv_heads, model.ffn_hidden_size]
+            .iter()
+            .any(|&x| x % t != 0)
+    {
         return None;
     }
-    if model.ffn_hidden_size % t != 0 {
-        return None;
-    }
-    let h = model.hidden_size;
-    let q = model.num_heads * hd;
-    // KV heads are replicated when t exceeds them (Megatron-Core does the same).
-    let kv_out = 2 * hd * (kv / t).max(1);
-    let up = model.ffn_hidden_size * if model.gated_mlp { 2 } else { 1 } / t;
     let tokens = (mb as u64 * seq) as usize;
-    let linears: [(&'static str, u64, u64); 4] = [
-        ("qkv", h, q / t + kv_out),
-        ("proj", q / t, h),
-        ("fc1", h, up),
-        ("fc2", model.ffn_hidden_size / t, h),
-    ];
+    let ops = ["qkv", "proj", "fc1", "fc2"];
     let mut v = Vec::new();
-    for (op, fan_in, fan_out) in linears {
+    for (op, (fan_in, fan_out)) in ops.into_iter().zip(linear_fans(model, t as f64)) {
+        // Whole numbers: t divides every sharded dimension.
         let (i, o) = (fan_in as usize, fan_out as usize);
         for (pass, trans, (m, n, k)) in [
             ("forward", (false, true), (tokens, o, i)),
@@ -295,6 +287,45 @@ mod tests {
         // forward output, tokens x 7168.
         assert_eq!((a, b, c), (4096 * 8192, 8192 * 7168, 8192 * 7168));
         assert!(layer_gemm_cases(&m, 4096, 3, 1).is_none());
+        // 8 key/value heads cannot be split 16 ways (Megatron-Core divides the query groups
+        // by t; predict and search refuse it too).
+        assert!(layer_gemm_cases(&m, 4096, 16, 1).is_none());
+    }
+
+    /// The sweep times the GEMMs the cost model prices: the same (m, n, k) as the four linear
+    /// entries of `CostModel::layer_gemms` for the same layout.
+    #[test]
+    fn sweep_shapes_are_the_cost_models() {
+        use pplan::cost::{CostModel, Layout, Stack};
+        use pplan::inputs::hardware::Hardware;
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        for name in ["llama3-70b", "qwen3-30b-a3b", "gpt3-175b"] {
+            let mut m = Model::load(name).unwrap();
+            m.seq_len = 2048;
+            for (t, b) in [(1, 1), (2, 4), (4, 2)] {
+                let cm = CostModel {
+                    model: &m,
+                    hw: &hw,
+                    layout: Layout {
+                        micro_batch: b,
+                        ..Layout::tensor_parallel(t)
+                    },
+                    stack: Stack::default(),
+                };
+                let g = cm.layer_gemms();
+                let want: Vec<_> = [g[0], g[3], g[4], g[5]]
+                    .iter()
+                    .map(|g| (g.m as usize, g.n as usize, g.k as usize))
+                    .collect();
+                let got: Vec<_> = layer_gemm_cases(&m, 2048, t as u32, b as u32)
+                    .unwrap()
+                    .into_iter()
+                    .filter(|c| c.pass == "forward")
+                    .map(|c| (c.m, c.n, c.k))
+                    .collect();
+                assert_eq!(got, want, "{name} t {t} b {b}");
+            }
+        }
     }
 
     #[test]
