@@ -93,7 +93,7 @@ pub struct Llama3Comparison {
     /// Predicted / published TFLOP/s per GPU - 1.
     pub error: f64,
     /// The predicted step's model FLOP/s per GPU with the attention core's FLOPs counted
-    /// causally (half the `4 b s^2 a d_h` of [`CostModel::attention_core_flops`]: only the
+    /// causally (half the `4 b s^2 a d_h` of [`CostModel::attention_core_flops`](crate::cost::CostModel::attention_core_flops): only the
     /// blocks on and below the diagonal), in TFLOP/s: pplan's `model_tflops_per_gpu` counts
     /// them whole, as Megatron-LM and NeMo do. The paper does not say which it counts; at
     /// 131,072 tokens the two differ by 1.4x.

@@ -41,7 +41,7 @@ pub struct Costs {
     /// Memory that does not depend on the schedule (weights, gradients, optimizer state), per device.
     pub static_bytes: Vec<u64>,
     /// Per stage, the part of each action's duration spent in tensor-parallel collectives
-    /// (empty: none). Shown on [`Stream::TensorParallel`]; it does not add time.
+    /// (empty: none). Shown on [`Stream::TensorParallel`](crate::sim::Stream::TensorParallel); it does not add time.
     pub tensor_parallel: Vec<TpCommNs>,
     /// The sender's compute stream is held until each point-to-point send has completed.
     pub blocking_sends: bool,

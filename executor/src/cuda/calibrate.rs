@@ -2,7 +2,7 @@
 //! hands the numbers to [`crate::profile::assemble`], which writes the same two files as the
 //! CPU profiler. Formulas and what each number means: docs/executor-cuda.md, "Profiling".
 //!
-//! - F, I, W of the embedding, one transformer layer and the output layer: one [`CudaWorker`]
+//! - F, I, W of the embedding, one transformer layer and the output layer: one `CudaWorker`
 //!   holding a three-stage pipeline on one device (stage 0 the embedding alone, stage 1 one
 //!   layer, stage 2 the output layer alone; the stages hand over locally), driven F0 F1 F2,
 //!   I2 W2, I1 W1, I0 W0 per micro-batch; each action's time is the compute span the worker

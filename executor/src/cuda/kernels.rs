@@ -6,7 +6,7 @@
 //! Element-wise kernels use grid-stride loops; row kernels (softmax, cross-entropy) use one
 //! block per row and shared-memory tree reductions.
 
-/// Names of the kernels in [`SOURCE`], in the order [`crate::cuda::device`] loads them.
+/// Names of the kernels in [`SOURCE`], in the order `cuda::device` loads them.
 pub const NAMES: [&str; 10] = [
     "cast_bf16",
     "embed_fwd",

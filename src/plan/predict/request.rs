@@ -46,7 +46,7 @@ pub struct PredictRequest<'a> {
     /// uneven split.
     pub stage_layers: Option<Vec<u32>>,
     /// How layers are split when `stage_layers` is `None`: the even split, or the
-    /// partitioner's balanced split ([`balanced_split`](super::step::balanced_split)).
+    /// partitioner's balanced split ([`balanced_split`](super::balance::balanced_split)).
     pub partition: Split,
     /// Expert-parallel size (`--ep`; 1 for dense models).
     pub ep: u64,
@@ -63,8 +63,8 @@ pub enum Split {
     /// `inputs::profile::even_split`: the first `layers % stages` stages one layer more.
     #[default]
     Even,
-    /// `partition::dp` over the per-layer costs of [`balance_problem`](super::step::balance_problem), kept only when it is
-    /// strictly better than the even split ([`balanced_split`](super::step::balanced_split)).
+    /// `partition::dp` over the per-layer costs of [`balance_problem`](super::balance::balance_problem), kept only when it is
+    /// strictly better than the even split ([`balanced_split`](super::balance::balanced_split)).
     Balanced,
     /// One of Megatron-Core's split rules ([`PipelineSplit`]): the embedding and the loss
     /// counted as layers, or the first and last ranks' layer counts.

@@ -1,4 +1,4 @@
-//! Gantt charts of a simulated [`Timeline`], as SVG or PNG.
+//! Gantt charts of a simulated [`Timeline`](crate::sim::Timeline), as SVG or PNG.
 //!
 //! This module owns the picture of a timeline: the layout, the colour encoding and the drawing
 //! (through plotters). Rendering is a pure function of `(timeline, options)`: no clock, no
@@ -21,8 +21,8 @@
 //! right of its row and the overall one in the legend (docs/gantt.md). A time window
 //! ([`GanttOptions::window_ns`]) draws only the actions that overlap it.
 //!
-//! Files: [`options`] (what to draw, errors), [`render`] (SVG, PNG, files, the embedded font),
-//! [`layout`] (every position, the legend), [`draw`] (the drawing), [`colours`], [`font`].
+//! Files: `options` (what to draw, errors), `render` (SVG, PNG, files, the embedded font),
+//! `layout` (every position, the legend), `draw` (the drawing), `colours`, `font`.
 
 mod colours;
 mod draw;
