@@ -53,7 +53,11 @@ impl CostModel<'_> {
     /// output in FP8 and all-gathers that, and re-gathers the saved FP8 copy for the weight
     /// gradient; `grad_output_preprocess` casts the output gradient to FP8, then gathers it;
     /// the userbuffers keep their all-gather buffers in FP8, `fp8_buf` in `initialize_ub`).
-    /// The reduce-scatters move the 16-bit GEMM outputs.
+    /// The reduce-scatters move the 16-bit GEMM outputs. A layer without an MLP (a MoE layer's
+    /// dense part without shared experts, [`CostModel::moe_dense_part_model`]) has only the
+    /// attention block's collectives: Megatron-Core's MoE block takes the sequence-parallel
+    /// shard as it is and moves its tokens by the expert all-to-all (an all-gather only over
+    /// the expert tensor-parallel group, `moe_etp_collective_s`).
     pub fn tp_comm_s(
         &self,
         fwd: [f64; 4],
@@ -67,7 +71,14 @@ impl CostModel<'_> {
         let (b, s, h, ..) = self.dims();
         let elems = b * s * h;
         let u = |bytes_per_elem: f64| self.tp_all_reduce_s(bytes_per_elem * elems) / 2.0;
-        let (col, row) = ([0, 2], [1, 3]);
+        // A MoE layer's dense part without shared experts has no MLP block: its routed
+        // tokens leave the sequence-parallel shard through the expert all-to-all instead
+        // (`moe_layer`), so only the attention block's collectives run.
+        let (col, row): (&[usize], &[usize]) = if self.model.ffn_hidden_size == 0 {
+            (&[0], &[1])
+        } else {
+            (&[0, 2], &[1, 3])
+        };
         // Beside a GEMM without a chunk dependency (bulk): only the excess shows.
         let bulk = |c: f64, g: f64| (c - c.min(g), c.min(g));
         let flow_shop = |c: f64, g: f64| {
@@ -79,7 +90,7 @@ impl CostModel<'_> {
         if !self.layout.sequence_parallel {
             let asyn = self.stack.tp_async_backward;
             let ar = 2.0 * u(2.0);
-            let fwd_comm = (2.0 * ar, 0.0);
+            let fwd_comm = (row.len() as f64 * ar, 0.0);
             let bwd_comm = col
                 .iter()
                 .map(|&i| {
@@ -170,6 +181,40 @@ mod tests {
                 ..stack
             },
         }
+    }
+
+    /// A MoE layer's dense part without shared experts (no MLP block) by hand, t = 4 on
+    /// NVLink: with sequence parallelism the attention block's 2u forward and 3u backward; with
+    /// shared experts (an MLP block again) the whole layer's 4u and 6u.
+    #[test]
+    fn a_moe_layers_collectives_are_the_attention_blocks_by_hand() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let mut m = Model::preset("qwen3-30b-a3b").unwrap();
+        let elems = (m.seq_len * m.hidden_size) as f64;
+        let u = all_gather_s(
+            2.0 * elems,
+            4,
+            hw.nvlink_bytes_per_s(),
+            hw.node.nvlink_latency_s,
+        );
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        let none = [0.0; 4];
+        let dense_part = cm(&m, &hw, true, Stack::default()).moe_dense_part_model();
+        assert_eq!(dense_part.ffn_hidden_size, 0);
+        let ((f, _), (b, _)) =
+            cm(&dense_part, &hw, true, Stack::default()).tp_comm_s(none, none, none);
+        close(f, 2.0 * u);
+        close(b, 3.0 * u);
+        // Without sequence parallelism: one all-reduce (2u) each way.
+        let ((f, _), (b, _)) =
+            cm(&dense_part, &hw, false, Stack::default()).tp_comm_s(none, none, none);
+        close(f, 2.0 * u);
+        close(b, 2.0 * u);
+        m.moe.as_mut().unwrap().shared_ffn = 1024;
+        let shared = cm(&m, &hw, true, Stack::default()).moe_dense_part_model();
+        let ((f, _), (b, _)) = cm(&shared, &hw, true, Stack::default()).tp_comm_s(none, none, none);
+        close(f, 4.0 * u);
+        close(b, 6.0 * u);
     }
 
     /// Volumes by hand for t = 4 on NVLink: `u` is one all-gather of the `s h` activation in
