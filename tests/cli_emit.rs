@@ -33,6 +33,8 @@ fn model() -> PlanModel {
         kv_channels: None,
         moe: None,
         mla: None,
+        normalization: None,
+        position_embedding_type: None,
     }
 }
 
@@ -94,7 +96,7 @@ fn megatron_interleaved_exact_output() {
 # Launch on 8 GPUs: tp 2 x pp 2 x dp 2; Megatron-LM derives dp from the world size.
 # Vocabulary: 32000 (--padded-vocab-size); the tokenizer's must not be larger. Add data, tokenizer and optimizer flags.
 # Use: source THIS_FILE && torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" ...
-# assumed: a gated MLP is taken as the Llama family: RoPE, RMSNorm, SwiGLU, no linear biases (pplan's model records neither normalisation nor biases; its parameter count includes LayerNorm and linear biases this network does not have)
+# assumed: a gated MLP is taken as the Llama family: SwiGLU, no linear biases, and RoPE and RMSNorm unless the plan records otherwise (pplan's model records no biases; its parameter count includes LayerNorm and linear biases this network does not have)
 # cannot express exactly: pplan's model 'tiny-gqa' does not record its rotary base (rope_theta): Megatron-LM's default 10000 applies; add --rotary-base
 MEGATRON_ARGS=(
   --tensor-model-parallel-size 2

@@ -329,21 +329,16 @@ fn megatron_round_trip(p: &Plan) {
     let mut model = PlanModel::from_model(&back.model);
     model.name = p.model.name.clone();
     assert_eq!(model, p.model);
-    // Read but not part of pplan's model: the architecture pplan assumes for the family.
+    // Read but not part of pplan's model: the architecture pplan assumes for the family
+    // (the normalisation and the position embedding are: `Model::rms_norm`, `rotary`).
     let expected: &[&str] = if p.model.gated_mlp {
         &[
             "--max-position-embeddings",
-            "--position-embedding-type",
             "--rotary-base",
-            "--normalization",
             "--disable-bias-linear",
         ]
     } else {
-        &[
-            "--max-position-embeddings",
-            "--position-embedding-type",
-            "--normalization",
-        ]
+        &["--max-position-embeddings"]
     };
     assert_eq!(back.ignored, expected);
 }
@@ -639,5 +634,40 @@ fn torchtitan_config_read_back_gives_the_plan() {
         if !flavor_line {
             assert!(out.text.contains("raise NotImplementedError("));
         }
+    }
+}
+
+/// An ungated model with rotary positions (GPT-NeoX-like) and a gated one with LayerNorm: the
+/// plan records what its MLP does not imply, and the emitted arguments read back to it.
+#[test]
+fn recorded_norms_and_positions_are_emitted_and_read_back() {
+    let mut neox = Model::preset("gpt-1.7b").unwrap();
+    neox.rotary = true;
+    let mut gated = Model::preset("llama3-8b").unwrap();
+    gated.rms_norm = false;
+    for m in [neox, gated] {
+        let p = plan(&m, ScheduleName::OneFOneB, 2, 1, 4, None, 0);
+        let out = emit(&p, Target::Megatron, None).unwrap();
+        let (norm, pos) = (
+            if m.rms_norm { "RMSNorm" } else { "LayerNorm" },
+            if m.rotary { "rope" } else { "learned_absolute" },
+        );
+        assert!(
+            out.text.contains(&format!("--normalization {norm}")),
+            "{}",
+            out.text
+        );
+        assert!(
+            out.text
+                .contains(&format!("--position-embedding-type {pos}")),
+            "{}",
+            out.text
+        );
+        let back = parse_megatron_args(&out.text, "megatron.sh").unwrap();
+        assert_eq!(
+            (back.model.rms_norm, back.model.rotary),
+            (m.rms_norm, m.rotary)
+        );
+        megatron_round_trip(&p);
     }
 }

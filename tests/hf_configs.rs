@@ -148,3 +148,63 @@ fn hybrid_and_unread_moe_configs_exit_2_naming_the_key() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn norms_and_positions_come_from_the_config() {
+    // Every Llama-family config in tests/data/hf/ has `rms_norm_eps` and rotary positions.
+    for (name, _, _) in PUBLISHED {
+        let m = Model::load(&path(name)).unwrap();
+        assert!(m.rms_norm && m.rotary, "{name}");
+    }
+    let hf = |extra: &str| {
+        Model::from_json(
+            &format!(
+                r#"{{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                    "intermediate_size": 256, "vocab_size": 100 {extra}}}"#
+            ),
+            "config.json",
+        )
+        .unwrap()
+    };
+    // GPT-2 / MPT: LayerNorm (no `rms_norm_eps`), learned or ALiBi positions.
+    for t in ["gpt2", "mpt", "bloom", "opt"] {
+        let m = hf(&format!(
+            r#", "model_type": "{t}", "layer_norm_epsilon": 1e-5"#
+        ));
+        assert!(!m.rms_norm && !m.rotary, "{t}");
+    }
+    // GPT-NeoX: LayerNorm with rotary positions; Falcon with ALiBi says so.
+    let neox = hf(r#", "model_type": "gpt_neox", "layer_norm_eps": 1e-5"#);
+    assert!(!neox.rms_norm && neox.rotary);
+    assert!(!hf(r#", "model_type": "falcon", "alibi": true"#).rotary);
+    // Megatron-style JSON: Megatron-LM's argument values (and NeMo's lower-case names);
+    // LayerNorm and learned positions when absent, its defaults.
+    let meg = |extra: &str| {
+        Model::from_json(
+            &format!(
+                r#"{{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                    "ffn_hidden_size": 256, "vocab_size": 100, "seq_length": 128 {extra}}}"#
+            ),
+            "model.json",
+        )
+    };
+    let m = meg("").unwrap();
+    assert!(!m.rms_norm && !m.rotary);
+    let m = meg(r#", "normalization": "RMSNorm", "position_embedding_type": "rope""#).unwrap();
+    assert!(m.rms_norm && m.rotary);
+    assert!(meg(r#", "normalization": "layernorm1p""#).is_ok());
+    let e = meg(r#", "normalization": "BatchNorm""#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("normalization") && e.contains("RMSNorm") && e.contains("BatchNorm"),
+        "{e}"
+    );
+    let e = meg(r#", "position_embedding_type": "sinusoidal""#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("position_embedding_type") && e.contains("rope"),
+        "{e}"
+    );
+}

@@ -80,3 +80,29 @@ fn refuses_other_versions_and_bad_fields() {
         .to_string();
     assert!(e.contains("schedule.devices[0][0]"), "{e}");
 }
+
+#[test]
+fn norms_and_positions_round_trip_where_the_family_would_not_say() {
+    // GPT-1.7B (LayerNorm, learned positions, ungated) writes neither field: the ungated MLP
+    // already implies them, as in plans written before the fields existed.
+    let text = sample().to_json();
+    assert!(!text.contains("normalization") && !text.contains("position_embedding_type"));
+    // An ungated model with rotary positions (GPT-NeoX) writes the one that differs.
+    let mut neox = Model::preset("gpt-1.7b").unwrap();
+    neox.rotary = true;
+    let mut plan = sample();
+    plan.model = PlanModel::from_model(&neox);
+    let text = plan.to_json();
+    assert!(
+        text.contains("\"position_embedding_type\": \"rope\"") && !text.contains("normalization")
+    );
+    let back = Plan::from_json(&text, "p.json").unwrap();
+    assert_eq!(back.model.to_model(), neox);
+    // A value pplan does not know is refused naming the field.
+    let bad = text.replace("\"rope\"", "\"sinusoidal\"");
+    let e = Plan::from_json(&bad, "p.json").unwrap_err().to_string();
+    assert!(
+        e.contains("model.position_embedding_type") && e.contains("sinusoidal"),
+        "{e}"
+    );
+}

@@ -4,6 +4,10 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
+pub use super::kernel_bytes::{
+    CROSS_ENTROPY_BACKWARD_BYTES, CROSS_ENTROPY_FORWARD_BYTES, EAGER_LAYERNORM_BYTES,
+    EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES,
+};
 use super::stack::{
     Attention, CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
@@ -13,18 +17,6 @@ use crate::inputs::model::Model;
 /// Query rows per tile of the fused attention kernels (FlashAttention-2/-3 and cuDNN use
 /// 128-row tiles for head dimension 128): the diagonal tiles are computed whole.
 const FLASH_BLOCK_ROWS: f64 = 128.0;
-
-/// HBM bytes per logit of Megatron's vocabulary-parallel cross-entropy forward, one PyTorch
-/// kernel per step (Megatron-Core `tensor_parallel/cross_entropy.py`; Megatron-LM 2021's
-/// `mpu/cross_entropy.py` has the same steps): cast the 16-bit logits to fp32 (read 2, write
-/// 4), the max over the vocabulary (read 4), subtract it in place (read 4, write 4), `exp` in
-/// place (read 4, write 4), the sum (read 4), divide in place to get the softmax kept for the
-/// backward (read 4, write 4): 38.
-pub const CROSS_ENTROPY_FORWARD_BYTES: f64 = 6.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0;
-/// Its backward: scale the saved fp32 softmax by the loss gradient in place (read 4, write 4;
-/// the one-hot subtraction touches one element per row) and the cast's backward to the 16-bit
-/// logit gradient (read 4, write 2): 14.
-pub const CROSS_ENTROPY_BACKWARD_BYTES: f64 = 8.0 + 6.0;
 
 /// One GEMM (or a batch of equal GEMMs): `batch` products of (m x k) by (k x n).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -333,12 +325,15 @@ impl CostModel<'_> {
     }
 
     /// Bytes per element of one norm, (forward, backward): fused, read and write 2 (the
-    /// backward also reads the input, 6); eager, [`EAGER_RMSNORM_BYTES`].
+    /// backward also reads the input, 6); eager, [`EAGER_RMSNORM_BYTES`] for RMSNorm and
+    /// [`EAGER_LAYERNORM_BYTES`] for LayerNorm ([`Model::rms_norm`]).
     fn norm_bytes(&self) -> (f64, f64) {
         if self.stack.fused_kernels {
             (4.0, 6.0)
-        } else {
+        } else if self.model.rms_norm {
             EAGER_RMSNORM_BYTES
+        } else {
+            EAGER_LAYERNORM_BYTES
         }
     }
 
@@ -398,11 +393,15 @@ impl CostModel<'_> {
         } else {
             // Eager PyTorch, as torchtitan's Llama code runs it (no biases, no dropout; the
             // unfused attention core is the 17 and 19 as^2b above): per element, the eager
-            // RMSNorm EAGER_RMSNORM_BYTES, rotary embedding on q and k EAGER_ROPE_BYTES each
-            // way, the residual adds 6 (their gradient adds 6), the MLP activation SwiGLU
-            // 10 / 18 (GeLU 4 / 6) bytes per element of f.
-            let qk =
-                s * b * (a + self.model.num_kv_heads as f64) * self.model.head_dim() as f64 / t;
+            // RMSNorm EAGER_RMSNORM_BYTES (LayerNorm EAGER_LAYERNORM_BYTES), a rotary
+            // embedding on q and k EAGER_ROPE_BYTES each way (none with learned or ALiBi
+            // positions), the residual adds 6 (their gradient adds 6), the MLP activation
+            // SwiGLU 10 / 18 (GeLU 4 / 6) bytes per element of f.
+            let qk = if self.model.rotary {
+                s * b * (a + self.model.num_kv_heads as f64) * self.model.head_dim() as f64 / t
+            } else {
+                0.0
+            };
             (
                 (2.0 * norm_f + 2.0 * 6.0) * sbh
                     + EAGER_ROPE_BYTES * qk
@@ -810,21 +809,6 @@ pub fn sharded_exposure(
     }
 }
 
-/// Bytes per element of torchtitan's eager RMSNorm (`torchtitan/models/norms.py`, `norm_type =
-/// "rmsnorm"` in its Llama configs: `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
-/// .type_as(x) * weight`), one PyTorch kernel per operation: forward, cast to fp32 (read 2,
-/// write 4), square (4, 4), mean (4), normalise (4, 4), cast back (4, 2), weight (2, 2) = 36;
-/// backward, by autograd, weight (2, 2) and its gradient (2, 2), cast (2, 4), normalise
-/// (4, 4) and its scale's gradient (4, 4), square (4, 4), the sum of the two input
-/// gradients (4, 4, 4) and the cast back (4, 2) = 56. The per-row mean and rsqrt are
-/// negligible.
-pub const EAGER_RMSNORM_BYTES: (f64, f64) = (36.0, 56.0);
-
-/// Bytes per element of q and k of torchtitan's eager rotary embedding (`apply_rotary_emb`:
-/// `view_as_complex(x.float()) * freqs_cis`, `view_as_real`, `type_as`), each way: cast (read
-/// 2, write 4), complex multiply (4, 4), cast back (4, 2).
-pub const EAGER_ROPE_BYTES: f64 = 20.0;
-
 /// HBM traffic of one layer's memory-bound kernels on one rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryTraffic {
@@ -918,6 +902,16 @@ mod tests {
         // Their backwards: 56 per norm, 6 per gradient add, 20, 18.
         let bwd = (2.0 * 56.0 + 12.0) * sbh + 20.0 * qk + 18.0 * sbf;
         let t = c.layer_memory_bytes();
+        assert!((t.other_forward_bytes / fwd - 1.0).abs() < 1e-12);
+        assert!((t.other_backward_bytes / bwd - 1.0).abs() < 1e-12);
+        // The same dimensions with LayerNorm and learned positions (MPT, GPT-2): one
+        // LayerNorm kernel 4 / 10 bytes, no rotary embedding.
+        let mut mpt = m.clone();
+        mpt.rms_norm = false;
+        mpt.rotary = false;
+        let t = with_stack(&mpt, &hw, 2, 1, eager).layer_memory_bytes();
+        let fwd = (2.0 * 4.0 + 12.0) * sbh + 10.0 * sbf;
+        let bwd = (2.0 * 10.0 + 12.0) * sbh + 18.0 * sbf;
         assert!((t.other_forward_bytes / fwd - 1.0).abs() < 1e-12);
         assert!((t.other_backward_bytes / bwd - 1.0).abs() < 1e-12);
     }

@@ -22,6 +22,7 @@
 
 pub mod compute;
 pub mod cp;
+pub mod kernel_bytes;
 pub mod launch;
 pub mod memory;
 pub mod moe;

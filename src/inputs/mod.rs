@@ -5,6 +5,7 @@
 //! Imports nothing else of the crate.
 
 pub mod dense_presets;
+pub mod families;
 pub mod hardware;
 pub mod json_path;
 pub mod model;

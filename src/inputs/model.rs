@@ -64,76 +64,23 @@ pub struct Model {
     pub mla: Option<Mla>,
     /// Sliding-window attention on some layers (GPT-OSS).
     pub sliding_window: Option<SlidingWindow>,
+    /// RMSNorm layer norms (Llama and later: a `transformers` config with `rms_norm_eps`,
+    /// Megatron's `normalization: RMSNorm`) rather than LayerNorm (GPT-2, Megatron's GPT,
+    /// GPT-NeoX, MPT). Eager PyTorch runs RMSNorm as several elementwise kernels and LayerNorm
+    /// as one (`cost::compute`, the eager stack's traffic).
+    pub rms_norm: bool,
+    /// Rotary position embeddings applied to q and k in every layer (Llama, GPT-NeoX and
+    /// later); false for learned absolute positions or ALiBi (GPT-2, OPT, BLOOM, MPT,
+    /// Megatron's default `learned_absolute`).
+    pub rotary: bool,
 }
 
 /// The training sequence length of a Hugging Face config.json when `--seq-len` is not given
 /// (capped by the config's `max_position_embeddings`).
 pub const DEFAULT_SEQ_LEN: u64 = 4096;
 
-/// Activation names pplan accepts (`transformers`' ACT2FN keys and Megatron-LM's); the gated
-/// ones are listed in [`GATED_ACTIVATIONS`].
-pub const ACTIVATIONS: [&str; 20] = [
-    "silu",
-    "swish",
-    "swiglu",
-    "geglu",
-    "reglu",
-    "gelu",
-    "gelu_new",
-    "gelu_fast",
-    "gelu_pytorch_tanh",
-    "gelu_python",
-    "gelu_accurate",
-    "gelu_10",
-    "quick_gelu",
-    "relu",
-    "relu2",
-    "relu6",
-    "leaky_relu",
-    "tanh",
-    "sigmoid",
-    "squared_relu",
-];
-
-/// Activations that imply a gated MLP for a model family pplan does not know by name.
-pub const GATED_ACTIVATIONS: [&str; 5] = ["silu", "swish", "swiglu", "geglu", "reglu"];
-
-/// `model_type`s whose `transformers` MLP is gated whatever the activation.
-const GATED_FAMILIES: [&str; 15] = [
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "phi3",
-    "olmo",
-    "olmo2",
-    "cohere",
-    "cohere2",
-    "granite",
-    "internlm2",
-    "exaone",
-];
-
-/// `model_type`s whose MLP is two matrices (up, down) whatever the activation.
-const UNGATED_FAMILIES: [&str; 11] = [
-    "gpt_neox",
-    "gptj",
-    "gpt_bigcode",
-    "starcoder2",
-    "falcon",
-    "phi",
-    "nemotron",
-    "bloom",
-    "opt",
-    "mpt",
-    "gpt2",
-];
-
-/// `model_type`s whose config class defaults `tie_word_embeddings` to false.
-const UNTIED_BY_DEFAULT: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "phi3", "starcoder2"];
+pub use super::families::{megatron_rms_norm, megatron_rotary, ACTIVATIONS, GATED_ACTIVATIONS};
+use super::families::{GATED_FAMILIES, NON_ROTARY_FAMILIES, UNGATED_FAMILIES, UNTIED_BY_DEFAULT};
 
 /// Keys of hybrid state-space models (Jamba, Zamba, Nemotron-H, Falcon-H1, Mamba).
 const HYBRID_KEYS: [&str; 5] = [
@@ -463,6 +410,10 @@ impl Model {
                 moe: None,
                 mla: None,
                 sliding_window: None,
+                // Megatron-LM's GPT: LayerNorm and learned absolute positions; Llama 3:
+                // RMSNorm and rotary embeddings.
+                rms_norm: gated,
+                rotary: gated,
             })
             .or_else(|| {
                 super::moe_presets::moe_preset(name).map(|p| Model {
@@ -482,6 +433,9 @@ impl Model {
                     moe: Some(p.moe),
                     mla: p.mla,
                     sliding_window: None,
+                    // Mixtral, Qwen3-MoE and DeepSeek-V3: RMSNorm, rotary embeddings.
+                    rms_norm: true,
+                    rotary: true,
                 })
             })
     }
@@ -572,6 +526,11 @@ impl Model {
                 mla: moe::mla_from_hf(&v).map_err(|e| field_error(path, e))?,
                 sliding_window: moe::sliding_from_hf(&v, num_layers)
                     .map_err(|e| field_error(path, e))?,
+                // `transformers`' config classes carry `rms_norm_eps` exactly when the model's
+                // norms are RMSNorm (LayerNorm ones: `layer_norm_eps`/`_epsilon`).
+                rms_norm: v.get("rms_norm_eps").is_some(),
+                rotary: !NON_ROTARY_FAMILIES.contains(&model_type)
+                    && get_opt_bool(&v, "alibi", path)? != Some(true),
             }
         } else if v.get("num_layers").is_some() {
             refuse_unmodelled(&v, path)?;
@@ -604,6 +563,21 @@ impl Model {
                 .map_err(|e| field_error(path, e))?,
                 mla: moe::mla_from_megatron(&v).map_err(|e| field_error(path, e))?,
                 sliding_window: None,
+                rms_norm: megatron_rms_norm(get_opt_str(&v, "normalization", path)?).map_err(
+                    |got| ModelError::BadType {
+                        path: path.to_string(),
+                        field: "normalization",
+                        expected: "LayerNorm or RMSNorm (NeMo: layernorm, layernorm1p, rmsnorm)",
+                        got,
+                    },
+                )?,
+                rotary: megatron_rotary(get_opt_str(&v, "position_embedding_type", path)?)
+                    .map_err(|got| ModelError::BadType {
+                        path: path.to_string(),
+                        field: "position_embedding_type",
+                        expected: "learned_absolute, rope, mrope, yarn, relative or none",
+                        got,
+                    })?,
             }
         } else {
             return Err(ModelError::UnknownFormat {

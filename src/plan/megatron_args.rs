@@ -13,7 +13,7 @@
 //! `--make-vocab-size-divisible-by` (128) × tp unless `--padded-vocab-size` gives it, the even
 //! pipeline split unless `--pipeline-model-parallel-layout` gives one. No IO.
 
-use crate::inputs::model::{megatron_dropout, Model};
+use crate::inputs::model::{megatron_dropout, megatron_rms_norm, megatron_rotary, Model};
 use crate::plan::predict::PipelineSplit;
 use std::collections::BTreeMap;
 
@@ -262,6 +262,8 @@ const USED: &[&str] = &[
     "--ffn-hidden-size",
     "--seq-length",
     "--swiglu",
+    "--normalization",
+    "--position-embedding-type",
     "--hidden-dropout",
     "--attention-dropout",
     "--untie-embeddings-and-output-weights",
@@ -616,6 +618,15 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         moe: None,
         mla: None,
         sliding_window: None,
+        rms_norm: megatron_rms_norm(flags.str("--normalization"))
+            .map_err(|got| flags.bad("--normalization", &got, "LayerNorm or RMSNorm"))?,
+        rotary: megatron_rotary(flags.str("--position-embedding-type")).map_err(|got| {
+            flags.bad(
+                "--position-embedding-type",
+                &got,
+                "learned_absolute, rope, mrope, yarn, relative or none",
+            )
+        })?,
     };
     let mut model = model;
     model.moe = moe_from_flags(&flags, model.num_layers, model.ffn_hidden_size)?;

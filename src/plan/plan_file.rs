@@ -14,7 +14,7 @@
 use crate::cost::optimizer::OptimizerStateError;
 use crate::cost::{OptimizerState, Stack};
 use crate::inputs::hardware::valid_names;
-use crate::inputs::model::Model;
+use crate::inputs::model::{megatron_rms_norm, megatron_rotary, Model};
 use crate::inputs::profile::even_split;
 use crate::schedule::generators::ScheduleName;
 use crate::schedule::ir::{Action, Placement, Schedule, WeightUpdate};
@@ -84,6 +84,15 @@ pub struct PlanModel {
     /// Multi-head latent attention, in Megatron-LM's argument names (omitted otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mla: Option<PlanMla>,
+    /// Megatron-LM's `--normalization` (`LayerNorm` or `RMSNorm`), written only where it
+    /// differs from what `gated_mlp` implies (RMSNorm with a gated MLP, LayerNorm without),
+    /// as in plans written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalization: Option<String>,
+    /// Megatron-LM's `--position-embedding-type` (`rope`, `learned_absolute`, ...), likewise
+    /// (`rope` with a gated MLP, `learned_absolute` without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_embedding_type: Option<String>,
 }
 
 /// The experts of a mixture-of-experts plan.
@@ -424,6 +433,10 @@ impl PlanModel {
                 qk_pos_emb_head_dim: a.qk_rope_head_dim,
                 v_head_dim: a.v_head_dim,
             }),
+            normalization: (m.rms_norm != m.gated_mlp)
+                .then(|| if m.rms_norm { "RMSNorm" } else { "LayerNorm" }.to_string()),
+            position_embedding_type: (m.rotary != m.gated_mlp)
+                .then(|| if m.rotary { "rope" } else { "learned_absolute" }.to_string()),
         }
     }
 
@@ -458,6 +471,16 @@ impl PlanModel {
                 qk_nope_head_dim: a.qk_head_dim,
                 v_head_dim: a.v_head_dim,
             }),
+            // Checked when the plan is read (`Plan::check`).
+            rms_norm: self.normalization.as_deref().map_or(self.gated_mlp, |v| {
+                megatron_rms_norm(Some(v)).unwrap_or(self.gated_mlp)
+            }),
+            rotary: self
+                .position_embedding_type
+                .as_deref()
+                .map_or(self.gated_mlp, |v| {
+                    megatron_rotary(Some(v)).unwrap_or(self.gated_mlp)
+                }),
             sliding_window: None,
         }
     }
@@ -691,6 +714,20 @@ impl Plan {
             ));
         }
         let m = &self.model;
+        if let Err(got) = megatron_rms_norm(m.normalization.as_deref()) {
+            return Err(field(
+                origin,
+                "model.normalization",
+                format!("'{got}' is not a normalisation pplan knows (valid: LayerNorm, RMSNorm)"),
+            ));
+        }
+        if let Err(got) = megatron_rotary(m.position_embedding_type.as_deref()) {
+            return Err(field(
+                origin,
+                "model.position_embedding_type",
+                format!("'{got}' is not a position embedding pplan knows (valid: learned_absolute, rope, mrope, yarn, relative, none)"),
+            ));
+        }
         for (name, v) in [
             ("model.num_layers", m.num_layers as u64),
             ("model.hidden_size", m.hidden_size),

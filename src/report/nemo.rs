@@ -18,7 +18,7 @@ use crate::cost::{
     CostModel, Layout, MasterWeights, OptimizerState, Recompute, Stack, StateDtype, Zero,
 };
 use crate::inputs::hardware::{Hardware, Precision};
-use crate::inputs::model::{megatron_dropout, Model, ModelError};
+use crate::inputs::model::{megatron_dropout, megatron_rms_norm, Model, ModelError};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
 use crate::report::{mean_abs, worst_by};
 use crate::schedule::generators::ScheduleName;
@@ -207,6 +207,10 @@ impl NemoModel {
             moe: None,
             mla: None,
             sliding_window: None,
+            // NeMo's `normalization` is `rmsnorm`, `layernorm` or `layernorm1p` (Nemotron);
+            // `position_embedding_type` `rope` or `learned_absolute`.
+            rms_norm: megatron_rms_norm(Some(&self.normalization)).unwrap_or(false),
+            rotary: self.position_embedding_type == "rope",
         };
         m.check()?;
         Ok(m)

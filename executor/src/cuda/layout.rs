@@ -259,6 +259,8 @@ pub(crate) mod tests_support {
                 kv_channels: None,
                 moe: None,
                 mla: None,
+                normalization: None,
+                position_embedding_type: None,
             },
             hardware: "h100-80gb".into(),
             parallelism: Parallelism {

@@ -27,6 +27,8 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         kv_channels: None,
         moe: None,
         mla: None,
+        normalization: None,
+        position_embedding_type: None,
     }
 }
 

@@ -220,8 +220,16 @@ pub fn megatron(plan: &Plan) -> Emitted {
     flag("--ffn-hidden-size", val(m.ffn_hidden_size));
     flag("--seq-length", val(m.seq_length));
     flag("--max-position-embeddings", val(m.seq_length));
+    // The plan's own normalisation and position embedding where it records them (where they
+    // differ from the family's), else the family's.
+    let family = |recorded: &Option<String>, default: &str| {
+        Some(recorded.clone().unwrap_or_else(|| default.to_string()))
+    };
     if m.gated_mlp {
-        flag("--position-embedding-type", Some("rope".into()));
+        flag(
+            "--position-embedding-type",
+            family(&m.position_embedding_type, "rope"),
+        );
         match known_rotary_base(&m.name) {
             Some(base) => flag("--rotary-base", val(base)),
             None => notes.push(format!(
@@ -229,17 +237,20 @@ pub fn megatron(plan: &Plan) -> Emitted {
                 m.name
             )),
         }
-        flag("--normalization", Some("RMSNorm".into()));
+        flag("--normalization", family(&m.normalization, "RMSNorm"));
         flag("--swiglu", None);
         flag("--disable-bias-linear", None);
         assumed.push(
-            "a gated MLP is taken as the Llama family: RoPE, RMSNorm, SwiGLU, no linear biases (pplan's model records neither normalisation nor biases; its parameter count includes LayerNorm and linear biases this network does not have)",
+            "a gated MLP is taken as the Llama family: SwiGLU, no linear biases, and RoPE and RMSNorm unless the plan records otherwise (pplan's model records no biases; its parameter count includes LayerNorm and linear biases this network does not have)",
         );
     } else {
-        flag("--position-embedding-type", Some("learned_absolute".into()));
-        flag("--normalization", Some("LayerNorm".into()));
+        flag(
+            "--position-embedding-type",
+            family(&m.position_embedding_type, "learned_absolute"),
+        );
+        flag("--normalization", family(&m.normalization, "LayerNorm"));
         assumed.push(
-            "an ungated MLP is taken as the GPT family: learned absolute positions, LayerNorm, GELU, linear biases (pplan's parameter count omits the seq-length x hidden position embedding)",
+            "an ungated MLP is taken as the GPT family: GELU, linear biases, and learned absolute positions and LayerNorm unless the plan records otherwise (pplan's parameter count omits the seq-length x hidden position embedding)",
         );
     }
     if m.untie_embeddings_and_output_weights {

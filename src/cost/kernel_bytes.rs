@@ -1,0 +1,38 @@
+//! HBM bytes per element of the memory-bound kernels the cost model counts outside the
+//! layer formulas of `compute` (docs/cost-model.md, "Memory-bound kernels"), each with the
+//! code it is read off.
+
+/// HBM bytes per logit of Megatron's vocabulary-parallel cross-entropy forward, one PyTorch
+/// kernel per step (Megatron-Core `tensor_parallel/cross_entropy.py`; Megatron-LM 2021's
+/// `mpu/cross_entropy.py` has the same steps): cast the 16-bit logits to fp32 (read 2, write
+/// 4), the max over the vocabulary (read 4), subtract it in place (read 4, write 4), `exp` in
+/// place (read 4, write 4), the sum (read 4), divide in place to get the softmax kept for the
+/// backward (read 4, write 4): 38.
+pub const CROSS_ENTROPY_FORWARD_BYTES: f64 = 6.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0;
+/// Its backward: scale the saved fp32 softmax by the loss gradient in place (read 4, write 4;
+/// the one-hot subtraction touches one element per row) and the cast's backward to the 16-bit
+/// logit gradient (read 4, write 2): 14.
+pub const CROSS_ENTROPY_BACKWARD_BYTES: f64 = 8.0 + 6.0;
+
+/// Bytes per element of torchtitan's eager RMSNorm (`torchtitan/models/norms.py`, `norm_type =
+/// "rmsnorm"` in its Llama configs: `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
+/// .type_as(x) * weight`), one PyTorch kernel per operation: forward, cast to fp32 (read 2,
+/// write 4), square (4, 4), mean (4), normalise (4, 4), cast back (4, 2), weight (2, 2) = 36;
+/// backward, by autograd, weight (2, 2) and its gradient (2, 2), cast (2, 4), normalise
+/// (4, 4) and its scale's gradient (4, 4), square (4, 4), the sum of the two input
+/// gradients (4, 4, 4) and the cast back (4, 2) = 56. The per-row mean and rsqrt are
+/// negligible.
+pub const EAGER_RMSNORM_BYTES: (f64, f64) = (36.0, 56.0);
+
+/// Bytes per element of one eager LayerNorm, (forward, backward):
+/// `torch.nn.functional.layer_norm` in the activations' 16-bit dtype is one kernel forward
+/// (read 2, write 2) and two backward (the input gradient reads the output gradient and the
+/// input and writes 2; the weight and bias gradients read both again): (4, 10). This is
+/// MPT's `low_precision_layernorm` (llm-foundry `LPLayerNorm`, which turns autocast off
+/// around it); a LayerNorm left to autocast runs in fp32 and moves about twice as much.
+pub const EAGER_LAYERNORM_BYTES: (f64, f64) = (4.0, 10.0);
+
+/// Bytes per element of q and k of torchtitan's eager rotary embedding (`apply_rotary_emb`:
+/// `view_as_complex(x.float()) * freqs_cis`, `view_as_real`, `type_as`), each way: cast (read
+/// 2, write 4), complex multiply (4, 4), cast back (4, 2).
+pub const EAGER_ROPE_BYTES: f64 = 20.0;
