@@ -8,6 +8,7 @@ pub mod bridge_h100;
 pub mod compare;
 pub mod gantt;
 pub mod llama3_405b;
+pub mod llm_foundry;
 pub mod measured;
 pub mod moe_long_context;
 pub mod moe_modelzoo;
