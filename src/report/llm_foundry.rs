@@ -6,9 +6,11 @@
 //! no IO.
 //!
 //! Every run is data parallelism only over all its GPUs (no tensor or pipeline parallelism),
-//! BF16, with the sharding the row states: `FULL_SHARD` (ZeRO-3: parameters all-gathered
-//! layer by layer in the forward and again in the backward, gradients reduce-scattered) or
-//! `SHARD_GRAD_OP` (ZeRO-2: parameters gathered once and kept through the backward). The
+//! BF16, with the sharding the row states ([`FsdpSharding`]): `FULL_SHARD` (parameters
+//! all-gathered layer by layer in the forward and again in the backward, gradients
+//! reduce-scattered) or `SHARD_GRAD_OP` (parameters gathered layer by layer in the forward and
+//! kept through the backward, gradients reduce-scattered): both are pplan's ZeRO-3, with and
+//! without resharding after the forward. The
 //! stack is the benchmark's ([`foundry_stack`]): PyTorch's FSDP (FSDP1; the H100 sweep's image
 //! is `mosaicml/pytorch:2.1.0_cu121-python3.10-ubuntu20.04`), whose flat parameters are views
 //! (no FSDP2 copies), with Composer's `mixed_precision: DEFAULT` (parameters gathered in BF16,
@@ -20,6 +22,18 @@
 
 use super::{mean_abs, worst_by};
 use crate::cost::{Recompute, Stack, Zero};
+
+/// PyTorch FSDP's sharding strategies the tables use. Both shard parameters, gradients and
+/// optimizer state between steps (pplan's ZeRO-3, `Zero::Full`); they differ in when the
+/// gathered parameters are freed (PyTorch's `ShardingStrategy` docs: `SHARD_GRAD_OP` "does
+/// not reshard them after the forward, and only reshards them after the backward").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsdpSharding {
+    /// `FULL_SHARD`: resharded after each layer's forward, gathered again for its backward.
+    FullShard,
+    /// `SHARD_GRAD_OP`: kept from the forward through the backward.
+    ShardGradOp,
+}
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
@@ -34,8 +48,7 @@ pub struct FoundryRow {
     pub gpus: u64,
     pub micro_batch: u64,
     pub global_batch: u64,
-    /// Zero::Full (`FULL_SHARD`) or Zero::Gradients (`SHARD_GRAD_OP`).
-    pub sharding: Zero,
+    pub sharding: FsdpSharding,
     /// Activation checkpointing of every block (full recomputation).
     pub checkpointing: bool,
     /// Gradients reduced in FP32 (`mixed_precision: DEFAULT`), else in BF16 (`PURE`).
@@ -57,7 +70,7 @@ type Printed = (
     u64,
     u64,
     u64,
-    Zero,
+    FsdpSharding,
     bool,
     bool,
     f64,
@@ -65,8 +78,8 @@ type Printed = (
     u64,
 );
 
-const FULL: Zero = Zero::Full;
-const GRAD: Zero = Zero::Gradients;
+const FULL: FsdpSharding = FsdpSharding::FullShard;
+const GRAD: FsdpSharding = FsdpSharding::ShardGradOp;
 
 /// "H100 80GB BF16 (Large Scale, >= 128 GPUs)", lines 72-93: 18 runs, gradient accumulation
 /// 1 (the global batch is micro-batch x GPUs).
@@ -254,13 +267,13 @@ pub fn mpt_model(name: &str, seq_len: u64) -> Option<Model> {
 }
 
 /// The benchmark's stack for `row` (module docs): torchtitan's eager kernels, but PyTorch
-/// FSDP1 (flat parameters, no FSDP2 copies) with the row's sharding, parameters resharded
-/// after the forward only under `FULL_SHARD`, gradients reduced in FP32 (`DEFAULT`) or BF16
+/// FSDP1 (flat parameters, no FSDP2 copies) sharding parameters, gradients and optimizer state
+/// (ZeRO-3), the parameters resharded after the forward only under `FULL_SHARD`, gradients reduced in FP32 (`DEFAULT`) or BF16
 /// (`PURE`).
 pub fn foundry_stack(row: &FoundryRow) -> Stack {
     Stack {
-        zero: row.sharding,
-        reshard_after_forward: row.sharding == Zero::Full,
+        zero: Zero::Full,
+        reshard_after_forward: row.sharding == FsdpSharding::FullShard,
         fsdp2: false,
         grad_reduce_bytes_per_param: if row.fp32_reduce { 4.0 } else { 2.0 },
         ..Stack::torchtitan()
@@ -363,7 +376,7 @@ pub fn foundry_markdown(rows: &[FoundryComparison], hw: &str) -> String {
             r.gpus,
             r.micro_batch,
             r.global_batch,
-            if r.sharding == Zero::Full {
+            if r.sharding == FsdpSharding::FullShard {
                 "FULL_SHARD"
             } else {
                 "SHARD_GRAD_OP"
