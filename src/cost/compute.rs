@@ -4,7 +4,7 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-pub use super::kernel_bytes::{
+use super::kernel_bytes::{
     CROSS_ENTROPY_BACKWARD_BYTES, CROSS_ENTROPY_FORWARD_BYTES, EAGER_LAYERNORM_BYTES,
     EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES,
 };

@@ -268,8 +268,8 @@ pub fn mpt_model(name: &str, seq_len: u64) -> Option<Model> {
 
 /// The benchmark's stack for `row` (module docs): torchtitan's eager kernels, but PyTorch
 /// FSDP1 (flat parameters, no FSDP2 copies) sharding parameters, gradients and optimizer state
-/// (ZeRO-3), the parameters resharded after the forward only under `FULL_SHARD`, gradients reduced in FP32 (`DEFAULT`) or BF16
-/// (`PURE`).
+/// (ZeRO-3), the parameters resharded after the forward only under `FULL_SHARD`, gradients
+/// reduced in FP32 (`DEFAULT`) or BF16 (`PURE`).
 pub fn foundry_stack(row: &FoundryRow) -> Stack {
     Stack {
         zero: Zero::Full,

@@ -18,7 +18,9 @@ use crate::cost::{
     CostModel, Layout, MasterWeights, OptimizerState, Recompute, Stack, StateDtype, Zero,
 };
 use crate::inputs::hardware::{Hardware, Precision};
-use crate::inputs::model::{megatron_dropout, megatron_rms_norm, Model, ModelError};
+use crate::inputs::model::{
+    megatron_dropout, megatron_rms_norm, megatron_rotary, Model, ModelError,
+};
 use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
 use crate::report::{mean_abs, worst_by};
 use crate::schedule::generators::ScheduleName;
@@ -210,7 +212,7 @@ impl NemoModel {
             // NeMo's `normalization` is `rmsnorm`, `layernorm` or `layernorm1p` (Nemotron);
             // `position_embedding_type` `rope` or `learned_absolute`.
             rms_norm: megatron_rms_norm(Some(&self.normalization)).unwrap_or(false),
-            rotary: self.position_embedding_type == "rope",
+            rotary: megatron_rotary(Some(&self.position_embedding_type)).unwrap_or(false),
         };
         m.check()?;
         Ok(m)
