@@ -521,6 +521,18 @@ fn json_type_errors_name_the_field_path() {
         &["emit", "--plan", &bad, "--target", "megatron"],
         &[&bad, "parallelism.cp_comm", "p2p, all-gather"],
     );
+    // The cross-entropy's kernels: one of Megatron-Core's.
+    let bad = edit(&plan_src, "plan-cross-entropy.json", &|v| {
+        v["parallelism"]["cross_entropy_fusion"] = "liger".into()
+    });
+    refused(
+        &["emit", "--plan", &bad, "--target", "megatron"],
+        &[
+            &bad,
+            "parallelism.cross_entropy_fusion",
+            "valid: off, native, te",
+        ],
+    );
     // Adam's state formats: not fp32 only with the precision-aware optimizer.
     let bad = edit(&plan_src, "plan-exp-avg.json", &|v| {
         v["parallelism"]["exp_avg_dtype"] = "bf16".into()

@@ -100,6 +100,7 @@ fn plan(
             overlap_param_gather: variant % 3 == 1,
             defer_embedding_wgrad_compute: variant % 2 == 0,
             wgrad_deferral_limit: if variant == 2 { 22 } else { 0 },
+            cross_entropy_fusion: ["off", "native", "te"][variant % 3].into(),
             // Megatron-Core's precision-aware optimizer in two variants, with FP8 and BF16
             // moments and an fp16 master copy in one.
             use_precision_aware_optimizer: variant % 4 == 1 || variant % 4 == 2,
@@ -264,6 +265,8 @@ fn every_megatron_flag_is_in_megatron_lms_argument_list() {
         "--cp-comm-type",
         "--defer-embedding-wgrad-compute",
         "--wgrad-deferral-limit",
+        "--cross-entropy-loss-fusion",
+        "--cross-entropy-fusion-impl",
         "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split",
         "--decoder-first-pipeline-num-layers",
@@ -309,6 +312,7 @@ fn megatron_round_trip(p: &Plan) {
         par.defer_embedding_wgrad_compute
     );
     assert_eq!(back.wgrad_deferral_limit, par.wgrad_deferral_limit);
+    assert_eq!(back.cross_entropy_fusion, par.cross_entropy_fusion);
     assert_eq!(
         back.use_precision_aware_optimizer,
         par.use_precision_aware_optimizer

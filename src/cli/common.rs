@@ -591,6 +591,15 @@ pub(crate) struct StackArgs {
     /// deferred, the first ones (0: all; Megatron-Core --wgrad-deferral-limit).
     #[arg(long, default_value_t = 0)]
     pub(crate) wgrad_deferral_limit: u32,
+    /// Run the cross-entropy as fused kernels (Megatron-Core --cross-entropy-loss-fusion):
+    /// less HBM traffic per logit on the last stage.
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) cross_entropy_loss_fusion: OnOff,
+    /// With --cross-entropy-loss-fusion on: native (Megatron-Core's fused PyTorch kernels,
+    /// the default) or te (Transformer Engine's Triton kernels; Megatron-Core
+    /// --cross-entropy-fusion-impl).
+    #[arg(long, value_name = "IMPL")]
+    pub(crate) cross_entropy_fusion_impl: Option<String>,
     /// Keep Adam's state in the formats below (Megatron-Core --use-precision-aware-optimizer,
     /// Transformer Engine's FusedAdam): fp32 master weights of BF16 parameters as their low
     /// 16 bits, 10 bytes a parameter instead of 12 with the defaults.
@@ -675,6 +684,10 @@ impl StackArgs {
                 }
             },
             defer_embedding_wgrad: self.defer_embedding_wgrad_compute == OnOff::On,
+            cross_entropy_fusion: cross_entropy_fusion(
+                self.cross_entropy_loss_fusion,
+                self.cross_entropy_fusion_impl.as_deref(),
+            )?,
             wgrad_deferral_limit: self.wgrad_deferral_limit,
             optimizer_state: pplan::cost::OptimizerState::from_megatron(
                 self.use_precision_aware_optimizer == OnOff::On,
@@ -694,6 +707,27 @@ impl StackArgs {
             },
             ..stack
         })
+    }
+}
+
+/// The cross-entropy's kernels from `--cross-entropy-loss-fusion` and
+/// `--cross-entropy-fusion-impl` (which needs the fusion on, as in Megatron-Core where it is
+/// otherwise ignored).
+fn cross_entropy_fusion(
+    fusion: OnOff,
+    implementation: Option<&str>,
+) -> Result<pplan::cost::CrossEntropyFusion, CliError> {
+    use pplan::cost::CrossEntropyFusion;
+    match (fusion, implementation) {
+        (OnOff::Off, None) => Ok(CrossEntropyFusion::Off),
+        (OnOff::Off, Some(i)) => Err(CliError::Input(format!(
+            "--cross-entropy-fusion-impl {i}: needs --cross-entropy-loss-fusion on"
+        ))),
+        (OnOff::On, None | Some("native")) => Ok(CrossEntropyFusion::Native),
+        (OnOff::On, Some("te")) => Ok(CrossEntropyFusion::Te),
+        (OnOff::On, Some(i)) => Err(CliError::Input(format!(
+            "--cross-entropy-fusion-impl: unknown implementation '{i}' (valid: native, te)"
+        ))),
     }
 }
 

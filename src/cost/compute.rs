@@ -4,10 +4,7 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-use super::kernel_bytes::{
-    CROSS_ENTROPY_BACKWARD_BYTES, CROSS_ENTROPY_FORWARD_BYTES, EAGER_LAYERNORM_BYTES,
-    EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES,
-};
+use super::kernel_bytes::{EAGER_LAYERNORM_BYTES, EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES};
 use super::stack::{
     Attention, CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
@@ -679,8 +676,8 @@ impl CostModel<'_> {
     }
 
     /// The final layer norm, the vocabulary-parallel logit GEMM (b s x V/t x h) and the
-    /// cross-entropy on the last stage, whose HBM traffic is [`CROSS_ENTROPY_FORWARD_BYTES`]
-    /// and [`CROSS_ENTROPY_BACKWARD_BYTES`] per logit. Not recomputed.
+    /// cross-entropy on the last stage, whose HBM traffic per logit the stack's
+    /// [`CrossEntropyFusion`](super::kernel_bytes::CrossEntropyFusion) gives. Not recomputed.
     pub fn output_layer(&self) -> BlockCost {
         let (b, s, h, _, _, t, _) = self.dims();
         let hbm = self.hw.hbm_bytes_per_s();
@@ -693,10 +690,11 @@ impl CostModel<'_> {
         };
         let sbh = s * b * h;
         let n_logits = b * s * v / t;
+        let (ce_f, ce_b) = self.stack.cross_entropy_fusion.bytes_per_logit();
         BlockCost {
             forward: Part {
                 gemm_s: gemm_time_s(self.hw, &logits),
-                memory_s: (4.0 * sbh + CROSS_ENTROPY_FORWARD_BYTES * n_logits) / hbm,
+                memory_s: (4.0 * sbh + ce_f * n_logits) / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
@@ -705,7 +703,7 @@ impl CostModel<'_> {
             },
             backward_input: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
-                memory_s: (6.0 * sbh + CROSS_ENTROPY_BACKWARD_BYTES * n_logits) / hbm,
+                memory_s: (6.0 * sbh + ce_b * n_logits) / hbm,
                 // The output layer's input is copied into the tensor-parallel region: its
                 // gradient is all-reduced.
                 tp_comm_s: self.tp_all_reduce_s(2.0 * sbh),

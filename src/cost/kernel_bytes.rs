@@ -14,6 +14,58 @@ pub const CROSS_ENTROPY_FORWARD_BYTES: f64 = 6.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0;
 /// logit gradient (read 4, write 2): 14.
 pub const CROSS_ENTROPY_BACKWARD_BYTES: f64 = 8.0 + 6.0;
 
+/// How the vocabulary-parallel cross-entropy runs (Megatron-Core `--cross-entropy-loss-fusion`
+/// and `--cross-entropy-fusion-impl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum CrossEntropyFusion {
+    /// One PyTorch kernel per step (Megatron-Core's default): [`CROSS_ENTROPY_FORWARD_BYTES`],
+    /// [`CROSS_ENTROPY_BACKWARD_BYTES`].
+    #[default]
+    Off,
+    /// Megatron-Core's fused form (`--cross-entropy-fusion-impl native`,
+    /// `core/fusions/fused_cross_entropy.py`): the same steps in three fused kernels forward,
+    /// the cast to fp32 with the max (read 2, write 4), the subtraction, `exp` and sum (read
+    /// 4, write 4), the division (read 4, write 4): 22; backward unchanged, 14.
+    Native,
+    /// Transformer Engine's Triton kernels (`--cross-entropy-fusion-impl te`,
+    /// `transformer_engine/pytorch/triton/cross_entropy.py`, TE 2.1 of 2025-02 to the fp32
+    /// gradient of 2026-07): forward, an online softmax that reads the 16-bit logits (2) and a
+    /// second pass that reads them again and writes the logit gradient over them (2, 2): 6;
+    /// backward, the gradient scaled by the loss gradient in place (read 2, write 2): 4.
+    Te,
+}
+
+impl CrossEntropyFusion {
+    pub const EVERY: [CrossEntropyFusion; 3] = [Self::Off, Self::Native, Self::Te];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Native => "native",
+            Self::Te => "te",
+        }
+    }
+
+    /// HBM bytes per logit, (forward, backward).
+    pub fn bytes_per_logit(self) -> (f64, f64) {
+        match self {
+            Self::Off => (CROSS_ENTROPY_FORWARD_BYTES, CROSS_ENTROPY_BACKWARD_BYTES),
+            Self::Native => (6.0 + 8.0 + 8.0, CROSS_ENTROPY_BACKWARD_BYTES),
+            Self::Te => (2.0 + 4.0, 4.0),
+        }
+    }
+}
+
+impl std::str::FromStr for CrossEntropyFusion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::EVERY
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown cross-entropy fusion '{s}' (valid: off, native, te)"))
+    }
+}
+
 /// Bytes per element of torchtitan's eager RMSNorm (`torchtitan/models/norms.py`, `norm_type =
 /// "rmsnorm"` in its Llama configs: `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps))
 /// .type_as(x) * weight`), one PyTorch kernel per operation: forward, cast to fp32 (read 2,

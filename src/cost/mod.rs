@@ -34,6 +34,7 @@ pub mod tp;
 pub use compute::{
     gemm_efficiency, gemm_time_s, linear_fans, BlockCost, Gemm, MemoryTraffic, Part,
 };
+pub use kernel_bytes::CrossEntropyFusion;
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
 pub use optimizer::{MasterWeights, OptimizerState, StateDtype};
 pub use stack::{

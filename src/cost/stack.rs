@@ -8,6 +8,7 @@
 //! sharding) are added here as fields, read by the compute, network and memory models through
 //! the `CostModel`, rather than threaded through every function as booleans.
 
+use super::kernel_bytes::CrossEntropyFusion;
 use super::optimizer::OptimizerState;
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
@@ -365,6 +366,9 @@ pub struct Stack {
     /// deferred (the first ones; the rest run in their backward); 0: all of them
     /// (Megatron-Core `--wgrad-deferral-limit`).
     pub wgrad_deferral_limit: u32,
+    /// The cross-entropy's kernels (`--cross-entropy-loss-fusion`,
+    /// `--cross-entropy-fusion-impl`): their HBM traffic per logit.
+    pub cross_entropy_fusion: CrossEntropyFusion,
     /// Adam's state per parameter (`--use-precision-aware-optimizer`, `--main-params-dtype`,
     /// `--exp-avg-dtype`, `--exp-avg-sq-dtype`; `cost::optimizer`).
     pub optimizer_state: OptimizerState,
@@ -492,6 +496,7 @@ impl Default for Stack {
             moe_node_dedup: false,
             defer_embedding_wgrad: false,
             wgrad_deferral_limit: 0,
+            cross_entropy_fusion: CrossEntropyFusion::Off,
             optimizer_state: OptimizerState::FP32,
         }
     }

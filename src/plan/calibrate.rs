@@ -197,6 +197,7 @@ fn request<'a>(
         overlap_param_gather: p.overlap_param_gather,
         defer_embedding_wgrad: p.defer_embedding_wgrad_compute,
         wgrad_deferral_limit: p.wgrad_deferral_limit,
+        cross_entropy_fusion: p.cross_entropy_fusion.parse().unwrap_or_default(),
         // The plan file's reader has checked the fields.
         optimizer_state: p.optimizer_state().unwrap_or_default(),
         zero: Zero::from_stage(if p.zero1 { p.zero.max(1) } else { 0 }).unwrap_or(Zero::Off),

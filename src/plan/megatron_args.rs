@@ -54,6 +54,9 @@ pub struct MegatronPlan {
     /// `--defer-embedding-wgrad-compute`, and `--wgrad-deferral-limit` (0 when absent: all).
     pub defer_embedding_wgrad_compute: bool,
     pub wgrad_deferral_limit: u32,
+    /// `off` without `--cross-entropy-loss-fusion`, else `--cross-entropy-fusion-impl`
+    /// (`native` when absent).
+    pub cross_entropy_fusion: String,
     /// `--use-precision-aware-optimizer`, `--main-params-dtype`, `--exp-avg-dtype`,
     /// `--exp-avg-sq-dtype` (pplan's names; fp32 when absent).
     pub use_precision_aware_optimizer: bool,
@@ -291,6 +294,8 @@ const USED: &[&str] = &[
     "--overlap-param-gather",
     "--defer-embedding-wgrad-compute",
     "--wgrad-deferral-limit",
+    "--cross-entropy-loss-fusion",
+    "--cross-entropy-fusion-impl",
     "--use-precision-aware-optimizer",
     "--main-params-dtype",
     "--exp-avg-dtype",
@@ -694,6 +699,17 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                     "a micro-batch count below 2^32 (0: all)",
                 )
             })?,
+        },
+        cross_entropy_fusion: match (
+            flags.has("--cross-entropy-loss-fusion"),
+            flags.str("--cross-entropy-fusion-impl"),
+        ) {
+            (false, _) => "off".into(),
+            (true, None | Some("native")) => "native".into(),
+            (true, Some("te")) => "te".into(),
+            (true, Some(other)) => {
+                return Err(flags.bad("--cross-entropy-fusion-impl", other, "native or te"))
+            }
         },
         use_precision_aware_optimizer: flags.has("--use-precision-aware-optimizer"),
         main_params_dtype: flags.str("--main-params-dtype").unwrap_or("fp32").into(),

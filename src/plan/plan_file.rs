@@ -12,7 +12,7 @@
 //! so that the executor never starts a run that cannot finish. No IO here.
 
 use crate::cost::optimizer::OptimizerStateError;
-use crate::cost::{OptimizerState, Stack};
+use crate::cost::{CrossEntropyFusion, OptimizerState, Stack};
 use crate::inputs::hardware::valid_names;
 use crate::inputs::model::{megatron_rms_norm, megatron_rotary, Model};
 use crate::inputs::profile::even_split;
@@ -196,6 +196,10 @@ pub struct Parallelism {
     /// With it, how many micro-batches' are deferred (0: all, omitted).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub wgrad_deferral_limit: u32,
+    /// The cross-entropy's kernels: `native` or `te` (`--cross-entropy-loss-fusion`,
+    /// `--cross-entropy-fusion-impl`); `off` omitted.
+    #[serde(default = "off", skip_serializing_if = "is_off")]
+    pub cross_entropy_fusion: String,
     /// Adam's state in the formats below (`--use-precision-aware-optimizer`; omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub use_precision_aware_optimizer: bool,
@@ -249,6 +253,7 @@ impl Parallelism {
             overlap_param_gather: false,
             defer_embedding_wgrad_compute: false,
             wgrad_deferral_limit: 0,
+            cross_entropy_fusion: off(),
             use_precision_aware_optimizer: false,
             main_params_dtype: fp32(),
             exp_avg_dtype: fp32(),
@@ -257,6 +262,12 @@ impl Parallelism {
     }
 }
 
+fn off() -> String {
+    "off".into()
+}
+fn is_off(s: &str) -> bool {
+    s == "off"
+}
 fn fp32() -> String {
     "fp32".into()
 }
@@ -574,6 +585,7 @@ pub fn plan_from_prediction(
             overlap_param_gather: pred.overlap_param_gather,
             defer_embedding_wgrad_compute: pred.defer_embedding_wgrad_compute,
             wgrad_deferral_limit: pred.wgrad_deferral_limit,
+            cross_entropy_fusion: pred.cross_entropy_fusion.clone(),
             use_precision_aware_optimizer: pred.use_precision_aware_optimizer,
             main_params_dtype: pred.main_params_dtype.clone(),
             exp_avg_dtype: pred.exp_avg_dtype.clone(),
@@ -844,6 +856,9 @@ impl Plan {
                 "parallelism.precision",
                 format!("'{}' (valid: bf16, fp8, mxfp8, nvfp4)", par.precision),
             ));
+        }
+        if let Err(e) = par.cross_entropy_fusion.parse::<CrossEntropyFusion>() {
+            return Err(field(origin, "parallelism.cross_entropy_fusion", e));
         }
         if let Err(e) = par.optimizer_state() {
             return Err(field(

@@ -19,7 +19,7 @@
 //! FLOP count (the attention core counted causally, as its FLOPs-per-token implies), not
 //! pplan's.
 
-use crate::cost::{Recompute, Stack};
+use crate::cost::{CrossEntropyFusion, Recompute, Stack};
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
 use crate::plan::predict::{
@@ -135,6 +135,9 @@ pub fn bridge_stack(row: &BridgeRow) -> Stack {
         tp_comm_overlap: row.dispatcher == Dispatcher::None,
         moe_node_dedup: row.dispatcher == Dispatcher::PerNode,
         moe_comm_overlap: row.dispatcher == Dispatcher::AllToAllOverlapped,
+        // `GPTProvider.cross_entropy_loss_fusion = True` (the provider's default) and
+        // `perf_recipes/_common.py` `_benchmark_common(cross_entropy_impl="te")`.
+        cross_entropy_fusion: CrossEntropyFusion::Te,
         ..benchmarking_stack()
     }
 }

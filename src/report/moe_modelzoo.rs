@@ -114,7 +114,9 @@ pub fn row_model(row: &MoeRow) -> Result<Option<Model>, MoeModelzooError> {
 /// `sbatch_benchmarking.sh`): BF16, fused attention, the distributed optimizer (ZeRO-1) with
 /// overlapped gradient reduction and parameter gather, fused weight-gradient accumulation,
 /// asynchronous tensor-parallel backward without the userbuffers overlap, non-blocking
-/// pipeline sends, the DeepEP dispatcher, and forced balanced routing (imbalance 1): the
+/// pipeline sends, the DeepEP dispatcher, Megatron-Core's unfused cross-entropy (the config had
+/// no `--cross-entropy-loss-fusion` until 274316a, 2025-08-20), and forced balanced routing
+/// (imbalance 1): the
 /// commit that published the H100 table (yanring/Megatron-MoE-ModelZoo 8017e11, 2025-05-27,
 /// "Update perf results") has beside it the command of each of its five layouts in
 /// `examples/qwen3/run_235b.sh` ("Add --moe-router-force-load-balancing for stable

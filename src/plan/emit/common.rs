@@ -236,6 +236,12 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "the deferred output-layer weight gradient is Megatron-Core's (--defer-embedding-wgrad-compute); torchtitan computes it in each micro-batch's backward".into(),
         );
     }
+    if par.cross_entropy_fusion != "off" {
+        notes.push(format!(
+            "the fused cross-entropy ({}) is Megatron-Core's (--cross-entropy-loss-fusion); torchtitan's loss is PyTorch's cross_entropy",
+            par.cross_entropy_fusion
+        ));
+    }
     if par.use_precision_aware_optimizer {
         notes.push(format!(
             "Adam's state formats are Megatron-Core's precision-aware optimizer (main params {}, exp_avg {}, exp_avg_sq {}); torchtitan's AdamW keeps fp32 state",

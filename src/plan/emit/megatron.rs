@@ -405,6 +405,13 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
+    if par.cross_entropy_fusion != "off" {
+        flag("--cross-entropy-loss-fusion", None);
+        flag(
+            "--cross-entropy-fusion-impl",
+            Some(par.cross_entropy_fusion.clone()),
+        );
+    }
     if par.use_precision_aware_optimizer {
         flag("--use-precision-aware-optimizer", None);
         if !par.zero1 {

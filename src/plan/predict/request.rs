@@ -185,6 +185,9 @@ pub struct Prediction {
     /// With it, how many micro-batches' are deferred, the first ones (0: all;
     /// `--wgrad-deferral-limit`).
     pub wgrad_deferral_limit: u32,
+    /// The cross-entropy's kernels: `off`, `native` or `te` (`--cross-entropy-loss-fusion`,
+    /// `--cross-entropy-fusion-impl`).
+    pub cross_entropy_fusion: String,
     /// Adam's state in the formats below (`--use-precision-aware-optimizer`).
     pub use_precision_aware_optimizer: bool,
     /// The master weights' format: `fp32` (with the precision-aware optimizer, stored as the

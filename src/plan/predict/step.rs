@@ -574,6 +574,7 @@ pub fn prediction_from(
             && req.stack.zero.shards_optimizer()
             && !req.stack.zero.shards_weights(),
         defer_embedding_wgrad_compute: req.stack.defer_embedding_wgrad,
+        cross_entropy_fusion: req.stack.cross_entropy_fusion.as_str().to_string(),
         wgrad_deferral_limit: req.stack.wgrad_deferral_limit,
         use_precision_aware_optimizer: req.stack.optimizer_state.precision_aware(),
         main_params_dtype: req.stack.optimizer_state.master.main_params_dtype().into(),
