@@ -343,7 +343,13 @@ fn bad_plans_exit_2_naming_file_and_field() {
     let path = write_plan("bad-recompute.json", &p);
     let (code, _, err) = emit(&path, "executor");
     assert_eq!(code, 2);
-    assert!(err.contains("parallelism.recompute"), "{err}");
+    // Every recomputation pplan knows is listed as valid, Megatron-Core's modules too.
+    assert!(
+        err.contains("parallelism.recompute")
+            && err.contains("selective-norm-act")
+            && err.contains("selective-layer"),
+        "{err}"
+    );
 
     let path = write_plan("ok.json", &plan(ScheduleName::OneFOneB, 2, 1, 4, None));
     let (code, _, err) = emit(&path, "deepspeed");

@@ -840,15 +840,8 @@ impl Plan {
                 format!("'{}' (valid: p2p, all-gather)", par.cp_comm),
             ));
         }
-        if par.recompute.parse::<crate::cost::Recompute>().is_err() {
-            return Err(field(
-                origin,
-                "parallelism.recompute",
-                format!(
-                    "'{}' (valid: none, selective, full, selective-op, selective-layer)",
-                    par.recompute
-                ),
-            ));
+        if let Err(e) = par.recompute.parse::<crate::cost::Recompute>() {
+            return Err(field(origin, "parallelism.recompute", e));
         }
         if !["bf16", "fp8", "mxfp8", "nvfp4"].contains(&par.precision.as_str()) {
             return Err(field(
