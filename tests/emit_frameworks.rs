@@ -675,3 +675,35 @@ fn recorded_norms_and_positions_are_emitted_and_read_back() {
         megatron_round_trip(&p);
     }
 }
+
+/// Megatron-LM arguments with the cross-entropy flags read back as Megatron-Core runs them:
+/// the implementation alone (no fusion) is ignored, an unknown one is refused naming the flag.
+#[test]
+fn cross_entropy_flags_read_back_as_megatron_runs_them() {
+    let m = Model::preset("llama3-8b").unwrap();
+    let p = plan(&m, ScheduleName::OneFOneB, 2, 1, 4, None, 0);
+    let text = emit(&p, Target::Megatron, None).unwrap().text;
+    assert!(!text.contains("--cross-entropy"), "{text}");
+    for (extra, want) in [
+        ("--cross-entropy-fusion-impl te", Ok("off")),
+        ("--cross-entropy-loss-fusion", Ok("native")),
+        (
+            "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te",
+            Ok("te"),
+        ),
+        (
+            "--cross-entropy-loss-fusion --cross-entropy-fusion-impl liger",
+            Err("--cross-entropy-fusion-impl"),
+        ),
+    ] {
+        let got = parse_megatron_args(&format!("{text}\n{extra}\n"), "megatron.sh");
+        match (got, want) {
+            (Ok(back), Ok(w)) => assert_eq!(back.cross_entropy_fusion, w, "{extra}"),
+            (Err(e), Err(w)) => {
+                let e = e.to_string();
+                assert!(e.contains(w) && e.contains("native or te"), "{e}");
+            }
+            (got, _) => panic!("{extra}: {:?}", got.map(|b| b.cross_entropy_fusion)),
+        }
+    }
+}

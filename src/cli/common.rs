@@ -717,18 +717,13 @@ fn cross_entropy_fusion(
     fusion: OnOff,
     implementation: Option<&str>,
 ) -> Result<pplan::cost::CrossEntropyFusion, CliError> {
-    use pplan::cost::CrossEntropyFusion;
-    match (fusion, implementation) {
-        (OnOff::Off, None) => Ok(CrossEntropyFusion::Off),
-        (OnOff::Off, Some(i)) => Err(CliError::Input(format!(
+    if let (OnOff::Off, Some(i)) = (fusion, implementation) {
+        return Err(CliError::Input(format!(
             "--cross-entropy-fusion-impl {i}: needs --cross-entropy-loss-fusion on"
-        ))),
-        (OnOff::On, None | Some("native")) => Ok(CrossEntropyFusion::Native),
-        (OnOff::On, Some("te")) => Ok(CrossEntropyFusion::Te),
-        (OnOff::On, Some(i)) => Err(CliError::Input(format!(
-            "--cross-entropy-fusion-impl: unknown implementation '{i}' (valid: native, te)"
-        ))),
+        )));
     }
+    pplan::cost::CrossEntropyFusion::from_megatron(fusion == OnOff::On, implementation)
+        .map_err(|e| CliError::Input(format!("--cross-entropy-fusion-impl: {e}")))
 }
 
 /// The ZeRO stage from `--zero N` and its older spelling `--zero1 on|off` (None when neither

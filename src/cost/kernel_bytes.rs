@@ -46,6 +46,22 @@ impl CrossEntropyFusion {
         }
     }
 
+    /// From Megatron-Core's two flags: `--cross-entropy-loss-fusion` (`fused`) and
+    /// `--cross-entropy-fusion-impl` (`native` when absent; ignored without the fusion, as
+    /// Megatron-Core ignores it). An unknown implementation is refused with the valid ones.
+    pub fn from_megatron(fused: bool, implementation: Option<&str>) -> Result<Self, String> {
+        let kernels = match implementation {
+            None | Some("native") => Self::Native,
+            Some("te") => Self::Te,
+            Some(other) => {
+                return Err(format!(
+                    "unknown implementation '{other}' (valid: native, te)"
+                ))
+            }
+        };
+        Ok(if fused { kernels } else { Self::Off })
+    }
+
     /// HBM bytes per logit, (forward, backward).
     pub fn bytes_per_logit(self) -> (f64, f64) {
         match self {

@@ -13,6 +13,7 @@
 //! `--make-vocab-size-divisible-by` (128) × tp unless `--padded-vocab-size` gives it, the even
 //! pipeline split unless `--pipeline-model-parallel-layout` gives one. No IO.
 
+use crate::cost::CrossEntropyFusion;
 use crate::inputs::model::{megatron_dropout, megatron_rms_norm, megatron_rotary, Model};
 use crate::plan::predict::PipelineSplit;
 use std::collections::BTreeMap;
@@ -700,17 +701,16 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 )
             })?,
         },
-        cross_entropy_fusion: match (
+        cross_entropy_fusion: CrossEntropyFusion::from_megatron(
             flags.has("--cross-entropy-loss-fusion"),
             flags.str("--cross-entropy-fusion-impl"),
-        ) {
-            (false, _) => "off".into(),
-            (true, None | Some("native")) => "native".into(),
-            (true, Some("te")) => "te".into(),
-            (true, Some(other)) => {
-                return Err(flags.bad("--cross-entropy-fusion-impl", other, "native or te"))
-            }
-        },
+        )
+        .map_err(|_| {
+            let got = flags.str("--cross-entropy-fusion-impl").unwrap_or_default();
+            flags.bad("--cross-entropy-fusion-impl", got, "native or te")
+        })?
+        .as_str()
+        .into(),
         use_precision_aware_optimizer: flags.has("--use-precision-aware-optimizer"),
         main_params_dtype: flags.str("--main-params-dtype").unwrap_or("fp32").into(),
         exp_avg_dtype: flags.str("--exp-avg-dtype").unwrap_or("fp32").into(),
