@@ -217,3 +217,74 @@ fn interleaved_peak_inflight_follows_the_warmup_count() {
         }
     }
 }
+
+/// Costs with a lone action (`pplan::sim::lone_actions`) one forward longer each way.
+fn lone_costs(s: &Schedule, every_action_lone: bool) -> Costs {
+    let unit = UnitCosts {
+        forward_ns: TF,
+        backward_ns: TB,
+        ..UnitCosts::default()
+    };
+    let mut c = Costs::uniform(s.num_stages, s.num_devices(), unit);
+    let extra = pplan::sim::StageCost {
+        forward_ns: TF,
+        backward_ns: TF,
+        backward_input_ns: TF,
+        ..Default::default()
+    };
+    if every_action_lone {
+        for st in &mut c.stages {
+            st.forward_ns += TF;
+            st.backward_ns += TF;
+            st.backward_input_ns += TF;
+        }
+    } else {
+        c.unpaired_extra = vec![extra; s.num_stages as usize];
+    }
+    c
+}
+
+/// Forwards paired with other micro-batches' backwards (Megatron-Core's combined 1F1B):
+/// 1F1B's warm-up forwards and cool-down backwards are the lone actions, as Megatron-Core
+/// runs them (device d of p warms up with p - d - 1 forwards); charging only lone actions
+/// the extra time lands between charging none and charging all, on every generated
+/// schedule, which pairing never deadlocks (it changes durations only).
+#[test]
+fn lone_actions_are_1f1bs_warm_up_and_cool_down() {
+    let (p, m) = (4u32, 8u32);
+    let s = generators::generate(ScheduleName::OneFOneB, GenParams::new(p, m)).unwrap();
+    let lone = pplan::sim::lone_actions(&s);
+    for (d, l) in lone.iter().enumerate() {
+        let n = l.iter().filter(|&&l| l).count();
+        // The last device runs F and B of one micro-batch back to back: its first forward
+        // is lone, then each backward pairs with the next micro-batch's forward.
+        let want = if d + 1 == p as usize {
+            2
+        } else {
+            2 * (p as usize - d - 1)
+        };
+        assert_eq!(n, want, "device {d}: {l:?}");
+    }
+    for name in ScheduleName::ALL {
+        for p in 1..=5u32 {
+            for m in [1u32, 2, 4, 8] {
+                for v in 1..=2u32 {
+                    let Ok(s) = generators::generate(name, GenParams::new(p, m).chunks(v)) else {
+                        continue;
+                    };
+                    let span =
+                        |c: &Costs| simulate(&s, c, SimOptions::default()).unwrap().makespan_ns;
+                    let (none, some, all) = (
+                        run(&s).makespan_ns,
+                        span(&lone_costs(&s, false)),
+                        span(&lone_costs(&s, true)),
+                    );
+                    assert!(
+                        none <= some && some <= all,
+                        "{name} p={p} m={m} v={v}: {none} {some} {all}"
+                    );
+                }
+            }
+        }
+    }
+}

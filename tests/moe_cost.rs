@@ -599,3 +599,67 @@ fn routed_activations_keep_the_expert_gemm_inputs_in_the_gemm_format() {
         );
     }
 }
+
+/// The overlapped all-to-all (`--moe-comm-overlap`) hides only under a partner: each stage's
+/// lone-action extra is the layers' exposed time over their overlapped time (the same layers
+/// costed without the overlap), and the step lands between every action paired and none.
+#[test]
+fn overlapped_all_to_all_is_exposed_on_lone_actions() {
+    use pplan::plan::predict::{check, step_costs};
+    use pplan::schedule::generators::{generate, GenParams, ScheduleName};
+    use pplan::sim::{simulate, SimOptions};
+    let mut m = small();
+    m.num_layers = 8;
+    m.moe.as_mut().unwrap().layers = vec![true; 8];
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let mut req = PredictRequest::new(&m, &hw);
+    req.gpus = 16;
+    req.pp = 2;
+    req.ep = 8;
+    req.global_batch = 64;
+    req.stack = Stack {
+        moe_comm_overlap: true,
+        ..balanced()
+    };
+    let dp = check(&req).unwrap();
+    let s = generate(ScheduleName::OneFOneB, GenParams::new(2, 8)).unwrap();
+    let on = step_costs(&req, dp, 2, s.placement).unwrap();
+    let exposed_req = PredictRequest {
+        stack: Stack {
+            moe_comm_overlap: false,
+            ..req.stack
+        },
+        ..req.clone()
+    };
+    let off = step_costs(&exposed_req, dp, 2, s.placement).unwrap();
+    assert!(off.costs.unpaired_extra.is_empty());
+    for st in 0..2 {
+        let (a, b, e) = (
+            on.costs.stages[st],
+            off.costs.stages[st],
+            on.costs.unpaired_extra[st],
+        );
+        assert!(e.forward_ns > 0, "stage {st}: {e:?}");
+        // Rounded to whole nanoseconds each.
+        assert!(
+            (a.forward_ns + e.forward_ns).abs_diff(b.forward_ns) < 2,
+            "{a:?} {e:?} {b:?}"
+        );
+        assert!(
+            (a.backward_input_ns + e.backward_input_ns).abs_diff(b.backward_input_ns) < 2,
+            "{a:?} {e:?} {b:?}"
+        );
+    }
+    let span = |c: &pplan::sim::Costs| simulate(&s, c, SimOptions::default()).unwrap().makespan_ns;
+    let mut all_paired = on.costs.clone();
+    all_paired.unpaired_extra.clear();
+    let (paired, some, none) = (span(&all_paired), span(&on.costs), span(&off.costs));
+    assert!(paired < some && some < none, "{paired} {some} {none}");
+    // predict runs exactly these costs on this schedule.
+    let p = predict(&req).unwrap();
+    assert!(
+        (p.step_time_s - some as f64 * 1e-9).abs() < 1e-9,
+        "{} {some}",
+        p.step_time_s
+    );
+}

@@ -419,6 +419,13 @@ impl CompoundStarts {
         }
     }
 
+    /// Whether action `index` of device `d` is one of a compound's sub-actions.
+    pub(crate) fn covers(&self, d: usize, index: usize) -> bool {
+        let list = self.of(d);
+        let i = list.partition_point(|&(first, _)| first as usize <= index);
+        i > 0 && index < (list[i - 1].0 + list[i - 1].1) as usize
+    }
+
     /// How many actions start together at `index` of device `d`: a compound's length at its
     /// first sub-action, 1 for any other action.
     pub(crate) fn len_at(&self, d: usize, index: usize) -> usize {

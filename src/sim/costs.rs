@@ -1,6 +1,6 @@
 //! What the simulator needs to time a schedule: per-stage costs and the step-level work.
 
-use crate::schedule::ir::Kind;
+use crate::schedule::ir::{Kind, Schedule};
 
 /// Cost of one stage for one micro-batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +66,11 @@ pub struct Costs {
     /// optimizer step starts only when the GPU is free; devices that are ready wait for it in
     /// the order they became ready.
     pub shared_gpu: bool,
+    /// Per stage, what an action takes beyond `stages` when it has no partner
+    /// ([`lone_actions`]; empty: nothing): the mixture-of-experts all-to-all that a paired
+    /// action hides under its partner's compute and a lone one exposes (Megatron-Core's
+    /// `--overlap-moe-expert-parallel-comm`, DualPipe).
+    pub unpaired_extra: Vec<StageCost>,
 }
 
 /// Time spent in tensor-parallel collectives inside one stage's actions.
@@ -129,4 +134,40 @@ impl Costs {
             ..Costs::default()
         }
     }
+}
+
+/// Per device, which actions run without a partner to overlap with. A schedule with compounds
+/// (DualPipeV's `OVERLAP_F_B`, schedule files) pairs exactly their sub-actions. Otherwise a
+/// forward and a backward (`B` or `I`) of two different micro-batches next to each other on
+/// the device pair, matched greedily from the start of its list: the steady state of 1F1B,
+/// whose forward of one micro-batch and backward of another Megatron-Core's combined 1F1B
+/// runs as one step (`--overlap-moe-expert-parallel-comm`). The warm-up forwards, the
+/// cool-down backwards, weight gradients and a forward beside its own micro-batch's backward
+/// are lone. Pairing changes only durations, never the order or the dependencies.
+pub fn lone_actions(schedule: &Schedule) -> Vec<Vec<bool>> {
+    let starts = schedule.start_lengths();
+    let backward = |k: Kind| matches!(k, Kind::B | Kind::I);
+    schedule
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(d, actions)| {
+            let mut lone: Vec<bool> = (0..actions.len()).map(|i| !starts.covers(d, i)).collect();
+            let mut i = 0;
+            while schedule.compounds.is_empty() && i + 1 < actions.len() {
+                let (a, b) = (actions[i], actions[i + 1]);
+                let pair = a.microbatch != b.microbatch
+                    && (a.kind == Kind::F && backward(b.kind)
+                        || backward(a.kind) && b.kind == Kind::F);
+                if pair {
+                    lone[i] = false;
+                    lone[i + 1] = false;
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+            }
+            lone
+        })
+        .collect()
 }

@@ -41,7 +41,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 mod costs;
-pub use costs::{Costs, StageCost, TpCommNs, UnitCosts};
+pub use costs::{lone_actions, Costs, StageCost, TpCommNs, UnitCosts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stream {
@@ -292,6 +292,8 @@ struct Sim<'a> {
     start_len: CompoundStarts,
     /// Per device, the first of its compounds not yet behind its program counter.
     compound_cursor: Vec<usize>,
+    /// [`costs::lone_actions`] when [`Costs::unpaired_extra`] is given (empty otherwise).
+    lone: Vec<Vec<bool>>,
     /// [`Costs::shared_gpu`]: the device whose work holds the GPU, and the devices waiting
     /// for it in arrival order (each at most once).
     gpu_owner: Option<usize>,
@@ -362,6 +364,11 @@ pub fn simulate(
         grads_left: vec![0; stages as usize],
         start_len: schedule.start_lengths(),
         compound_cursor: vec![0; p],
+        lone: if costs.unpaired_extra.is_empty() {
+            Vec::new()
+        } else {
+            costs::lone_actions(schedule)
+        },
         gpu_owner: None,
         gpu_waiting: VecDeque::new(),
     };
@@ -559,7 +566,12 @@ impl Sim<'_> {
             return;
         }
         let cost = self.costs.stages[a.stage as usize];
-        let dur = cost.duration_ns(a.kind);
+        let mut dur = cost.duration_ns(a.kind);
+        if let Some(extra) = self.costs.unpaired_extra.get(a.stage as usize) {
+            if self.lone[d][self.dev[d].pc] {
+                dur += extra.duration_ns(a.kind);
+            }
+        }
         if a.kind == Kind::F {
             let slot = self.slot(a);
             let versions = self.versions.as_mut().map(|v| {

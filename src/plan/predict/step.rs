@@ -5,7 +5,7 @@ use super::balance::{balanced_split, end_blocks, profiled_block, split_label};
 use super::request::*;
 use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, MemoryBreakdown};
-use crate::cost::{BlockCost, Recompute};
+use crate::cost::{BlockCost, CostModel, Part, Recompute, Stack};
 use crate::inputs::profile::sum_layers;
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::schedule::ir::Placement;
@@ -104,6 +104,17 @@ pub fn step_costs(
     } else {
         (Default::default(), 0)
     };
+    // With the expert all-to-all overlapped, a stage's layers as an action alone takes them
+    // (no partner to hide the all-to-all under; `Costs::unpaired_extra`): costed without it.
+    let lone_kinds =
+        (req.stack.moe_comm_overlap && model.moe.is_some() && prof.is_none()).then(|| {
+            let stack = Stack {
+                moe_comm_overlap: false,
+                ..cm.stack
+            };
+            CostModel { stack, ..cm }.layer_kinds()
+        });
+    let mut unpaired_extra = Vec::new();
     let mut too_big = false;
     let mut stages = Vec::with_capacity(num_stages as usize);
     let mut tp_comm = Vec::with_capacity(num_stages as usize);
@@ -153,6 +164,22 @@ pub fn step_costs(
                 (profiled_block(run), sum.activation_bytes)
             }
         };
+        if let Some(k) = &lone_kinds {
+            let lone = k.block(model, first_layer, layers_of(s) as usize);
+            let more = |a: &Part, b: &Part| ns((a.total_s() - b.total_s()).max(0.0));
+            let (f, i, w) = (
+                more(&lone.forward, &c.forward),
+                more(&lone.backward_input, &c.backward_input),
+                more(&lone.backward_weight, &c.backward_weight),
+            );
+            unpaired_extra.push(StageCost {
+                forward_ns: f,
+                backward_ns: i + w,
+                backward_input_ns: i,
+                backward_weight_ns: w,
+                ..StageCost::default()
+            });
+        }
         let mut params = params_layer * n;
         // A layer's expert parameters on this rank, averaged over the stage's layers.
         let mut expert_per_layer = 0.0;
@@ -405,6 +432,7 @@ pub fn step_costs(
         optimizer_ns,
         deferred_weight_grad_ns,
         shared_gpu: req.shared_gpu,
+        unpaired_extra,
     };
     Ok(StepCosts {
         costs,

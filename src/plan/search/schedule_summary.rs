@@ -18,6 +18,8 @@ pub struct DeviceSummary {
     pub frontier: Vec<u32>,
     /// Per local stage, how many F, B, I and W actions the device runs.
     pub counts: Vec<[u64; 4]>,
+    /// Of those, how many run without a partner ([`crate::sim::lone_actions`]).
+    pub lone_counts: Vec<[u64; 4]>,
     /// The stage of the device's last B or I in program order.
     pub last_backward_stage: Option<u32>,
     /// Per local stage, the W actions after that last B or I.
@@ -35,6 +37,7 @@ pub struct ScheduleSummary {
 impl ScheduleSummary {
     pub fn new(s: &Schedule) -> ScheduleSummary {
         let p = s.num_devices();
+        let lone = crate::sim::lone_actions(s);
         let devices = s
             .devices
             .iter()
@@ -48,11 +51,15 @@ impl ScheduleSummary {
                 let mut held = vec![0u32; 2 * k];
                 let mut points: BTreeSet<Vec<u32>> = BTreeSet::new();
                 let mut counts = vec![[0u64; 4]; k];
+                let mut lone_counts = vec![[0u64; 4]; k];
                 let mut last_bi = None;
                 let mut last_point: Option<Vec<u32>> = None;
                 for (i, a) in acts.iter().enumerate() {
                     let j = local(a.stage);
                     counts[j][a.kind as usize] += 1;
+                    if lone[r][i] {
+                        lone_counts[j][a.kind as usize] += 1;
+                    }
                     match a.kind {
                         Kind::F => {
                             held[j] += 1;
@@ -104,6 +111,7 @@ impl ScheduleSummary {
                     stages,
                     frontier: kept.concat(),
                     counts,
+                    lone_counts,
                     last_backward_stage,
                     trailing_w,
                 }
@@ -223,6 +231,12 @@ impl ScheduleSummary {
                     + nb * c.backward_ns
                     + ni * c.backward_input_ns
                     + nw * c.backward_weight_ns;
+                // A lone action's exposed all-to-all (weight gradients' left out: the bound
+                // below subtracts trailing ones at their base cost).
+                if let Some(e) = costs.unpaired_extra.get(s) {
+                    let [lf, lb, li, _] = d.lone_counts[j];
+                    occupied += lf * e.forward_ns + lb * e.backward_ns + li * e.backward_input_ns;
+                }
                 if costs.blocking_sends {
                     occupied += nf * xf(s);
                     if s > 0 {
