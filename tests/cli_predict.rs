@@ -12,6 +12,27 @@ fn predict_json(base: &[&str], extra: &[&str]) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap()
 }
 
+/// Llama 3 70B on 64 H100 as t = 8, p = 8: a last stage carrying a 128k vocabulary.
+const LLAMA3_70B_PP8: [&str; 17] = [
+    "predict",
+    "--model",
+    "llama3-70b",
+    "--hardware",
+    "h100-80gb",
+    "--gpus",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+    "--global-batch",
+    "16",
+    "--sequence-parallel",
+    "on",
+    "--format",
+    "json",
+];
+
 const GPT_1T: [&str; 14] = [
     "predict",
     "--model",
@@ -602,27 +623,8 @@ fn stack_presets_and_their_overrides() {
 /// says so, and the peak memory does not fall; a bad limit exits 2 naming the flag.
 #[test]
 fn deferred_embedding_wgrad_shortens_the_step_and_keeps_its_tensors() {
-    let base = [
-        "predict",
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-80gb",
-        "--gpus",
-        "64",
-        "--tp",
-        "8",
-        "--pp",
-        "8",
-        "--global-batch",
-        "16",
-        "--recompute",
-        "selective",
-        "--sequence-parallel",
-        "on",
-        "--format",
-        "json",
-    ];
+    let mut base = LLAMA3_70B_PP8.to_vec();
+    base.extend(["--recompute", "selective"]);
     let run = |extra: &[&str]| predict_json(&base, extra);
     let off = run(&[]);
     let on = run(&["--defer-embedding-wgrad-compute", "on"]);
@@ -657,25 +659,7 @@ fn deferred_embedding_wgrad_shortens_the_step_and_keeps_its_tensors() {
 /// An implementation without the fusion, or an unknown one, exits 2 naming the flag.
 #[test]
 fn fused_cross_entropy_shortens_the_last_stage() {
-    let base = [
-        "predict",
-        "--model",
-        "llama3-70b",
-        "--hardware",
-        "h100-80gb",
-        "--gpus",
-        "64",
-        "--tp",
-        "8",
-        "--pp",
-        "8",
-        "--global-batch",
-        "16",
-        "--sequence-parallel",
-        "on",
-        "--format",
-        "json",
-    ];
+    let base = LLAMA3_70B_PP8;
     let run = |extra: &[&str]| predict_json(&base, extra);
     let off = run(&[]);
     let native = run(&["--cross-entropy-loss-fusion", "on"]);
