@@ -265,6 +265,15 @@ fn lone_actions_are_1f1bs_warm_up_and_cool_down() {
         };
         assert_eq!(n, want, "device {d}: {l:?}");
     }
+    // DualPipeV says which pairs overlap: exactly its compounds' sub-actions are paired.
+    let s = generators::generate(ScheduleName::DualPipeV, GenParams::new(4, 8)).unwrap();
+    let paired: usize = pplan::sim::lone_actions(&s)
+        .iter()
+        .map(|l| l.iter().filter(|&&x| !x).count())
+        .sum();
+    let in_compounds: u32 = s.compounds.iter().map(|c| c.len).sum();
+    assert!(in_compounds > 0);
+    assert_eq!(paired, in_compounds as usize);
     for name in ScheduleName::ALL {
         for p in 1..=5u32 {
             for m in [1u32, 2, 4, 8] {

@@ -104,8 +104,8 @@ pub fn step_costs(
     } else {
         (Default::default(), 0)
     };
-    // With the expert all-to-all overlapped, a stage's layers as an action alone takes them
-    // (no partner to hide the all-to-all under; `Costs::unpaired_extra`): costed without it.
+    // With the expert all-to-all overlapped: what a stage's layers take in an action without a
+    // partner to hide it under (`Costs::unpaired_extra`), the same layers costed without it.
     let lone_kinds =
         (req.stack.moe_comm_overlap && model.moe.is_some() && prof.is_none()).then(|| {
             let stack = Stack {
