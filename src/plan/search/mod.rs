@@ -447,6 +447,35 @@ mod tests {
         }
     }
 
+    /// With the expert all-to-all overlapped, lone actions cost more: the lower bound counts
+    /// them, so pruning still finds what the exhaustive search finds, and each result is what
+    /// predict says for its layout.
+    #[test]
+    fn overlapped_moe_search_prunes_exactly_and_matches_predict() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let mut m = Model::preset("qwen3-30b-a3b").unwrap();
+        m.num_layers = 8;
+        m.seq_len = 2048;
+        if let Some(moe) = m.moe.as_mut() {
+            moe.layers = vec![true; 8];
+        }
+        let mut req = SearchRequest::new(&m, &hw, 8, 32);
+        req.stack = crate::cost::Stack {
+            moe_comm_overlap: true,
+            ..crate::cost::Stack::megatron_core()
+        };
+        req.top = 3;
+        let pruned = search(&req, None).unwrap();
+        assert!(!pruned.results.is_empty());
+        for r in &pruned.results {
+            let mut pr = r.candidate.request(&req);
+            pr.record_timeline = false;
+            assert_eq!(r.prediction, predict(&pr).unwrap(), "{:?}", r.candidate);
+        }
+        req.exhaustive = true;
+        assert_eq!(pruned.results, search(&req, None).unwrap().results);
+    }
+
     #[test]
     fn pruned_search_equals_exhaustive() {
         let hw = Hardware::bundled("a100-80gb").unwrap();
