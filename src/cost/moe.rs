@@ -281,13 +281,22 @@ impl CostModel<'_> {
         let f = moe.expert_ffn as f64 / self.etp() as f64;
         // Permute before the experts and un-permute after (read and write 2 bytes per
         // element of the routed rows), and the activation (SwiGLU 6 / 10 bytes per element,
-        // GeLU 4 / 6, as for the dense MLP).
+        // GeLU 4 / 6, as for the dense MLP). Megatron-Core's all-to-all dispatcher
+        // (`MoEAlltoAllTokenDispatcher`) permutes the rows for the all-to-all, and with more
+        // than one local expert sorts the received rows by expert and back again
+        // (`sort_chunks_by_idxs`, "Permutation 2"): two passes each way. DeepEP's dispatch
+        // gathers its send buffer inside the communication kernel: one.
         let (act_f, act_b) = if self.model.gated_mlp {
             (6.0, 10.0)
         } else {
             (4.0, 6.0)
         };
-        let permute = 2.0 * 4.0 * rows * h;
+        let passes = if !self.stack.moe_node_dedup && up.batch > 1.0 {
+            2.0
+        } else {
+            1.0
+        };
+        let permute = passes * 2.0 * 4.0 * rows * h;
         let fwd_mem = permute + act_f * rows * f + router_bytes;
         let bwd_mem = permute + act_b * rows * f + router_bytes;
         let comm = 2.0 * (self.moe_a2a_s() + self.moe_etp_collective_s());
