@@ -152,9 +152,12 @@ pub fn lone_actions(schedule: &Schedule) -> Vec<Vec<bool>> {
         .iter()
         .enumerate()
         .map(|(d, actions)| {
-            let mut lone: Vec<bool> = (0..actions.len()).map(|i| !starts.covers(d, i)).collect();
+            if !schedule.compounds.is_empty() {
+                return (0..actions.len()).map(|i| !starts.covers(d, i)).collect();
+            }
+            let mut lone = vec![true; actions.len()];
             let mut i = 0;
-            while schedule.compounds.is_empty() && i + 1 < actions.len() {
+            while i + 1 < actions.len() {
                 let (a, b) = (actions[i], actions[i + 1]);
                 let pair = a.microbatch != b.microbatch
                     && (a.kind == Kind::F && backward(b.kind)
