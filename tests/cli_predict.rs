@@ -611,10 +611,25 @@ fn stack_presets_and_their_overrides() {
         switches(&mixed),
         ("megatron-2021".into(), "flash".into(), true, false, false)
     );
-    // A profile without the fused kernel's rates falls back to unfused attention by default.
+    // Blackwell profiles carry the fused kernel's published rates, so flash by default; a
+    // profile without them (b200's with its attention fields taken out) falls back to unfused.
     let b200 = run(&["--hardware", "b200"]);
-    assert_eq!(b200["attention"], "unfused");
-    assert_eq!(b200["stack"], "megatron-core");
+    assert_eq!(b200["attention"], "flash");
+    let mut bare: serde_json::Value =
+        serde_json::from_str(include_str!("../hardware/b200.json")).unwrap();
+    let gpu = bare["gpu"].as_object_mut().unwrap();
+    gpu.retain(|k, _| !k.starts_with("attention_"));
+    bare["sources"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| !k.starts_with("gpu.attention_"));
+    let dir = std::env::temp_dir().join(format!("pplan-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("b200-no-attention.json");
+    std::fs::write(&path, bare.to_string()).unwrap();
+    let fallback = run(&["--hardware", path.to_str().unwrap()]);
+    assert_eq!(fallback["attention"], "unfused");
+    assert_eq!(fallback["stack"], "megatron-core");
 }
 
 /// `--defer-embedding-wgrad-compute on` (Megatron-Core's): the last stage's output-layer
