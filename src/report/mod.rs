@@ -4,6 +4,7 @@
 //!
 //! May import every other part of the library; nothing imports it but the CLI.
 
+pub mod bridge_blackwell;
 pub mod bridge_h100;
 pub mod compare;
 pub mod gantt;
