@@ -20,7 +20,7 @@ use crate::inputs::hardware::{Hardware, HardwareError, Precision};
 use crate::inputs::model::Model;
 use crate::plan::predict::{predict, PredictError, Prediction};
 use crate::report::bridge_h100::{bridge_request, BridgeRow, Dispatcher};
-use crate::report::mean_abs;
+use crate::report::{error_list, memory_cell};
 use std::fmt::Write as _;
 
 /// One published Blackwell run of Llama 3.1 405B.
@@ -184,7 +184,7 @@ pub fn blackwell_markdown(rows: &[BlackwellComparison]) -> String {
         let r = &c.row;
         let _ = writeln!(
             s,
-            "| {} | {} | {}/{}/{}/{} | {:.0} | {:.0} | {:+.1}% | {:.0} | {:.1}{} |",
+            "| {} | {} | {}/{}/{}/{} | {:.0} | {:.0} | {:+.1}% | {:.0} | {} |",
             r.hardware,
             r.precision.as_str(),
             r.tp,
@@ -195,12 +195,7 @@ pub fn blackwell_markdown(rows: &[BlackwellComparison]) -> String {
             c.prediction.tokens_per_s_per_gpu,
             100.0 * c.error,
             r.tflops_per_gpu,
-            c.prediction.peak_memory_bytes as f64 / 1e9,
-            if c.prediction.fits {
-                ""
-            } else {
-                " (does not fit)"
-            },
+            memory_cell(&c.prediction),
         );
     }
     for system in ["gb200-nvl72", "gb300-nvl72"] {
@@ -209,13 +204,7 @@ pub fn blackwell_markdown(rows: &[BlackwellComparison]) -> String {
             .filter(|c| c.row.hardware == system)
             .map(|c| c.error)
             .collect();
-        let list: Vec<String> = e.iter().map(|x| format!("{:+.1}%", 100.0 * x)).collect();
-        let _ = writeln!(
-            s,
-            "\n{system} (held out): {} (MAE {:.1}%).",
-            list.join(", "),
-            100.0 * mean_abs(e.iter().copied())
-        );
+        let _ = writeln!(s, "\n{system} (held out): {}.", error_list(&e));
     }
     s
 }

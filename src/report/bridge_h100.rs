@@ -25,8 +25,8 @@ use crate::inputs::model::Model;
 use crate::plan::predict::{
     predict, PipelineSplit, PredictError, PredictRequest, Prediction, Split,
 };
-use crate::report::mean_abs;
 use crate::report::moe_modelzoo::benchmarking_stack;
+use crate::report::{error_list, memory_cell};
 use crate::schedule::generators::ScheduleName;
 use std::fmt::Write as _;
 
@@ -213,7 +213,7 @@ pub fn bridge_markdown(rows: &[BridgeComparison]) -> String {
         let r = &c.row;
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{}/{}/{}/{} | {:.0} | {:.0} | {:+.1}% | {:.0} | {:.1}{} |",
+            "| {} | {} | {} | {}/{}/{}/{}/{} | {:.0} | {:.0} | {:+.1}% | {:.0} | {} |",
             r.model,
             r.container,
             r.gpus,
@@ -226,12 +226,7 @@ pub fn bridge_markdown(rows: &[BridgeComparison]) -> String {
             c.prediction.tokens_per_s_per_gpu,
             100.0 * c.error,
             r.tflops_per_gpu,
-            c.prediction.peak_memory_bytes as f64 / 1e9,
-            if c.prediction.fits {
-                ""
-            } else {
-                " (does not fit)"
-            },
+            memory_cell(&c.prediction),
         );
     }
     for (name, moe) in [("dense", false), ("MoE", true)] {
@@ -240,14 +235,7 @@ pub fn bridge_markdown(rows: &[BridgeComparison]) -> String {
             .filter(|c| (c.row.ep > 1) == moe)
             .map(|c| c.error)
             .collect();
-        let mae = mean_abs(e.iter().copied());
-        let list: Vec<String> = e.iter().map(|x| format!("{:+.1}%", 100.0 * x)).collect();
-        let _ = writeln!(
-            s,
-            "\n{name} rows (held out): {} (MAE {:.1}%).",
-            list.join(", "),
-            100.0 * mae
-        );
+        let _ = writeln!(s, "\n{name} rows (held out): {}.", error_list(&e));
     }
     s
 }

@@ -32,6 +32,28 @@ pub(crate) fn mean_abs(errors: impl IntoIterator<Item = f64>) -> f64 {
     }
 }
 
+/// `errors` (fractions) as a table's summary: "-11.3%, -8.2% (MAE 9.7%)".
+pub(crate) fn error_list(errors: &[f64]) -> String {
+    let list: Vec<String> = errors
+        .iter()
+        .map(|x| format!("{:+.1}%", 100.0 * x))
+        .collect();
+    format!(
+        "{} (MAE {:.1}%)",
+        list.join(", "),
+        100.0 * mean_abs(errors.iter().copied())
+    )
+}
+
+/// A prediction's peak memory in GB for a table cell, marked when it does not fit.
+pub(crate) fn memory_cell(p: &crate::plan::predict::Prediction) -> String {
+    format!(
+        "{:.1}{}",
+        p.peak_memory_bytes as f64 / 1e9,
+        if p.fits { "" } else { " (does not fit)" }
+    )
+}
+
 /// The item whose `error` is largest in absolute value (the first of equals), if any.
 pub(crate) fn worst_by<T>(
     items: impl IntoIterator<Item = T>,
