@@ -526,3 +526,55 @@ fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
         "{err}"
     );
 }
+
+/// Blackwell's FP8 GEMMs take every operand layout (Transformer Engine's
+/// `is_non_tn_fp8_gemm_supported`), so per-tensor FP8 keeps one cast of a weight and writes
+/// one cast of an activation where Hopper keeps the cast and its transpose; MXFP8 keeps its
+/// row- and column-wise casts on both. Per parameter: 1 extra weight byte on Blackwell, 2 on
+/// Hopper; per cast element: 3 bytes of traffic (read 2, write 1) against 4.
+#[test]
+fn fp8_without_transposes_on_blackwell() {
+    let m = Model::preset("llama3-70b").unwrap();
+    for name in [
+        "b200",
+        "b300",
+        "gb200-nvl72",
+        "gb300-nvl72",
+        "h100-80gb",
+        "h200",
+        "h800",
+    ] {
+        let gpu = hw(name);
+        let blackwell = !name.starts_with('h');
+        assert_eq!(gpu.gpu.fp8_any_layout, blackwell, "{name}");
+        let stack = |precision| Stack {
+            precision,
+            ..Stack::default()
+        };
+        let fp8 = stack(Precision::Fp8);
+        let mx = stack(Precision::Mxfp8);
+        assert_eq!(
+            fp8.low_precision_weight_bytes_per_param(&gpu),
+            if blackwell { 1 } else { 2 },
+            "{name}"
+        );
+        assert_eq!(
+            fp8.state_bytes(&gpu).extra_weight,
+            fp8.low_precision_weight_bytes_per_param(&gpu)
+        );
+        assert_eq!(mx.low_precision_weight_bytes_per_param(&gpu), 2, "{name}");
+        let cast = |stack: Stack| {
+            CostModel {
+                model: &m,
+                hw: &gpu,
+                layout: Layout::tensor_parallel(4),
+                stack,
+            }
+            .low_precision_cast_bytes()
+        };
+        let (f8, m8) = (cast(fp8), cast(mx));
+        let ratio = if blackwell { 0.75 } else { 1.0 };
+        assert!((f8.0 / m8.0 - ratio).abs() < 1e-12, "{name}: {f8:?} {m8:?}");
+        assert!((f8.1 / m8.1 - ratio).abs() < 1e-12, "{name}: {f8:?} {m8:?}");
+    }
+}

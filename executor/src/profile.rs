@@ -712,6 +712,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_half_heads: None,
             attention_half_work: None,
             fp8_split_accumulator_slowdown: None,
+            // No FP8 peak is measured, so no FP8 layout question arises.
+            fp8_any_layout: false,
             // Not measured by this profiler: pplan's default applies.
             kernel_launch_s: None,
         },

@@ -646,7 +646,7 @@ impl CostModel<'_> {
             self.stack.zero,
             memory::StateBytes {
                 extra_weight: extra_weight_bytes_per_param,
-                ..self.stack.state_bytes()
+                ..self.stack.state_bytes(self.hw)
             },
         );
         w.saturating_add(g).saturating_add(o)

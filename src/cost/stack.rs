@@ -448,21 +448,25 @@ impl Stack {
     }
 
     /// Bytes per parameter of the low-precision weight copies Transformer Engine keeps beside
-    /// the BF16 weights (without `fp8_model_params`): the cast weight and its transpose, for
-    /// the forward and the input-gradient GEMMs. FP8/MXFP8: 1 + 1; NVFP4: 0.5 + 0.5 plus its
-    /// scales, rounded up to 1. BF16: none.
-    pub fn low_precision_weight_bytes_per_param(&self) -> u64 {
+    /// the BF16 weights (without `fp8_model_params`), for the forward and the input-gradient
+    /// GEMMs: FP8 with per-tensor scales, the cast and its transpose (1 + 1) where the GPU's
+    /// FP8 GEMMs take only the TN layout (Hopper), the cast alone where they take every layout
+    /// (Blackwell, [`crate::inputs::hardware::Gpu::fp8_any_layout`]); MXFP8, the row- and the
+    /// column-wise casts (1 + 1: its 32-element scales run along one direction); NVFP4,
+    /// 0.5 + 0.5 plus its scales, rounded up to 1. BF16: none.
+    pub fn low_precision_weight_bytes_per_param(&self, hw: &Hardware) -> u64 {
         match self.precision {
             Precision::Bf16 => 0,
+            Precision::Fp8 if hw.gpu.fp8_any_layout => 1,
             Precision::Fp8 | Precision::Mxfp8 => 2,
             Precision::Nvfp4 => 1,
         }
     }
 
     /// Per parameter, the low-precision weight copies and the optimizer's state.
-    pub fn state_bytes(&self) -> super::memory::StateBytes {
+    pub fn state_bytes(&self, hw: &Hardware) -> super::memory::StateBytes {
         super::memory::StateBytes {
-            extra_weight: self.low_precision_weight_bytes_per_param(),
+            extra_weight: self.low_precision_weight_bytes_per_param(hw),
             optimizer: self.optimizer_state.bytes_per_param(),
         }
     }

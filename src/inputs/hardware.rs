@@ -73,6 +73,12 @@ pub struct Gpu {
     /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_split_accumulator_slowdown: Option<f64>,
+    /// Whether the tensor cores take FP8 operands in every layout (Blackwell), not only TN
+    /// (Hopper): Transformer Engine then keeps one FP8 copy of a per-tensor-scaled tensor
+    /// where it keeps the cast and its transpose on Hopper (`is_non_tn_fp8_gemm_supported`:
+    /// compute capability 10.x and 13+). Absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fp8_any_layout: bool,
     /// Host (CPU and driver) time to launch one kernel, seconds: a layer's kernels cannot
     /// run faster than they are launched (`cost::launch`). Absent: [`DEFAULT_KERNEL_LAUNCH_S`].
     #[serde(default, skip_serializing_if = "Option::is_none")]

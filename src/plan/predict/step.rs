@@ -317,8 +317,8 @@ pub fn step_costs(
         req.stack.attention,
     )
     .saturating_add(cm.moe_recompute_working_bytes());
-    let extra = req.stack.low_precision_weight_bytes_per_param();
-    let per_param = req.stack.state_bytes();
+    let extra = req.stack.low_precision_weight_bytes_per_param(req.hardware);
+    let per_param = req.stack.state_bytes(req.hardware);
     let shard = cm.shard_ranks();
     let state = |prm: f64| {
         let (w, g, o) =
@@ -557,7 +557,7 @@ pub fn prediction_from(
         step.device_params.get(fullest).copied().unwrap_or(0),
         cm.shard_ranks(),
         req.stack.zero,
-        req.stack.state_bytes(),
+        req.stack.state_bytes(req.hardware),
         tensor_peak,
         overheads,
     );
@@ -565,7 +565,7 @@ pub fn prediction_from(
     let memory_breakdown = match step.device_expert_params.get(fullest) {
         Some(&expert) => {
             let total = step.device_params.get(fullest).copied().unwrap_or(0);
-            let per_param = req.stack.state_bytes();
+            let per_param = req.stack.state_bytes(req.hardware);
             let parts = |params: u64, shard: u64| {
                 memory::model_state_parts(params, shard, req.stack.zero, per_param)
             };
