@@ -89,7 +89,7 @@ def main(argv):
         sys.exit("no causal BF16 cuDNN points in " + ", ".join(files))
     for name, col, laws in (("forward", 2, check[0:2] if check else None),
                             ("backward", 3, check[2:4] if check else None)):
-        eff = [(s, h, t[col] * 1e12 / peak) for t in pts for s, h in [(t[0], t[1])]]
+        eff = [(t[0], t[1], t[col] * 1e12 / peak) for t in pts]
         a, s0 = laws if laws else fit(eff, n0)
         errs, mean, worst = errors(eff, a, s0, n0)
         print(f"{name}: A {a:.3f} s0 {s0:.0f} (n0 {n0:.0f}) over {len(eff)} points: "

@@ -10,7 +10,6 @@ use pplan::plan::predict::{PipelineSplit, Split};
 use pplan::report::bridge_blackwell::{
     blackwell_markdown, validate_bridge_blackwell, BLACKWELL_ROWS,
 };
-use pplan::report::bridge_h100::bridge_request;
 
 #[test]
 fn rows_add_up_and_cover_the_three_recipes_on_both_racks() {
@@ -52,7 +51,7 @@ fn requests_carry_the_recipe() {
     };
     for r in &BLACKWELL_ROWS {
         let hw = Hardware::bundled(r.hardware).unwrap();
-        let req = bridge_request(&r.bridge_row(), &model, &hw);
+        let req = r.request(&model, &hw);
         assert_eq!(
             (req.tp, req.pp, req.cp, req.chunks),
             (r.tp, r.pp, r.cp, r.vp)
@@ -65,6 +64,8 @@ fn requests_carry_the_recipe() {
         );
         let s = req.stack;
         assert_eq!(s.attention, Attention::Flash, "{}", r.hardware);
+        assert_eq!(s.precision, r.precision);
+        assert_eq!(s.tp_comm_overlap, r.tp_comm_overlap);
         assert_eq!(s.zero, Zero::Optimizer);
         assert_eq!(s.cross_entropy_fusion, CrossEntropyFusion::Te);
     }

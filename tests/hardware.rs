@@ -554,15 +554,15 @@ fn fp8_without_transposes_on_blackwell() {
         let fp8 = stack(Precision::Fp8);
         let mx = stack(Precision::Mxfp8);
         assert_eq!(
-            fp8.low_precision_weight_bytes_per_param(&gpu),
+            fp8.low_precision_copy_bytes(&gpu),
             if blackwell { 1 } else { 2 },
             "{name}"
         );
         assert_eq!(
             fp8.state_bytes(&gpu).extra_weight,
-            fp8.low_precision_weight_bytes_per_param(&gpu)
+            fp8.low_precision_copy_bytes(&gpu)
         );
-        assert_eq!(mx.low_precision_weight_bytes_per_param(&gpu), 2, "{name}");
+        assert_eq!(mx.low_precision_copy_bytes(&gpu), 2, "{name}");
         let cast = |stack: Stack| {
             CostModel {
                 model: &m,

@@ -462,20 +462,19 @@ impl CostModel<'_> {
 
     /// HBM traffic (forward, backward) of casting a layer's GEMM operands to the stack's low
     /// precision, on one rank (Transformer Engine, fused cast + amax + transpose): every element
-    /// cast is read in BF16 (2 bytes) and written twice in the format (row- and column-wise, for
-    /// the input- and weight-gradient GEMMs): 4 bytes for FP8/MXFP8, 3 for NVFP4; per-tensor
-    /// FP8 on a GPU whose FP8 GEMMs take every layout is written once, 3. Forward: the
+    /// cast is read in BF16 (2 bytes) and written in the format as its copies
+    /// ([`crate::cost::Stack::low_precision_copy_bytes`]: row- and column-wise for the input- and
+    /// weight-gradient GEMMs): 4 bytes for FP8/MXFP8, 3 for NVFP4 and for per-tensor FP8 on a
+    /// GPU whose FP8 GEMMs take every layout, written once. Forward: the
     /// inputs of the attention projection (`s b h / t`) and of MLP-out (`s b f / t`); the
     /// inputs of QKV and MLP-in come cast out of the fused LayerNorm. Backward: the output
     /// gradients of all four linear layers. The FP8 weights are cast once per step and cached
     /// (not counted per micro-batch). Zero for BF16.
     pub fn low_precision_cast_bytes(&self) -> (f64, f64) {
-        let per_element = match self.stack.precision {
-            Precision::Bf16 => return (0.0, 0.0),
-            Precision::Fp8 if self.hw.gpu.fp8_any_layout => 3.0,
-            Precision::Fp8 | Precision::Mxfp8 => 4.0,
-            Precision::Nvfp4 => 3.0,
-        };
+        if self.stack.precision == Precision::Bf16 {
+            return (0.0, 0.0);
+        }
+        let per_element = 2.0 + self.stack.low_precision_copy_bytes(self.hw) as f64;
         let (b, s, h, a, f, t, dh) = self.dims();
         let kv = self.model.num_kv_heads as f64;
         let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };

@@ -447,14 +447,16 @@ impl Stack {
         }
     }
 
-    /// Bytes per parameter of the low-precision weight copies Transformer Engine keeps beside
-    /// the BF16 weights (without `fp8_model_params`), for the forward and the input-gradient
-    /// GEMMs: FP8 with per-tensor scales, the cast and its transpose (1 + 1) where the GPU's
-    /// FP8 GEMMs take only the TN layout (Hopper), the cast alone where they take every layout
-    /// (Blackwell, [`crate::inputs::hardware::Gpu::fp8_any_layout`]); MXFP8, the row- and the
-    /// column-wise casts (1 + 1: its 32-element scales run along one direction); NVFP4,
-    /// 0.5 + 0.5 plus its scales, rounded up to 1. BF16: none.
-    pub fn low_precision_weight_bytes_per_param(&self, hw: &Hardware) -> u64 {
+    /// Bytes per element of the low-precision copies Transformer Engine keeps of a tensor it
+    /// casts for the GEMMs: of every weight (beside the BF16 one, without `fp8_model_params`)
+    /// and of the activations and gradients it casts each micro-batch
+    /// ([`super::CostModel::low_precision_cast_bytes`]). FP8 with per-tensor scales, the cast
+    /// and its transpose (1 + 1) where the GPU's FP8 GEMMs take only the TN layout (Hopper),
+    /// the cast alone where they take every layout (Blackwell,
+    /// [`crate::inputs::hardware::Gpu::fp8_any_layout`]); MXFP8, the row- and the column-wise
+    /// casts (1 + 1: its 32-element scales run along one direction); NVFP4, 0.5 + 0.5 plus
+    /// its scales, rounded up to 1. BF16: none.
+    pub fn low_precision_copy_bytes(&self, hw: &Hardware) -> u64 {
         match self.precision {
             Precision::Bf16 => 0,
             Precision::Fp8 if hw.gpu.fp8_any_layout => 1,
@@ -466,7 +468,7 @@ impl Stack {
     /// Per parameter, the low-precision weight copies and the optimizer's state.
     pub fn state_bytes(&self, hw: &Hardware) -> super::memory::StateBytes {
         super::memory::StateBytes {
-            extra_weight: self.low_precision_weight_bytes_per_param(hw),
+            extra_weight: self.low_precision_copy_bytes(hw),
             optimizer: self.optimizer_state.bytes_per_param(),
         }
     }

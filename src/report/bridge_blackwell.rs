@@ -18,7 +18,7 @@
 
 use crate::inputs::hardware::{Hardware, HardwareError, Precision};
 use crate::inputs::model::Model;
-use crate::plan::predict::{predict, PredictError, Prediction};
+use crate::plan::predict::{predict, PredictError, PredictRequest, Prediction};
 use crate::report::bridge_h100::{bridge_request, BridgeRow, Dispatcher};
 use crate::report::{error_list, memory_cell};
 use std::fmt::Write as _;
@@ -130,6 +130,15 @@ impl BlackwellRow {
             tflops_per_gpu: self.tflops_per_gpu,
         }
     }
+
+    /// The row's request for `model` on `hw`: `report::bridge_h100`'s with the row's precision
+    /// and tensor-parallel overlap.
+    pub fn request<'a>(&self, model: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
+        let mut req = bridge_request(&self.bridge_row(), model, hw);
+        req.stack.precision = self.precision;
+        req.stack.tp_comm_overlap = self.tp_comm_overlap;
+        req
+    }
 }
 
 /// One row predicted.
@@ -161,11 +170,7 @@ pub fn validate_bridge_blackwell() -> Result<Vec<BlackwellComparison>, Blackwell
         .iter()
         .map(|row| {
             let hw = Hardware::bundled(row.hardware)?;
-            let bridge = row.bridge_row();
-            let mut req = bridge_request(&bridge, &model, &hw);
-            req.stack.precision = row.precision;
-            req.stack.tp_comm_overlap = row.tp_comm_overlap;
-            let prediction = predict(&req)?;
+            let prediction = predict(&row.request(&model, &hw))?;
             Ok(BlackwellComparison {
                 row: *row,
                 error: prediction.tokens_per_s_per_gpu / row.tokens_per_s_per_gpu - 1.0,

@@ -317,8 +317,8 @@ pub fn step_costs(
         req.stack.attention,
     )
     .saturating_add(cm.moe_recompute_working_bytes());
-    let extra = req.stack.low_precision_weight_bytes_per_param(req.hardware);
     let per_param = req.stack.state_bytes(req.hardware);
+    let extra = per_param.extra_weight;
     let shard = cm.shard_ranks();
     let state = |prm: f64| {
         let (w, g, o) =
