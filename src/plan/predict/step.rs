@@ -553,11 +553,12 @@ pub fn prediction_from(
         .max_by_key(|&(d, b)| (b, std::cmp::Reverse(d)))
         .unwrap_or((0, 0));
     let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
+    let per_param = req.stack.state_bytes(req.hardware);
     let memory_breakdown = MemoryBreakdown::new(
         step.device_params.get(fullest).copied().unwrap_or(0),
         cm.shard_ranks(),
         req.stack.zero,
-        req.stack.state_bytes(req.hardware),
+        per_param,
         tensor_peak,
         overheads,
     );
@@ -565,7 +566,6 @@ pub fn prediction_from(
     let memory_breakdown = match step.device_expert_params.get(fullest) {
         Some(&expert) => {
             let total = step.device_params.get(fullest).copied().unwrap_or(0);
-            let per_param = req.stack.state_bytes(req.hardware);
             let parts = |params: u64, shard: u64| {
                 memory::model_state_parts(params, shard, req.stack.zero, per_param)
             };
