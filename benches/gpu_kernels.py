@@ -22,11 +22,17 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
   each with the host time of issuing the calls;
 - causal attention at 16k-32k tokens with 4-16 heads (Llama 2 7B at t = 2-8) and the
   non-causal half-chunk blocks of a context-parallel ring step;
-- an eager MoE block's forward and backward (Qwen3 shapes, 8-16 local experts, 1k-4k tokens)
-  with the dispatcher's host synchronisation: wall time against the kernels' GPU time.
+- an eager MoE block's forward and backward (Qwen3 and DeepSeek-V3 shapes, 4-16 local
+  experts, 1k-4k tokens) with the dispatcher's host synchronisation: wall time against the
+  kernels' GPU time;
+- stacks of attention + MoE layers, forward and backward apart: wall time against the host
+  time and the GPU time of the same steps (the form of pplan's MoE host time);
+- the GPU's gap between back-to-back kernels queued far ahead of it.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
-first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json
+first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json [PART ...], where a
+PART (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
+moe_layer_host, moe_layer_sync, kernel_gaps, sustained) picks the parts to run; all of them without.
 """
 import json
 import math
@@ -330,10 +336,10 @@ def host_overhead(res):
                                      "host_s_per_op": host})
 
 
-# (name, hidden, expert width, experts, top-k, local experts): Qwen3-30B-A3B at EP 8 and EP 16
-# and Qwen3-235B-A22B at EP 8 (their Hugging Face config.json files).
+# (name, hidden, expert width, experts, top-k, local experts): Qwen3-30B-A3B at EP 8 and EP 16,
+# Qwen3-235B-A22B at EP 8 and DeepSeek-V3 at EP 64 (their Hugging Face config.json files).
 MOE_LAYERS = [("qwen3-30b-a3b", 2048, 768, 128, 8, 16), ("qwen3-30b-a3b", 2048, 768, 128, 8, 8),
-              ("qwen3-235b-a22b", 4096, 1536, 128, 8, 16)]
+              ("qwen3-235b-a22b", 4096, 1536, 128, 8, 16), ("deepseek-v3", 7168, 2048, 256, 8, 4)]
 
 
 def moe_layer_host(res):
@@ -347,7 +353,9 @@ def moe_layer_host(res):
     from torch.profiler import ProfilerActivity, profile
     dev, dt = "cuda", torch.bfloat16
     for name, h, f, experts, k, local in MOE_LAYERS:
-        for tokens in (1024, 4096):
+        # 2,048 is a rank's routed tokens over 8 in the ModelZoo's Qwen3-235B run at t = 2
+        # (m289: 4,096-token sequences split by sequence parallelism, top-8 over EP 8).
+        for tokens in (1024, 2048, 4096):
             x = torch.randn(tokens, h, device=dev, dtype=dt, requires_grad=True)
             router = (0.02 * torch.randn(experts, h, device=dev, dtype=dt)).requires_grad_()
             w1 = [(0.02 * torch.randn(2 * f, h, device=dev, dtype=dt)).requires_grad_()
@@ -397,6 +405,215 @@ def moe_layer_host(res):
             torch.cuda.empty_cache()
 
 
+# (name, hidden, heads, kv heads, dense tokens, MoE tokens, local experts, expert width) of a
+# rank's layer: Qwen3-235B-A22B (64 heads, 4 KV groups) at t = 2 with EP 8 (the ModelZoo's
+# m289: 4,096-token sequences, sequence parallelism hands the MoE 2,048) and EP 32 (m286/m287:
+# 4 local experts), at t = 4 with EP 8 (m290), and Qwen3-30B-A3B (32 heads, 4 groups) at t = 1
+# with EP 8 (Megatron-Bridge's H100 and B200 runs).
+SYNC_LAYERS = [("qwen3-235b-t2-ep8", 4096, 32, 2, 4096, 2048, 16, 1536),
+               ("qwen3-235b-t2-ep32", 4096, 32, 2, 4096, 2048, 4, 1536),
+               ("qwen3-235b-t4-ep8", 4096, 16, 1, 4096, 1024, 16, 1536),
+               ("qwen3-30b-t1-ep8", 2048, 32, 4, 4096, 4096, 16, 768),
+               # The same layers at half and twice the tokens, to move GPU time against host.
+               ("qwen3-235b-t2-ep8-s2k", 4096, 32, 2, 2048, 1024, 16, 1536),
+               ("qwen3-235b-t2-ep8-s8k", 4096, 32, 2, 8192, 4096, 16, 1536),
+               ("qwen3-30b-t1-ep8-s2k", 2048, 32, 4, 2048, 2048, 16, 768),
+               ("qwen3-30b-t1-ep16-s8k", 2048, 32, 4, 8192, 8192, 8, 768)]
+SYNC_STACK = 4
+
+
+def moe_layer_sync(res):
+    """A stack of transformer layers on one rank, each an attention block (norm, QKV, causal
+    flash attention, output projection; the tensor-parallel all-gather and reduce-scatter
+    stood in for by a copy) and an eager MoE block whose dispatcher reads the per-expert row
+    counts on the host (the synchronisation Megatron-Core's dispatchers make once a layer).
+    Forward and backward timed apart (wall per layer), beside (1) the GPU time of each part's
+    kernels (torch.profiler) and (2) the host time of issuing each part, read off the same
+    code at toy sizes (hidden 64, 64 tokens), where the GPU work is negligible. The host may
+    run ahead of the GPU in the backward but not past a forward's synchronisation, so these
+    say which combination of host and GPU time a MoE layer takes."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    dev, dt, k = "cuda", torch.bfloat16, 8
+
+    def build(h, heads, kv, td, tm, local, f):
+        hd = 128 if h >= 1024 else 32
+        w = lambda *shape: (0.02 * torch.randn(*shape, device=dev, dtype=dt)).requires_grad_()
+        p = {"norm": w(h), "qkv": w((heads + 2 * kv) * hd, h), "proj": w(h, heads * hd),
+             "norm2": w(h), "router": w(128, h),
+             "w1": [w(2 * f, h) for _ in range(local)], "w2": [w(h, f) for _ in range(local)]}
+        host = {"dense": 0.0, "moe_pre": 0.0, "moe_post": 0.0}
+
+        def norm(x, g):
+            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dt) * g
+
+        def layer(x):
+            t0 = time.perf_counter()
+            n = norm(x, p["norm"]).repeat(td // tm, 1)  # sequence-parallel all-gather
+            q, kk, v = (n @ p["qkv"].t()).split([heads * hd, kv * hd, kv * hd], dim=-1)
+            q = q.view(1, td, heads, hd).transpose(1, 2)
+            # Each KV group repeated over its heads (a copy), so that the flash backend runs.
+            kk = kk.view(1, td, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
+            v = v.view(1, td, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
+            o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+            o = o.transpose(1, 2).reshape(td, heads * hd) @ p["proj"].t()
+            x = x + o[:tm]  # reduce-scatter
+            t1 = time.perf_counter()
+            n2 = norm(x, p["norm2"])
+            probs = torch.softmax((n2 @ p["router"].t()).float(), dim=-1)
+            top_p, top_i = probs.topk(k, dim=-1)
+            slot = top_i.flatten() % local
+            order = torch.argsort(slot, stable=True)
+            t2 = time.perf_counter()
+            counts = torch.bincount(slot, minlength=local).tolist()  # host sync
+            t3 = time.perf_counter()
+            rows = n2.repeat_interleave(k, dim=0)[order]
+            outs, start = [], 0
+            for e, c in enumerate(counts):
+                a, b = (rows[start:start + c] @ p["w1"][e].t()).chunk(2, dim=-1)
+                outs.append((F.silu(a) * b) @ p["w2"][e].t())
+                start += c
+            back = torch.empty_like(rows).index_copy(0, order, torch.cat(outs))
+            y = (back.view(tm, k, h) * top_p.unsqueeze(-1).to(dt)).sum(dim=1)
+            x = x + y
+            t4 = time.perf_counter()
+            host["dense"] += t1 - t0
+            host["moe_pre"] += t2 - t1
+            host["moe_post"] += t4 - t3
+            return x
+        return layer, host
+
+    def step(layer, x0, n):
+        """Per layer, mean of n steps after 2 untimed: forward wall, backward wall, and the
+        host time of the backward (until backward() returns: it launches and never waits)."""
+        fw = bw = bh = 0.0
+        for i in range(n + 2):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            x = x0
+            for _ in range(SYNC_STACK):
+                x = layer(x)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            x.float().sum().backward()
+            t2 = time.perf_counter()
+            torch.cuda.synchronize()
+            t3 = time.perf_counter()
+            if i >= 2:
+                fw += (t1 - t0) / n / SYNC_STACK
+                bh += (t2 - t1) / n / SYNC_STACK
+                bw += (t3 - t1) / n / SYNC_STACK
+        return fw, bw, bh
+
+    def kernels(fn):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        ev = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+        return sum(e.self_device_time_total for e in ev) * 1e-6, sum(e.count for e in ev)
+
+    for name, h, heads, kv, td, tm, local, f in SYNC_LAYERS:
+        row = {"model": name, "hidden": h, "heads": heads, "kv_heads": kv, "dense_tokens": td,
+               "moe_tokens": tm, "local_experts": local, "expert_ffn": f, "top_k": k,
+               "stack": SYNC_STACK}
+        try:
+            # Host time: the same code at toy sizes, forward parts and backward.
+            toy, host = build(64, 2, 1, 64 * td // tm, 64, local, 64)
+            x0 = torch.randn(64, 64, device=dev, dtype=dt, requires_grad=True)
+            step(toy, x0, 3)
+            for key in host:
+                host[key] = 0.0
+            n = 10
+            _, _, toy_bh = step(toy, x0, n)
+            for key in host:
+                row[f"toy_host_{key}_s"] = host[key] / ((n + 2) * SYNC_STACK)
+            row["toy_host_backward_s"] = toy_bh
+            # The real sizes: wall per layer, the host time of each part in the same steps
+            # (the forward's parts leave out the wait at the synchronisation; the backward
+            # never waits), and the GPU time of the kernels of each part.
+            layer, host = build(h, heads, kv, td, tm, local, f)
+            x0 = torch.randn(tm, h, device=dev, dtype=dt, requires_grad=True)
+            step(layer, x0, 1)
+            for key in host:
+                host[key] = 0.0
+            n = 5
+            row["forward_wall_s"], row["backward_wall_s"], row["host_backward_s"] = \
+                step(layer, x0, n)
+            for key in host:
+                row[f"host_{key}_s"] = host[key] / ((n + 2) * SYNC_STACK)
+            g_f, n_f = kernels(lambda: layer(x0))
+            y = layer(x0)
+            g_b, n_b = kernels(lambda: y.float().sum().backward())
+            row.update(gpu_forward_s=g_f, kernels_forward=n_f, gpu_backward_s=g_b,
+                       kernels_backward=n_b)
+            res["moe_layer_sync"].append(row)
+            del layer, x0, y
+        except Exception as e:  # noqa: BLE001
+            res["errors"].append(f"moe layer sync {name}: {traceback.format_exc()}")
+        torch.cuda.empty_cache()
+
+
+def kernel_gaps(res):
+    """The GPU's time between back-to-back kernels of one stream when the host is far ahead:
+    a few hundred calls queued behind a 50 ms spin kernel (torch.cuda._sleep), CUDA events
+    around them, against the sum of their kernels' durations (torch.profiler, the spin left
+    out); the difference over the kernel count is the gap per kernel that no host time
+    explains. Kernels: a small and a large elementwise add, an expert-sized GEMM, and a
+    Qwen3-235B expert's forward (up GEMM, SwiGLU, down GEMM) over 16 local experts."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    dev, dt = "cuda", torch.bfloat16
+    small = torch.randn(1 << 20, device=dev, dtype=dt)
+    large = torch.randn(1 << 26, device=dev, dtype=dt)
+    a = torch.randn(1024, 4096, device=dev, dtype=dt)
+    w = torch.randn(3072, 4096, device=dev, dtype=dt)
+    w1 = [torch.randn(3072, 4096, device=dev, dtype=dt) for _ in range(16)]
+    w2 = [torch.randn(4096, 1536, device=dev, dtype=dt) for _ in range(16)]
+
+    def experts():
+        for e in range(16):
+            u, g = (a @ w1[e].t()).chunk(2, dim=-1)
+            (F.silu(u) * g) @ w2[e].t()
+
+    cases = [("add 1M bf16", lambda: small.add_(1.0), 500),
+             ("add 64M bf16", lambda: large.add_(1.0), 100),
+             ("gemm 1024x3072x4096 bf16", lambda: a @ w.t(), 300),
+             ("16 experts 1024 rows (up, silu*mul, down)", experts, 10)]
+    for name, fn, n in cases:
+        try:
+            fn()
+            torch.cuda.synchronize()
+            s = torch.cuda.Event(enable_timing=True)
+            e = torch.cuda.Event(enable_timing=True)
+            walls = []
+            for _ in range(REPEATS):
+                torch.cuda._sleep(100_000_000)
+                s.record()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                host = time.perf_counter() - t0
+                e.record()
+                e.synchronize()
+                walls.append(s.elapsed_time(e) * 1e-3)
+            walls.sort()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                torch.cuda._sleep(100_000_000)
+                for _ in range(n):
+                    fn()
+                torch.cuda.synchronize()
+            ev = [x for x in prof.key_averages() if x.device_type == DeviceType.CUDA
+                  and "spin" not in x.key and "sleep" not in x.key]
+            busy = sum(x.self_device_time_total for x in ev) * 1e-6
+            count = sum(x.count for x in ev)
+            wall = walls[len(walls) // 2]
+            res["kernel_gaps"].append({"case": name, "calls": n, "kernels": count,
+                                       "wall_s": wall, "kernel_s": busy, "host_s": host,
+                                       "gap_s_per_kernel": (wall - busy) / max(count, 1)})
+        except Exception:  # noqa: BLE001
+            res["errors"].append(f"kernel gaps {name}: {traceback.format_exc()}")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
     p = torch.cuda.get_device_properties(0)
@@ -412,10 +629,18 @@ def main():
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
-        "errors": [],
+        "moe_layer_sync": [], "kernel_gaps": [], "errors": [],
     }
-    for part in (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-                 moe_layer_host, sustained):
+    parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
+             moe_layer_host, moe_layer_sync, kernel_gaps, sustained)
+    chosen = sys.argv[2:]
+    unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
+    if unknown:
+        sys.exit(f"gpu_kernels.py: unknown part(s) {unknown}; valid: "
+                 + ", ".join(p.__name__ for p in parts))
+    res["parts"] = chosen or [p.__name__ for p in parts]
+    by_name = {p.__name__: p for p in parts}
+    for part in (by_name[c] for c in res["parts"]):
         t0 = time.time()
         try:
             part(res)
