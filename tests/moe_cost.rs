@@ -504,9 +504,11 @@ fn megatron_core_recompute_modules_drop_and_rebuild_what_they_name() {
     assert!(moe.backward_input.total_s() > act.backward_input.total_s());
 }
 
-/// The host floor (docs/cost-model.md, "Host time of a MoE layer"): a small MoE layer takes the
-/// framework's host time, spread over its parts by their kernels; a long one is untouched;
-/// recomputation scales the floor with the kernels it re-runs; 0 turns it off.
+/// The host time (docs/cost-model.md, "Host time of a MoE layer"): a small MoE layer takes the
+/// framework's host time `H`, shared between forward and backward by their kernels, plus the
+/// forward's loss at the dispatcher's wait, `c` of its GPU time; a long one takes its GPU time
+/// plus `c` of the forward's host time; recomputation scales `H` with the kernels it re-runs;
+/// 0 turns it off.
 #[test]
 fn small_moe_layers_wait_for_the_host() {
     let hw = Hardware::bundled("h100-80gb").unwrap();
@@ -514,16 +516,19 @@ fn small_moe_layers_wait_for_the_host() {
     let total = |b: pplan::cost::BlockCost| {
         b.forward.total_s() + b.backward_input.total_s() + b.backward_weight.total_s()
     };
+    let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
+    assert_eq!(c, 0.24);
     let off = cm(&m, &hw, 1, 8, 8, balanced()).moe_layer();
-    let host = 9.1e-3;
+    let host = 8.8e-3;
     let on_stack = Stack {
         moe_layer_host_s: host,
         ..balanced()
     };
     let on = cm(&m, &hw, 1, 8, 8, on_stack).moe_layer();
-    // This layer's GPU work is far under 9.1 ms: it takes the host time exactly.
+    // This layer's GPU work is far under 8.8 ms: it takes the host time and the forward's loss.
     assert!(total(off) < 1e-3, "{}", total(off));
-    assert!((total(on) - host).abs() < 1e-12, "{}", total(on));
+    let want = host + c * off.forward.total_s();
+    assert!((total(on) - want).abs() < 1e-12, "{} {want}", total(on));
     // The GPU's own work is unchanged; the wait is launch time, split by kernels.
     assert_eq!(on.forward.gemm_s, off.forward.gemm_s);
     let kernels = {
@@ -537,27 +542,40 @@ fn small_moe_layers_wait_for_the_host() {
     };
     let wait = |p: pplan::cost::Part, q: pplan::cost::Part| p.launch_s - q.launch_s;
     let all = kernels.forward + kernels.backward_input + kernels.backward_weight;
-    let w = host - total(off);
-    assert!((wait(on.forward, off.forward) - w * kernels.forward / all).abs() < 1e-12);
+    let host_f = host * kernels.forward / all;
+    let gpu_f = off.forward.total_s();
+    assert!((wait(on.forward, off.forward) - (host_f - gpu_f + c * gpu_f)).abs() < 1e-12);
+    let host_b = host - host_f;
+    let gpu_b = off.backward_input.total_s() + off.backward_weight.total_s();
+    let kb = kernels.backward_input + kernels.backward_weight;
     assert!(
-        (wait(on.backward_weight, off.backward_weight) - w * kernels.backward_weight / all).abs()
+        (wait(on.backward_weight, off.backward_weight)
+            - (host_b - gpu_b) * kernels.backward_weight / kb)
+            .abs()
             < 1e-12
     );
-    // Full recomputation re-runs the forward's kernels: the floor grows by as many.
+    // Full recomputation re-runs the forward's kernels: the host time grows by as many.
     let mut full = cm(&m, &hw, 1, 8, 8, on_stack);
     full.layout.recompute = Recompute::Full;
-    let want = host * (all + kernels.forward) / all;
+    let mut full_off = full;
+    full_off.stack = balanced();
+    let want = host * (all + kernels.forward) / all + c * full_off.moe_layer().forward.total_s();
     assert!((total(full.moe_layer()) - want).abs() < 1e-12);
-    // A layer whose GPU work outlasts the floor does not see it.
+    // A layer whose GPU work outlasts the host time both ways: the forward loses c of its host
+    // time, the backward nothing.
     let long = Model {
         seq_len: 65536,
         ..m.clone()
     };
     let a = cm(&long, &hw, 1, 8, 8, on_stack).moe_layer();
     let b = cm(&long, &hw, 1, 8, 8, balanced()).moe_layer();
-    assert!(total(b) > host);
-    assert_eq!(a, b);
-    // Megatron-Core's preset carries the measured floor; the 2021 stack and torchtitan none.
+    assert!(b.forward.total_s() > host_f && b.backward_input.total_s() > host_b);
+    assert!((a.forward.total_s() - b.forward.total_s() - c * host_f).abs() < 1e-12);
+    assert_eq!(
+        (a.backward_input, a.backward_weight),
+        (b.backward_input, b.backward_weight)
+    );
+    // Megatron-Core's preset carries the measured host time; the 2021 stack and torchtitan none.
     assert_eq!(Stack::megatron_core().moe_layer_host_s, host);
     assert_eq!(Stack::default().moe_layer_host_s, 0.0);
     assert_eq!(Stack::torchtitan().moe_layer_host_s, 0.0);

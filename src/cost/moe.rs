@@ -13,7 +13,10 @@ use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
 use super::launch::Kernels;
 use super::memory;
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
-use super::stack::{CostModel, Layout, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM};
+use super::stack::{
+    CostModel, Layout, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
+    MOE_FORWARD_SYNC_LOSS,
+};
 use crate::inputs::model::Model;
 
 /// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
@@ -386,28 +389,37 @@ impl CostModel<'_> {
         self.moe_host_floored(layer, kernels, base)
     }
 
-    /// `layer` no shorter than the framework's host time for it ([`Stack::moe_layer_host_s`]
-    /// for the layer's `base` kernels, scaled by the `kernels` recomputation adds): what the
-    /// GPU waits beyond its own work is spread over the forward and the two backward parts in
-    /// proportion to their kernels, as the host issues them.
+    /// `layer` with the framework's host time for it ([`Stack::moe_layer_host_s`] for the
+    /// layer's `base` kernels, scaled by the `kernels` recomputation adds, and shared between
+    /// the forward and the backward by their kernels): the forward, whose dispatcher waits on
+    /// the GPU once a layer, takes `max(H, G) + c min(H, G)` with `c` =
+    /// [`MOE_FORWARD_SYNC_LOSS`]; the backward, which never waits, `max(H, G)`, its wait
+    /// spread over the two backward parts by their kernels.
     ///
     /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
     fn moe_host_floored(&self, layer: BlockCost, kernels: Kernels, base: Kernels) -> BlockCost {
         let count = |k: Kernels| k.forward + k.backward_input + k.backward_weight;
         let all = count(kernels);
-        let host = self.stack.moe_layer_host_s * all / count(base).max(1.0);
-        let parts = [layer.forward, layer.backward_input, layer.backward_weight];
-        let total: f64 = parts.iter().map(|p| p.total_s()).sum();
-        if host <= total || all <= 0.0 {
+        if all <= 0.0 {
             return layer;
         }
-        let wait = host - total;
+        let host = self.stack.moe_layer_host_s * all / count(base).max(1.0);
+        let host_f = host * kernels.forward / all;
+        let host_b = host - host_f;
+        let gpu_f = layer.forward.total_s();
+        let gpu_b = layer.backward_input.total_s() + layer.backward_weight.total_s();
+        let mut forward = layer.forward;
+        forward.launch_s += (host_f - gpu_f).max(0.0) + MOE_FORWARD_SYNC_LOSS * host_f.min(gpu_f);
+        let wait_b = (host_b - gpu_b).max(0.0);
+        let kb = kernels.backward_input + kernels.backward_weight;
         let add = |mut p: Part, k: f64| {
-            p.launch_s += wait * k / all;
+            if kb > 0.0 {
+                p.launch_s += wait_b * k / kb;
+            }
             p
         };
         BlockCost {
-            forward: add(layer.forward, kernels.forward),
+            forward,
             backward_input: add(layer.backward_input, kernels.backward_input),
             backward_weight: add(layer.backward_weight, kernels.backward_weight),
         }
