@@ -27,12 +27,14 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
   kernels' GPU time;
 - stacks of attention + MoE layers, forward and backward apart: wall time against the host
   time and the GPU time of the same steps (the form of pplan's MoE host time);
-- the GPU's gap between back-to-back kernels queued far ahead of it.
+- the GPU's gap between back-to-back kernels queued far ahead of it;
+- the causal and non-causal attention blocks of a context-parallel ring's steps.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json [PART ...], where a
 PART (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-moe_layer_host, moe_layer_sync, kernel_gaps, sustained) picks the parts to run; all of them without.
+moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, sustained) picks the parts to run;
+all of them without.
 """
 import json
 import math
@@ -614,6 +616,46 @@ def kernel_gaps(res):
             res["errors"].append(f"kernel gaps {name}: {traceback.format_exc()}")
 
 
+# Chunk lengths and heads a rank of a load-balanced context-parallel ring holds.
+CP_CHUNKS = [1024, 2048, 4096, 8192, 16384]
+CP_HEADS = [4, 8, 16, 32, 64]
+
+
+def cp_attention(res):
+    """The attention blocks of one step of a load-balanced context-parallel ring (Transformer
+    Engine's p2p context parallelism, as Megatron-Core and NeMo run it): a rank holds two
+    chunks of c tokens; its first step is causal over its own 2c tokens, each later step
+    non-causal, 2c queries against the c keys of a remote rank's first chunk or the c queries
+    of its second chunk against 2c remote keys. cuDNN, BF16, head dim 128, batch 1, forward
+    and backward (FLOPs: causal blocks counted at half, as the other attention parts)."""
+    from torch.nn.attention import SDPBackend
+    dev, hd = "cuda", 128
+    for c in CP_CHUNKS:
+        for heads in CP_HEADS:
+            for kind, sq, sk, causal in [("diagonal", 2 * c, 2 * c, True),
+                                         ("first-half keys", 2 * c, c, False),
+                                         ("second-half queries", c, 2 * c, False)]:
+                row = {"chunk": c, "heads": heads, "block": kind, "query_tokens": sq,
+                       "key_tokens": sk, "causal": causal, "head_dim": hd,
+                       "backend": "cudnn"}
+                try:
+                    q = torch.randn(1, heads, sq, hd, device=dev, dtype=torch.bfloat16,
+                                    requires_grad=True)
+                    k = torch.randn(1, heads, sk, hd, device=dev, dtype=torch.bfloat16,
+                                    requires_grad=True)
+                    v = torch.randn(1, heads, sk, hd, device=dev, dtype=torch.bfloat16,
+                                    requires_grad=True)
+                    g = torch.randn(1, heads, sq, hd, device=dev, dtype=torch.bfloat16)
+                    fwd_flops = 2.0 * 2.0 * heads * sq * sk * hd / (2.0 if causal else 1.0)
+                    res["cp_attention"].append(sdpa_row(
+                        row, SDPBackend.CUDNN_ATTENTION, q, k, v, g, fwd_flops,
+                        is_causal=causal))
+                    del q, k, v, g
+                except Exception as e:  # noqa: BLE001
+                    res["errors"].append(f"cp attention c={c} h={heads} {kind}: {e!r}")
+        torch.cuda.empty_cache()
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
     p = torch.cuda.get_device_properties(0)
@@ -629,10 +671,10 @@ def main():
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
-        "moe_layer_sync": [], "kernel_gaps": [], "errors": [],
+        "moe_layer_sync": [], "kernel_gaps": [], "cp_attention": [], "errors": [],
     }
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-             moe_layer_host, moe_layer_sync, kernel_gaps, sustained)
+             moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, sustained)
     chosen = sys.argv[2:]
     unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
     if unknown:
