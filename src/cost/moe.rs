@@ -386,7 +386,7 @@ impl CostModel<'_> {
         let base = CostModel { layout, ..dense_cm }
             .layer_kernels()
             .plus(CostModel { layout, ..*self }.moe_kernels(local_experts));
-        self.moe_host_floored(layer, kernels, base)
+        self.with_moe_host_time(layer, kernels, base)
     }
 
     /// `layer` with the framework's host time for it ([`Stack::moe_layer_host_s`] for the
@@ -397,7 +397,7 @@ impl CostModel<'_> {
     /// spread over the two backward parts by their kernels.
     ///
     /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
-    fn moe_host_floored(&self, layer: BlockCost, kernels: Kernels, base: Kernels) -> BlockCost {
+    fn with_moe_host_time(&self, layer: BlockCost, kernels: Kernels, base: Kernels) -> BlockCost {
         let count = |k: Kernels| k.forward + k.backward_input + k.backward_weight;
         let all = count(kernels);
         if all <= 0.0 {
@@ -411,11 +411,9 @@ impl CostModel<'_> {
         let mut forward = layer.forward;
         forward.launch_s += (host_f - gpu_f).max(0.0) + MOE_FORWARD_SYNC_LOSS * host_f.min(gpu_f);
         let wait_b = (host_b - gpu_b).max(0.0);
-        let kb = kernels.backward_input + kernels.backward_weight;
+        let kb = (kernels.backward_input + kernels.backward_weight).max(1.0);
         let add = |mut p: Part, k: f64| {
-            if kb > 0.0 {
-                p.launch_s += wait_b * k / kb;
-            }
+            p.launch_s += wait_b * k / kb;
             p
         };
         BlockCost {

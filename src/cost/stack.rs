@@ -544,9 +544,10 @@ pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 8.8e-3;
 /// the wait. `c` = 0.24: measured on one H100 (`benches/gpu_kernels.py`, part
 /// `moe_layer_sync`: a stack of attention + eager MoE layers of Qwen3-30B-A3B and
 /// Qwen3-235B-A22B shapes, 4-16 local experts, 1k-8k tokens, host time measured in the same
-/// steps; `hardware/measured/h100/torch-kernels-moe-sync2.json`), median of 16 layouts x passes
-/// 0.234 (0.12-0.33), with forward GPU times from 0.3x to 1.5x their host time; the backward, with
-/// no wait, takes `max(H, G)` within 8 % (the rest is the GPU's 1-2 us between kernels).
+/// steps; `hardware/measured/h100/torch-kernels-moe-sync2.json`), median of 16 layouts x
+/// passes 0.234 (0.12-0.33), with forward GPU times from 0.3x to 1.5x their host time; the
+/// backward, with no wait, takes `max(H, G)` within 8 % (the rest is the GPU's 1-2 us between
+/// kernels).
 pub const MOE_FORWARD_SYNC_LOSS: f64 = 0.24;
 
 /// Bytes per parameter per micro-batch that a fused weight-gradient GEMM moves in its
