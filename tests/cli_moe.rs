@@ -114,7 +114,7 @@ fn predict_and_search_report_the_expert_layout() {
 fn moe_layer_host_floor_flag() {
     refused(
         &[&PREDICT[..], &["--moe-layer-host-ms", "-1"]].concat(),
-        &["--moe-layer-host-ms -1", "0 (no host floor) to 10000"],
+        &["--moe-layer-host-ms -1", "0 (no host time) to 10000"],
     );
     refused(
         &[&PREDICT[..], &["--moe-layer-host-ms", "nan"]].concat(),

@@ -680,7 +680,7 @@ impl StackArgs {
                 Some(ms) if ms.is_finite() && (0.0..=10_000.0).contains(&ms) => ms * 1e-3,
                 Some(ms) => {
                     return Err(CliError::Input(format!(
-                        "--moe-layer-host-ms {ms}: valid values are 0 (no host floor) to 10000 milliseconds"
+                        "--moe-layer-host-ms {ms}: valid values are 0 (no host time) to 10000 milliseconds"
                     )))
                 }
             },
