@@ -30,6 +30,12 @@ fn published(hw: &Hardware) -> Vec<(String, f64, f64, String)> {
         let value = match field.as_str() {
             "gpu.attention_efficiency_forward" => hw.gpu.attention_efficiency_forward,
             "gpu.attention_efficiency_backward" => hw.gpu.attention_efficiency_backward,
+            "gpu.attention_noncausal_efficiency_forward" => {
+                hw.gpu.attention_noncausal_efficiency_forward
+            }
+            "gpu.attention_noncausal_efficiency_backward" => {
+                hw.gpu.attention_noncausal_efficiency_backward
+            }
             "gpu.fp8_split_accumulator_slowdown" => hw.gpu.fp8_split_accumulator_slowdown,
             "gpu.kernel_launch_s" => hw.gpu.kernel_launch_s,
             other => panic!(

@@ -139,6 +139,52 @@ fn a_rank_does_one_cp_th_of_the_work_and_the_flops_counted_stay_the_same() {
     assert!((per_rank(&four) * 4.0 / per_rank(&one) - 1.0).abs() < 1e-12);
 }
 
+/// A load-balanced ring's attention by hand (docs/cost-model.md, "Context parallelism"): of
+/// a rank's `cp` equal steps the first is causal, at the causal law for its `s/cp` query
+/// tokens, and the other `cp - 1` non-causal, at the profile's non-causal law; the all-gather
+/// variant, cp = 1 and a profile without the non-causal law price all of it causally.
+#[test]
+fn a_rings_later_steps_run_at_the_noncausal_rate() {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let m = llama8b(32768);
+    let peak = hw.gpu.peak_flops_per_s;
+    let heads = m.num_heads as f64;
+    let causal_only = |c: &CostModel| {
+        let (ef, eb) = hw.attention_efficiency_at(32768.0 / c.layout.cp as f64, heads);
+        let (f, b) = c.attention_core_s();
+        (f * peak * ef, b * peak * eb / 2.5)
+    };
+    // Without a ring: every FLOP at the causal law (the kernel's FLOPs come back).
+    let one = cost_model(&m, &hw, 1, 1, flash());
+    let gathered = cost_model(
+        &m,
+        &hw,
+        1,
+        4,
+        Stack {
+            cp_comm: CpComm::AllGather,
+            ..flash()
+        },
+    );
+    let (f1, _) = causal_only(&one);
+    let (fg, bg) = causal_only(&gathered);
+    assert!((fg * 4.0 / f1 - 1.0).abs() < 1e-12 && (bg / fg - 1.0).abs() < 1e-12);
+    // The ring: 1/4 causal, 3/4 at A s/(s + s0) with s = 8192.
+    let ring = cost_model(&m, &hw, 1, 4, flash());
+    let (ef, eb) = hw.attention_efficiency_at(8192.0, heads);
+    let nf = 0.687 * (8192.0 / (8192.0 + 300.0));
+    let nb = 0.579 * (8192.0 / (8192.0 + 750.0));
+    assert_eq!(hw.attention_noncausal_efficiency_at(8192.0), Some((nf, nb)));
+    let (f, b) = ring.attention_core_s();
+    let work = fg; // the rank's causal-counted forward FLOPs
+    assert!((f - work * (0.25 / ef + 0.75 / nf) / peak).abs() < 1e-15);
+    assert!((b - 2.5 * work * (0.25 / eb + 0.75 / nb) / peak).abs() < 1e-15);
+    assert!(f < gathered.attention_core_s().0 && b < gathered.attention_core_s().1);
+    // A profile without the law (the A100's) prices the ring causally.
+    let a100 = Hardware::bundled("a100-80gb").unwrap();
+    assert_eq!(a100.attention_noncausal_efficiency_at(8192.0), None);
+}
+
 fn request<'a>(m: &'a Model, hw: &'a Hardware, cp: u64) -> PredictRequest<'a> {
     let mut r = PredictRequest::new(m, hw);
     r.gpus = 8;

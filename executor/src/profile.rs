@@ -711,6 +711,10 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_half_seq_backward: None,
             attention_half_heads: None,
             attention_half_work: None,
+            attention_noncausal_efficiency_forward: None,
+            attention_noncausal_efficiency_backward: None,
+            attention_noncausal_half_seq_forward: None,
+            attention_noncausal_half_seq_backward: None,
             fp8_split_accumulator_slowdown: None,
             // No FP8 peak is measured, so no FP8 layout question arises.
             fp8_any_layout: false,

@@ -424,7 +424,8 @@ impl CostModel<'_> {
     /// blocks) and 2.5 times that backward (the four backward GEMMs plus the recomputed
     /// scores, Dao 2023, Sec. 3.1.2), at the profile's attention efficiencies for this
     /// kernel's work ([`Hardware::attention_efficiency_at`]: query tokens per sequence on the
-    /// rank and micro-batch x query heads per rank).
+    /// rank and micro-batch x query heads per rank), a context-parallel ring's non-causal
+    /// blocks at theirs ([`CostModel::attention_s_per_flop`]).
     pub fn attention_core_s(&self) -> (f64, f64) {
         let g = self.layer_gemms();
         match self.stack.attention {
@@ -453,9 +454,9 @@ impl CostModel<'_> {
                 let cp = self.layout.cp.max(1) as f64;
                 let heads = (self.layout.micro_batch * self.model.num_heads) as f64
                     / self.layout.tp.max(1) as f64;
-                let (ef, eb) = self.hw.attention_efficiency_at(s / cp, heads);
-                let peak = self.hw.gpu.peak_flops_per_s;
-                (flops / (peak * ef), 2.5 * flops / (peak * eb))
+                let (pf, pb) =
+                    self.attention_s_per_flop(self.hw.attention_efficiency_at(s / cp, heads));
+                (flops * pf, 2.5 * flops * pb)
             }
         }
     }

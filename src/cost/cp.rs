@@ -30,6 +30,30 @@ impl CostModel<'_> {
         )
     }
 
+    /// Seconds per FLOP (forward, backward) of a rank's attention core, given the causal
+    /// kernel's efficiencies at the rank's work. A load-balanced ring (`p2p`, cp > 1; Transformer
+    /// Engine's, as Megatron-Core and NeMo run it) does equal work in each of its `cp` steps:
+    /// the first causal over the rank's own two chunks, the others non-causal blocks (its
+    /// queries against a remote rank's first chunk, or its second chunk against a remote
+    /// rank's two), which run at the profile's non-causal efficiencies
+    /// ([`Hardware::attention_noncausal_efficiency_at`]) where it has them; otherwise, and
+    /// for the all-gather variant and sliding windows, all of it at the causal ones.
+    ///
+    /// [`Hardware::attention_noncausal_efficiency_at`]: crate::inputs::Hardware::attention_noncausal_efficiency_at
+    pub fn attention_s_per_flop(&self, causal: (f64, f64)) -> (f64, f64) {
+        let peak = self.hw.gpu.peak_flops_per_s;
+        let cp = self.layout.cp.max(1) as f64;
+        let ring =
+            cp > 1.0 && self.stack.cp_comm == CpComm::P2p && self.model.uniform_window().is_none();
+        let seq = self.model.seq_len as f64 / cp;
+        let (nf, nb) = match self.hw.attention_noncausal_efficiency_at(seq) {
+            Some(n) if ring => n,
+            _ => causal,
+        };
+        let per = |c: f64, n: f64| (1.0 / c + (cp - 1.0) / n) / (cp * peak);
+        (per(causal.0, nf), per(causal.1, nb))
+    }
+
     /// Bytes of one rank's K/V chunk for one layer and micro-batch: K and V of its `s / cp`
     /// tokens for its `g / t` key/value heads, 16-bit.
     pub fn cp_kv_chunk_bytes(&self) -> f64 {

@@ -68,6 +68,19 @@ pub struct Gpu {
     pub attention_half_heads: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_half_work: Option<f64>,
+    /// The non-causal attention blocks of a context-parallel ring's later steps (every query
+    /// tile over all the keys in hand, no short loops): their (forward, backward) efficiency
+    /// is `attention_noncausal_efficiency_forward · s/(s + s0)` for the rank's `s` query tokens
+    /// per sequence, `s0` = `attention_noncausal_half_seq_forward` (`_backward`); no fill term
+    /// (none fits the measurements). Absent: those blocks run at the causal law.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_noncausal_efficiency_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_noncausal_efficiency_backward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_noncausal_half_seq_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_noncausal_half_seq_backward: Option<f64>,
     /// How much longer an FP8 GEMM takes with the split (periodically FP32-promoted)
     /// accumulator than with the fast one, on GPUs that have both (Hopper). Transformer Engine
     /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
@@ -330,6 +343,20 @@ impl Hardware {
         )
     }
 
+    /// The (forward, backward) efficiency of a context-parallel ring's non-causal attention
+    /// blocks for `seq` query tokens per sequence on the rank
+    /// ([`Gpu::attention_noncausal_efficiency_forward`]); `None` when the profile has not
+    /// measured them.
+    pub fn attention_noncausal_efficiency_at(&self, seq: f64) -> Option<(f64, f64)> {
+        let term = |half: Option<f64>| half.map_or(1.0, |h| seq / (seq + h));
+        Some((
+            self.gpu.attention_noncausal_efficiency_forward?
+                * term(self.gpu.attention_noncausal_half_seq_forward),
+            self.gpu.attention_noncausal_efficiency_backward?
+                * term(self.gpu.attention_noncausal_half_seq_backward),
+        ))
+    }
+
     /// Host time to launch one kernel ([`Gpu::kernel_launch_s`], else the default).
     pub fn kernel_launch_s(&self) -> f64 {
         self.gpu.kernel_launch_s.unwrap_or(DEFAULT_KERNEL_LAUNCH_S)
@@ -424,6 +451,14 @@ impl Hardware {
                 "gpu.attention_efficiency_backward",
                 self.gpu.attention_efficiency_backward,
             ),
+            (
+                "gpu.attention_noncausal_efficiency_forward",
+                self.gpu.attention_noncausal_efficiency_forward,
+            ),
+            (
+                "gpu.attention_noncausal_efficiency_backward",
+                self.gpu.attention_noncausal_efficiency_backward,
+            ),
         ];
         for (field, v) in fractions
             .into_iter()
@@ -444,6 +479,14 @@ impl Hardware {
             ),
             ("gpu.attention_half_heads", self.gpu.attention_half_heads),
             ("gpu.attention_half_work", self.gpu.attention_half_work),
+            (
+                "gpu.attention_noncausal_half_seq_forward",
+                self.gpu.attention_noncausal_half_seq_forward,
+            ),
+            (
+                "gpu.attention_noncausal_half_seq_backward",
+                self.gpu.attention_noncausal_half_seq_backward,
+            ),
         ] {
             if let Some(v) = v {
                 if !(v.is_finite() && v >= 0.0) {
