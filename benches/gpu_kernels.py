@@ -28,13 +28,14 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
 - stacks of attention + MoE layers, forward and backward apart: wall time against the host
   time and the GPU time of the same steps (the form of pplan's MoE host time);
 - the GPU's gap between back-to-back kernels queued far ahead of it;
-- the causal and non-causal attention blocks of a context-parallel ring's steps.
+- the causal and non-causal attention blocks of a context-parallel ring's steps;
+- the last stage's output layer and Megatron-Core's unfused vocabulary-parallel cross-entropy.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json [PART ...], where a
 PART (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, sustained) picks the parts to run;
-all of them without.
+moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, output_layer, sustained) picks the
+parts to run; all of them without.
 """
 import json
 import math
@@ -656,6 +657,73 @@ def cp_attention(res):
         torch.cuda.empty_cache()
 
 
+# (name, tokens a micro-batch on the last stage, hidden, vocabulary shard V/t): Qwen3-235B-A22B
+# (151,936 words) at t = 2 and t = 4 with 4,096-token sequences (the ModelZoo's m289 and
+# m290), Llama 3 8B (128,256 words) at t = 1.
+OUTPUT_LAYERS = [("qwen3-235b-t2", 4096, 4096, 75968), ("qwen3-235b-t4", 4096, 4096, 37984),
+                 ("llama3-8b-t1", 4096, 4096, 128256)]
+
+
+def output_layer(res):
+    """The last stage's output layer and loss as Megatron-Core runs them without loss fusion:
+    the vocabulary-parallel logit GEMM (tokens x h by h x V/t, BF16) forward, input and weight
+    gradient, and `_VocabParallelCrossEntropy`'s steps (Megatron-LM
+    `megatron/core/tensor_parallel/cross_entropy.py` at 1e057005: the cast to fp32, max,
+    in-place subtraction, target gather, in-place exp, sum, log, in-place division; backward
+    the one-hot update and the in-place scaling, then the cast's backward to BF16) on one
+    rank's shard, its tensor-parallel all-reduces left out; each part timed alone. pplan
+    prices the loss at 38 and 14 bytes of HBM traffic a logit."""
+    dev, dt = "cuda", torch.bfloat16
+    for name, tokens, h, v in OUTPUT_LAYERS:
+        row = {"model": name, "tokens": tokens, "hidden": h, "vocab_shard": v}
+        try:
+            x = torch.randn(tokens, h, device=dev, dtype=dt)
+            w = torch.randn(v, h, device=dev, dtype=dt) * 0.02
+            target = torch.randint(0, v, (tokens,), device=dev)
+            row["gemm_forward_s"] = bench(lambda: x @ w.t())
+            logits = x @ w.t()
+            state = {}
+
+            def ce_forward():
+                lg = logits.float()
+                logits_max = torch.max(lg, dim=-1)[0]
+                lg -= logits_max.unsqueeze(dim=-1)
+                target_mask = (target < 0) | (target >= v)
+                masked = target.clone()
+                masked[target_mask] = 0
+                arange_1d = torch.arange(0, tokens, device=dev)
+                predicted = lg[arange_1d, masked].clone().contiguous()
+                predicted[target_mask] = 0.0
+                torch.exp(lg, out=lg)
+                sum_exp = lg.sum(dim=-1)
+                loss = torch.log(sum_exp) - predicted
+                lg.div_(sum_exp.unsqueeze(dim=-1))
+                state.update(softmax=lg, mask=target_mask, masked=masked, loss=loss)
+
+            row["ce_forward_s"] = bench(ce_forward)
+            grad_output = torch.ones(tokens, device=dev)
+
+            def ce_backward():
+                grad = state["softmax"]
+                arange_1d = torch.arange(0, tokens, device=dev)
+                update = 1.0 - state["mask"].view(-1).float()
+                grad[arange_1d, state["masked"]] -= update
+                grad.mul_(grad_output.unsqueeze(dim=-1))
+                return grad.to(dt)  # the backward of the cast to fp32
+
+            row["ce_backward_s"] = bench(ce_backward)
+            g16 = ce_backward()
+            row["gemm_input_grad_s"] = bench(lambda: g16 @ w)
+            row["gemm_weight_grad_s"] = bench(lambda: g16.t() @ x)
+            row["gemm_flops"] = 2.0 * tokens * h * v
+            row["logits"] = tokens * v
+            res["output_layer"].append(row)
+            del x, w, logits, state, g16
+        except Exception:  # noqa: BLE001
+            res["errors"].append(f"output layer {name}: {traceback.format_exc()}")
+        torch.cuda.empty_cache()
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
     p = torch.cuda.get_device_properties(0)
@@ -671,10 +739,11 @@ def main():
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
-        "moe_layer_sync": [], "kernel_gaps": [], "cp_attention": [], "errors": [],
+        "moe_layer_sync": [], "kernel_gaps": [], "cp_attention": [],
+        "output_layer": [], "errors": [],
     }
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-             moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, sustained)
+             moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, output_layer, sustained)
     chosen = sys.argv[2:]
     unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
     if unknown:

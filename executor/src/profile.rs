@@ -700,6 +700,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             memory_bytes: m.memory_bytes,
             hbm_bandwidth_bytes_per_s: m.memory_bandwidth_bytes_per_s,
             hbm_efficiency: 1.0,
+            cross_entropy_hbm_efficiency: None,
             gemm_efficiency_max: emax,
             gemm_half_dim: d0,
             // Measured kernels in the measured setting: nothing to add for training.

@@ -4,7 +4,9 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-use super::kernel_bytes::{EAGER_LAYERNORM_BYTES, EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES};
+use super::kernel_bytes::{
+    CrossEntropyFusion, EAGER_LAYERNORM_BYTES, EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES,
+};
 use super::stack::{
     Attention, CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
@@ -679,7 +681,8 @@ impl CostModel<'_> {
 
     /// The final layer norm, the vocabulary-parallel logit GEMM (b s x V/t x h) and the
     /// cross-entropy on the last stage, whose HBM traffic per logit the stack's
-    /// [`CrossEntropyFusion`](super::kernel_bytes::CrossEntropyFusion) gives. Not recomputed.
+    /// [`CrossEntropyFusion`] gives; the unfused one's PyTorch kernels at
+    /// [`Hardware::cross_entropy_hbm_bytes_per_s`]. Not recomputed.
     pub fn output_layer(&self) -> BlockCost {
         let (b, s, h, _, _, t, _) = self.dims();
         let hbm = self.hw.hbm_bytes_per_s();
@@ -693,10 +696,14 @@ impl CostModel<'_> {
         let sbh = s * b * h;
         let n_logits = b * s * v / t;
         let (ce_f, ce_b) = self.stack.cross_entropy_fusion.bytes_per_logit();
+        let ce_bw = match self.stack.cross_entropy_fusion {
+            CrossEntropyFusion::Off => self.hw.cross_entropy_hbm_bytes_per_s(),
+            _ => hbm,
+        };
         BlockCost {
             forward: Part {
                 gemm_s: gemm_time_s(self.hw, &logits),
-                memory_s: (4.0 * sbh + ce_f * n_logits) / hbm,
+                memory_s: 4.0 * sbh / hbm + ce_f * n_logits / ce_bw,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
@@ -705,7 +712,7 @@ impl CostModel<'_> {
             },
             backward_input: Part {
                 gemm_s: gemm_time_s(self.hw, &logits.input_grad()),
-                memory_s: (6.0 * sbh + ce_b * n_logits) / hbm,
+                memory_s: 6.0 * sbh / hbm + ce_b * n_logits / ce_bw,
                 // The output layer's input is copied into the tensor-parallel region: its
                 // gradient is all-reduced.
                 tp_comm_s: self.tp_all_reduce_s(2.0 * sbh),
@@ -924,9 +931,12 @@ mod tests {
         let o = c.output_layer();
         let (s, h, v) = (m.seq_len as f64, m.hidden_size as f64, m.vocab_size as f64);
         let logits = s * v / 2.0;
-        let hbm = hw.hbm_bytes_per_s();
-        assert!((o.forward.memory_s * hbm - (4.0 * s * h + 38.0 * logits)).abs() < 1.0);
-        assert!((o.backward_input.memory_s * hbm - (6.0 * s * h + 14.0 * logits)).abs() < 1.0);
+        // The norm's bytes at the memory-bound rate, the loss's at its kernels' measured one.
+        let (hbm, ce) = (hw.hbm_bytes_per_s(), hw.cross_entropy_hbm_bytes_per_s());
+        assert!(ce < hbm);
+        let time = |norm: f64, loss: f64| norm * s * h / hbm + loss * logits / ce;
+        assert!((o.forward.memory_s / time(4.0, 38.0) - 1.0).abs() < 1e-12);
+        assert!((o.backward_input.memory_s / time(6.0, 14.0) - 1.0).abs() < 1e-12);
     }
 
     #[test]

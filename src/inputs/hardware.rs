@@ -37,6 +37,11 @@ pub struct Gpu {
     pub hbm_bandwidth_bytes_per_s: f64,
     /// Fraction of `hbm_bandwidth_bytes_per_s` that memory-bound kernels achieve.
     pub hbm_efficiency: f64,
+    /// Fraction of `hbm_bandwidth_bytes_per_s` that the unfused vocabulary-parallel
+    /// cross-entropy's PyTorch kernels achieve (fp32 row reductions over the vocabulary shard
+    /// and the in-place steps between them). Absent: `hbm_efficiency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_entropy_hbm_efficiency: Option<f64>,
     /// Asymptotic fraction of `peak_flops_per_s` reached by large GEMMs (the kernel alone).
     pub gemm_efficiency_max: f64,
     /// GEMM dimension (elements) at which that dimension alone halves the efficiency.
@@ -444,6 +449,10 @@ impl Hardware {
         let optional = [
             ("gpu.gemm_training_factor", self.gpu.gemm_training_factor),
             (
+                "gpu.cross_entropy_hbm_efficiency",
+                self.gpu.cross_entropy_hbm_efficiency,
+            ),
+            (
                 "gpu.attention_efficiency_forward",
                 self.gpu.attention_efficiency_forward,
             ),
@@ -656,6 +665,16 @@ impl Hardware {
     /// Achieved HBM bandwidth.
     pub fn hbm_bytes_per_s(&self) -> f64 {
         self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.hbm_efficiency
+    }
+
+    /// HBM bytes per second of the unfused cross-entropy's kernels
+    /// ([`Gpu::cross_entropy_hbm_efficiency`], else [`Hardware::hbm_bytes_per_s`]).
+    pub fn cross_entropy_hbm_bytes_per_s(&self) -> f64 {
+        self.gpu.hbm_bandwidth_bytes_per_s
+            * self
+                .gpu
+                .cross_entropy_hbm_efficiency
+                .unwrap_or(self.gpu.hbm_efficiency)
     }
 }
 
