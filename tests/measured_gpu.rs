@@ -334,19 +334,32 @@ fn noncausal_attention_law_is_the_fit_to_the_ring_blocks() {
     }
 }
 
-/// Megatron-Core's unfused cross-entropy as measured on H100 (benches/gpu_kernels.py part
-/// `output_layer`: one rank's shard of 4,096 tokens by 38k-128k words): the profile's
+/// Megatron-Core's unfused cross-entropy as measured on H100 and H200 (benches/gpu_kernels.py
+/// part `output_layer`: one rank's shard of 4,096 tokens by 38k-128k words): each profile's
 /// `cross_entropy_hbm_efficiency` is the median of the three shards' 38 + 14 bytes a logit
-/// over their time, and pplan's forward and backward loss times are each within 6 % of the
-/// measured ones (at the copy's 0.9 they were 17-21 % short).
+/// over their time, and pplan's forward and backward loss times are each within 6 % (H100)
+/// and 14 % (H200, whose backward runs faster than its forward) of the measured ones (at the
+/// copy's 0.9 they were 15-21 % and 24-37 % short). The fraction does not carry over between
+/// the two: 0.745 of 3.35 TB/s, 0.595 of 4.8.
 #[test]
 fn unfused_cross_entropy_runs_at_its_measured_bandwidth() {
-    let hw = profile("h100");
+    for (gpu, file, bar, copy) in [
+        ("h100", "torch-kernels-output.json", 0.06, -0.22..-0.15),
+        (
+            "h200",
+            "torch-kernels-moe-cp-output.json",
+            0.15,
+            -0.38..-0.24,
+        ),
+    ] {
+        cross_entropy_against(gpu, file, bar, copy);
+    }
+}
+
+fn cross_entropy_against(gpu: &str, file: &str, bar: f64, copy: std::ops::Range<f64>) {
+    let hw = profile(gpu);
     let peak = hw.gpu.hbm_bandwidth_bytes_per_s;
-    let rows = load("h100", "torch-kernels-output.json")["output_layer"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let rows = load(gpu, file)["output_layer"].as_array().unwrap().clone();
     assert_eq!(rows.len(), 3);
     let mut effs = Vec::new();
     for r in &rows {
@@ -356,16 +369,56 @@ fn unfused_cross_entropy_runs_at_its_measured_bandwidth() {
         let bw = hw.cross_entropy_hbm_bytes_per_s();
         for (bytes, key) in [(38.0, "ce_forward_s"), (14.0, "ce_backward_s")] {
             let err = bytes * n / bw / f(key) - 1.0;
-            assert!(err.abs() < 0.06, "{} {key}: {err}", r["model"]);
+            assert!(err.abs() < bar, "{gpu} {} {key}: {err}", r["model"]);
             let at_copy_rate = bytes * n / hw.hbm_bytes_per_s() / f(key) - 1.0;
-            assert!((-0.22..-0.15).contains(&at_copy_rate), "{at_copy_rate}");
+            assert!(copy.contains(&at_copy_rate), "{gpu}: {at_copy_rate}");
         }
     }
     let m = median(effs);
-    assert!(
-        (hw.gpu.cross_entropy_hbm_efficiency.unwrap() - m).abs() < 5e-4,
-        "{m}"
-    );
+    let want = hw.gpu.cross_entropy_hbm_efficiency.unwrap();
+    assert!((want - m).abs() < 5e-4, "{gpu}: {m}");
+}
+
+/// Held out on H200 (the same die; benches/gpu_kernels.py parts `cp_attention` and
+/// `moe_layer_sync` run there): the non-causal law fitted on H100 is within 3 % forward and
+/// 7 % backward on average of the H200's ring blocks, and the forward's loss at the
+/// dispatcher's wait has median 0.224 there (0.20-0.34), `max + 0.24 min` within 6 % of every
+/// forward.
+#[test]
+fn ring_blocks_and_the_dispatchers_wait_hold_on_h200() {
+    let hw = profile("h200");
+    let d = load("h200", "torch-kernels-moe-cp-output.json");
+    let (mut ef, mut eb, mut n) = (0.0, 0.0, 0.0);
+    for r in d["cp_attention"].as_array().unwrap() {
+        let f = |k: &str| r[k].as_f64().unwrap();
+        if r["causal"] == true || f("forward_s") < 1e-4 {
+            continue;
+        }
+        let (mf, mb) = hw
+            .attention_noncausal_efficiency_at(2.0 * f("chunk"))
+            .unwrap();
+        ef += (mf * hw.gpu.peak_flops_per_s / f("forward_flops_per_s") - 1.0).abs();
+        eb += (mb * hw.gpu.peak_flops_per_s / f("backward_flops_per_s") - 1.0).abs();
+        n += 1.0;
+    }
+    assert_eq!(n, 38.0);
+    assert!(ef / n < 0.03 && eb / n < 0.07, "{} {}", ef / n, eb / n);
+    let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
+    let mut cs = Vec::new();
+    for r in d["moe_layer_sync"].as_array().unwrap() {
+        let f = |k: &str| r[k].as_f64().unwrap();
+        let hf = f("host_dense_s") + f("host_moe_pre_s") + f("host_moe_post_s");
+        let (gf, wf) = (f("gpu_forward_s"), f("forward_wall_s"));
+        cs.push((wf - hf.max(gf)) / hf.min(gf));
+        let form = hf.max(gf) + c * hf.min(gf);
+        assert!(
+            (form / wf - 1.0).abs() < 0.06,
+            "{}: {form} vs {wf}",
+            r["model"]
+        );
+    }
+    assert_eq!(cs.len(), 8);
+    assert!((median(cs) - c).abs() < 0.02);
 }
 
 /// The form of a MoE layer's host time (docs/cost-model.md, "Host time of a MoE layer")
