@@ -205,45 +205,86 @@ fn attention_law_matches_the_measured_cudnn_kernels() {
     }
 }
 
+/// A timed attention kernel: the query tokens per sequence its law is read at (a ring block:
+/// the rank's 2c), heads, and forward and backward FLOP/s.
+struct Block {
+    seq: f64,
+    heads: f64,
+    fwd: f64,
+    bwd: f64,
+}
+
+/// Kernels shorter than this are left out: PyTorch's host time per call (about 40-50 us) sets
+/// their time.
+const SHORTEST_KERNEL_S: f64 = 1e-4;
+
+impl Block {
+    fn from(r: &Value, seq: f64) -> Option<Block> {
+        let f = |k: &str| r[k].as_f64().unwrap();
+        (f("forward_s") >= SHORTEST_KERNEL_S).then(|| Block {
+            seq,
+            heads: f("heads"),
+            fwd: f("forward_flops_per_s"),
+            bwd: f("backward_flops_per_s"),
+        })
+    }
+}
+
+/// The causal or the non-causal context-parallel ring blocks (part `cp_attention`) of `file`.
+fn ring_blocks(gpu: &str, file: &str, causal: bool) -> Vec<Block> {
+    load(gpu, file)["cp_attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["causal"] == causal)
+        .filter_map(|r| Block::from(r, 2.0 * r["chunk"].as_f64().unwrap()))
+        .collect()
+}
+
+/// The mean (absolute, or signed) error of the (forward, backward) efficiencies `law` gives
+/// each block against its measured rates, on a GPU of `peak` FLOP/s.
+fn law_error(
+    blocks: &[Block],
+    peak: f64,
+    law: impl Fn(&Block) -> (f64, f64),
+    abs: bool,
+) -> (f64, f64) {
+    let e = |x: f64| if abs { x.abs() } else { x };
+    let n = blocks.len() as f64;
+    blocks.iter().fold((0.0, 0.0), |(ef, eb), b| {
+        let (mf, mb) = law(b);
+        (
+            ef + e(mf * peak / b.fwd - 1.0) / n,
+            eb + e(mb * peak / b.bwd - 1.0) / n,
+        )
+    })
+}
+
 /// Held out: the Hopper attention law beyond the points it was fitted on (2k-8k tokens, 8-96
 /// heads), against causal cuDNN kernels measured later on H100 (benches/gpu_kernels.py parts
-/// `long_attention` and `cp_attention`'s causal blocks: 2k-32k tokens, 4-64 heads). Kernels
-/// under 0.1 ms are left out: PyTorch's host time per call (about 40-50 us) sets their time.
-/// Forward within 3 % on average, backward within 7 % (worst 12 % and 21 %: 32k tokens with
-/// 32-64 heads run slower, 16k tokens with 4 heads faster, than the law).
+/// `long_attention` and `cp_attention`'s causal blocks: 2k-32k tokens, 4-64 heads), those of
+/// at least 0.1 ms. Forward within 3 % on average, backward within 7 % (worst 12 % and 21 %:
+/// 32k tokens with 32-64 heads run slower, 16k tokens with 4 heads faster, than the law).
 #[test]
 fn attention_law_holds_beyond_its_fitted_range() {
     let hw = profile("h100");
-    let mut pts = Vec::new();
-    for r in load("h100", "torch-kernels-cp.json")["cp_attention"]
-        .as_array()
-        .unwrap()
-    {
-        if r["block"] == "diagonal" {
-            pts.push((r["query_tokens"].as_f64().unwrap(), r.clone()));
-        }
-    }
+    let mut blocks = ring_blocks("h100", "torch-kernels-cp.json", true);
     for r in load("h100", "torch-kernels-moe.json")["long_attention"]
         .as_array()
         .unwrap()
     {
         if r["backend"] == "cudnn" && r["causal"] == true {
-            pts.push((r["seq"].as_f64().unwrap(), r.clone()));
+            blocks.extend(Block::from(r, r["seq"].as_f64().unwrap()));
         }
     }
-    let (mut ef, mut eb, mut n) = (0.0, 0.0, 0.0);
-    for (seq, r) in &pts {
-        let f = |k: &str| r[k].as_f64().unwrap();
-        if f("forward_s") < 1e-4 {
-            continue;
-        }
-        let (mf, mb) = hw.attention_efficiency_at(*seq, f("heads"));
-        ef += (mf * hw.gpu.peak_flops_per_s / f("forward_flops_per_s") - 1.0).abs();
-        eb += (mb * hw.gpu.peak_flops_per_s / f("backward_flops_per_s") - 1.0).abs();
-        n += 1.0;
-    }
-    assert_eq!(n, 23.0, "points of at least 0.1 ms");
-    assert!(ef / n < 0.03 && eb / n < 0.07, "{} {}", ef / n, eb / n);
+    assert_eq!(blocks.len(), 23, "points of at least 0.1 ms");
+    let (ef, eb) = law_error(
+        &blocks,
+        hw.gpu.peak_flops_per_s,
+        |b| hw.attention_efficiency_at(b.seq, b.heads),
+        true,
+    );
+    assert!(ef < 0.03 && eb < 0.07, "{ef} {eb}");
 }
 
 /// The non-causal blocks of a context-parallel ring's later steps run faster than the causal
@@ -252,21 +293,12 @@ fn attention_law_holds_beyond_its_fitted_range() {
 #[test]
 fn context_parallel_off_diagonal_blocks_beat_the_causal_law() {
     let hw = profile("h100");
-    let (mut ef, mut eb, mut n) = (0.0, 0.0, 0.0);
-    for r in load("h100", "torch-kernels-cp.json")["cp_attention"]
-        .as_array()
-        .unwrap()
-    {
-        let f = |k: &str| r[k].as_f64().unwrap();
-        if r["causal"] == true || f("forward_s") < 1e-4 {
-            continue;
-        }
-        let (mf, mb) = hw.attention_efficiency_at(2.0 * f("chunk"), f("heads"));
-        ef += mf * hw.gpu.peak_flops_per_s / f("forward_flops_per_s") - 1.0;
-        eb += mb * hw.gpu.peak_flops_per_s / f("backward_flops_per_s") - 1.0;
-        n += 1.0;
-    }
-    let (ef, eb) = (ef / n, eb / n);
+    let (ef, eb) = law_error(
+        &ring_blocks("h100", "torch-kernels-cp.json", false),
+        hw.gpu.peak_flops_per_s,
+        |b| hw.attention_efficiency_at(b.seq, b.heads),
+        false,
+    );
     assert!(
         (-0.15..-0.08).contains(&ef) && (-0.10..-0.03).contains(&eb),
         "{ef} {eb}"
@@ -279,35 +311,21 @@ fn context_parallel_off_diagonal_blocks_beat_the_causal_law() {
 /// A 0.687, s0 300 (mean |error| 1.7 %), backward A 0.579, s0 750 (7.7 %).
 #[test]
 fn noncausal_attention_law_is_the_fit_to_the_ring_blocks() {
-    let d = load("h100", "torch-kernels-cp.json");
-    let pts: Vec<(f64, f64, f64)> = d["cp_attention"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["causal"] == false && r["forward_s"].as_f64().unwrap() >= 1e-4)
-        .map(|r| {
-            let f = |k: &str| r[k].as_f64().unwrap();
-            (
-                2.0 * f("chunk"),
-                f("forward_flops_per_s"),
-                f("backward_flops_per_s"),
-            )
-        })
-        .collect();
+    let pts = ring_blocks("h100", "torch-kernels-cp.json", false);
     assert_eq!(pts.len(), 38);
-    let fit = |rate: fn(&(f64, f64, f64)) -> f64, peak: f64| -> (f64, f64, f64) {
+    let fit = |rate: fn(&Block) -> f64, peak: f64| -> (f64, f64, f64) {
         let mut best = (f64::INFINITY, 0.0, 0.0);
         for s0 in (0..=3000).step_by(50).map(f64::from) {
             let term = |s: f64| s / (s + s0);
             let log_a = pts
                 .iter()
-                .map(|p| (rate(p) / peak / term(p.0)).ln())
+                .map(|p| (rate(p) / peak / term(p.seq)).ln())
                 .sum::<f64>()
                 / pts.len() as f64;
             let a = log_a.exp();
             let err = pts
                 .iter()
-                .map(|p| (a * term(p.0) * peak / rate(p) - 1.0).abs())
+                .map(|p| (a * term(p.seq) * peak / rate(p) - 1.0).abs())
                 .sum::<f64>()
                 / pts.len() as f64;
             if err < best.0 {
@@ -319,8 +337,8 @@ fn noncausal_attention_law_is_the_fit_to_the_ring_blocks() {
     for gpu in ["h100", "h200"] {
         let g = profile(gpu).gpu;
         let peak = g.peak_flops_per_s;
-        let (ef, af, sf) = fit(|p| p.1, peak);
-        let (eb, ab, sb) = fit(|p| p.2, peak);
+        let (ef, af, sf) = fit(|p| p.fwd, peak);
+        let (eb, ab, sb) = fit(|p| p.bwd, peak);
         assert!(ef < 0.02 && eb < 0.08, "{ef} {eb}");
         assert_eq!(
             (sf, sb),
@@ -379,6 +397,38 @@ fn cross_entropy_against(gpu: &str, file: &str, bar: f64, copy: std::ops::Range<
     assert!((want - m).abs() < 5e-4, "{gpu}: {m}");
 }
 
+/// A `moe_layer_sync` row: its layout, and (host, GPU, wall) seconds of its forward and of
+/// its backward per layer (the forward's host time is its parts' without the wait).
+struct SyncRow {
+    model: String,
+    forward: (f64, f64, f64),
+    backward: (f64, f64, f64),
+}
+
+fn sync_rows(gpu: &str, file: &str) -> Vec<SyncRow> {
+    load(gpu, file)["moe_layer_sync"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}"));
+            SyncRow {
+                model: r["model"].as_str().unwrap().to_string(),
+                forward: (
+                    f("host_dense_s") + f("host_moe_pre_s") + f("host_moe_post_s"),
+                    f("gpu_forward_s"),
+                    f("forward_wall_s"),
+                ),
+                backward: (
+                    f("host_backward_s"),
+                    f("gpu_backward_s"),
+                    f("backward_wall_s"),
+                ),
+            }
+        })
+        .collect()
+}
+
 /// Held out on H200 (the same die; benches/gpu_kernels.py parts `cp_attention` and
 /// `moe_layer_sync` run there): the non-causal law fitted on H100 is within 3 % forward and
 /// 7 % backward on average of the H200's ring blocks, and the forward's loss at the
@@ -387,34 +437,26 @@ fn cross_entropy_against(gpu: &str, file: &str, bar: f64, copy: std::ops::Range<
 #[test]
 fn ring_blocks_and_the_dispatchers_wait_hold_on_h200() {
     let hw = profile("h200");
-    let d = load("h200", "torch-kernels-moe-cp-output.json");
-    let (mut ef, mut eb, mut n) = (0.0, 0.0, 0.0);
-    for r in d["cp_attention"].as_array().unwrap() {
-        let f = |k: &str| r[k].as_f64().unwrap();
-        if r["causal"] == true || f("forward_s") < 1e-4 {
-            continue;
-        }
-        let (mf, mb) = hw
-            .attention_noncausal_efficiency_at(2.0 * f("chunk"))
-            .unwrap();
-        ef += (mf * hw.gpu.peak_flops_per_s / f("forward_flops_per_s") - 1.0).abs();
-        eb += (mb * hw.gpu.peak_flops_per_s / f("backward_flops_per_s") - 1.0).abs();
-        n += 1.0;
-    }
-    assert_eq!(n, 38.0);
-    assert!(ef / n < 0.03 && eb / n < 0.07, "{} {}", ef / n, eb / n);
+    let file = "torch-kernels-moe-cp-output.json";
+    let blocks = ring_blocks("h200", file, false);
+    assert_eq!(blocks.len(), 38);
+    let (ef, eb) = law_error(
+        &blocks,
+        hw.gpu.peak_flops_per_s,
+        |b| hw.attention_noncausal_efficiency_at(b.seq).unwrap(),
+        true,
+    );
+    assert!(ef < 0.03 && eb < 0.07, "{ef} {eb}");
     let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
     let mut cs = Vec::new();
-    for r in d["moe_layer_sync"].as_array().unwrap() {
-        let f = |k: &str| r[k].as_f64().unwrap();
-        let hf = f("host_dense_s") + f("host_moe_pre_s") + f("host_moe_post_s");
-        let (gf, wf) = (f("gpu_forward_s"), f("forward_wall_s"));
+    for r in sync_rows("h200", file) {
+        let (hf, gf, wf) = r.forward;
         cs.push((wf - hf.max(gf)) / hf.min(gf));
         let form = hf.max(gf) + c * hf.min(gf);
         assert!(
             (form / wf - 1.0).abs() < 0.06,
             "{}: {form} vs {wf}",
-            r["model"]
+            r.model
         );
     }
     assert_eq!(cs.len(), 8);
@@ -430,30 +472,19 @@ fn ring_blocks_and_the_dispatchers_wait_hold_on_h200() {
 /// within 8 %.
 #[test]
 fn moe_layers_lose_a_quarter_of_the_overlap_at_the_dispatchers_wait() {
-    let d = load("h100", "torch-kernels-moe-sync2.json");
-    let rows = d["moe_layer_sync"].as_array().unwrap();
+    let rows = sync_rows("h100", "torch-kernels-moe-sync2.json");
     assert_eq!(rows.len(), 16, "8 layouts, 2 passes");
     let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
     let mut cs = Vec::new();
     let mut short = 0;
-    for r in rows {
-        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}"));
-        let (hf, gf, wf) = (
-            f("host_dense_s") + f("host_moe_pre_s") + f("host_moe_post_s"),
-            f("gpu_forward_s"),
-            f("forward_wall_s"),
-        );
-        let (hb, gb, wb) = (
-            f("host_backward_s"),
-            f("gpu_backward_s"),
-            f("backward_wall_s"),
-        );
+    for r in &rows {
+        let ((hf, gf, wf), (hb, gb, wb)) = (r.forward, r.backward);
         cs.push((wf - hf.max(gf)) / hf.min(gf));
         let form = hf.max(gf) + c * hf.min(gf);
         assert!(
             (form / wf - 1.0).abs() < 0.07,
             "{}: {form} vs {wf}",
-            r["model"]
+            r.model
         );
         if hf.max(gf) / wf < 0.94 {
             short += 1;
@@ -462,7 +493,7 @@ fn moe_layers_lose_a_quarter_of_the_overlap_at_the_dispatchers_wait() {
         assert!(
             (-0.08..=0.0).contains(&back),
             "{}: backward {back}",
-            r["model"]
+            r.model
         );
     }
     assert!(short >= 8, "max(H, G) alone is short on {short} of 16 rows");

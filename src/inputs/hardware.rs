@@ -306,6 +306,11 @@ fn join(ps: &[Precision]) -> String {
     v.join(", ")
 }
 
+/// An attention law's fall-off term `x/(x + half)`; 1 where the profile gives no `half`.
+fn fall_off(x: f64, half: Option<f64>) -> f64 {
+    half.map_or(1.0, |h| x / (x + h))
+}
+
 pub fn valid_names() -> Vec<&'static str> {
     BUNDLED.iter().map(|(n, _)| *n).collect()
 }
@@ -337,14 +342,13 @@ impl Hardware {
     /// [`Hardware::attention_efficiency`] times the fall-off terms the profile has.
     pub fn attention_efficiency_at(&self, seq: f64, heads: f64) -> (f64, f64) {
         let (ef, eb) = self.attention_efficiency();
-        let term = |x: f64, half: Option<f64>| half.map_or(1.0, |h| x / (x + h));
         let h = match self.gpu.attention_half_work {
-            Some(n0) => term(heads * seq, Some(n0)),
-            None => term(heads, self.gpu.attention_half_heads),
+            Some(n0) => fall_off(heads * seq, Some(n0)),
+            None => fall_off(heads, self.gpu.attention_half_heads),
         };
         (
-            ef * term(seq, self.gpu.attention_half_seq_forward) * h,
-            eb * term(seq, self.gpu.attention_half_seq_backward) * h,
+            ef * fall_off(seq, self.gpu.attention_half_seq_forward) * h,
+            eb * fall_off(seq, self.gpu.attention_half_seq_backward) * h,
         )
     }
 
@@ -353,12 +357,11 @@ impl Hardware {
     /// ([`Gpu::attention_noncausal_efficiency_forward`]); `None` when the profile has not
     /// measured them.
     pub fn attention_noncausal_efficiency_at(&self, seq: f64) -> Option<(f64, f64)> {
-        let term = |half: Option<f64>| half.map_or(1.0, |h| seq / (seq + h));
         Some((
             self.gpu.attention_noncausal_efficiency_forward?
-                * term(self.gpu.attention_noncausal_half_seq_forward),
+                * fall_off(seq, self.gpu.attention_noncausal_half_seq_forward),
             self.gpu.attention_noncausal_efficiency_backward?
-                * term(self.gpu.attention_noncausal_half_seq_backward),
+                * fall_off(seq, self.gpu.attention_noncausal_half_seq_backward),
         ))
     }
 
