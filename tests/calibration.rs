@@ -120,7 +120,7 @@ fn flash_attention_core_is_its_flops_over_the_measured_rate() {
 
 /// The H100 GEMM efficiency in training is fitted as docs/cost-model.md says ("What was
 /// fitted"): the kernel ceiling is measured (0.72, tests/measured_gpu.rs checks it against the
-/// committed measurements) and the training factor makes the end-to-end value 0.57, the value
+/// committed measurements) and the training factor makes the end-to-end value 0.58, the value
 /// on a 0.01 grid that minimises the mean absolute error over the ten cp = 1 NeMo rows; H200
 /// and H800 (the same die) carry both.
 #[test]
@@ -130,7 +130,7 @@ fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
     assert_eq!(h100.gpu.gemm_efficiency_max, 0.72);
     assert_eq!(
         h100.gpu.gemm_efficiency_max * h100.gemm_training_factor(),
-        0.57
+        0.58
     );
     for name in ["h200", "h800"] {
         let h = Hardware::bundled(name).unwrap();
@@ -155,6 +155,6 @@ fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
         assert_eq!(errors.len(), 10);
         errors.iter().sum::<f64>() / 10.0
     };
-    let (below, fit, above) = (cp1_mae(0.56), cp1_mae(0.57), cp1_mae(0.58));
+    let (below, fit, above) = (cp1_mae(0.57), cp1_mae(0.58), cp1_mae(0.59));
     assert!(fit < below && fit < above, "{below} {fit} {above}");
 }

@@ -80,7 +80,7 @@ fn gemm_kernel_curve_matches_the_measured_sweep() {
     }
 }
 
-/// In training the model keeps 0.57 of peak at large shapes (the NeMo fit): below the kernel's
+/// In training the model keeps 0.58 of peak at large shapes (the NeMo fit): below the kernel's
 /// own rate, and below what one GEMM sustains at the power cap (the 15 s run).
 #[test]
 fn training_efficiency_sits_below_the_sustained_kernel() {
@@ -398,7 +398,8 @@ fn cross_entropy_against(gpu: &str, file: &str, bar: f64, copy: std::ops::Range<
 }
 
 /// A `moe_layer_sync` row: its layout, and (host, GPU, wall) seconds of its forward and of
-/// its backward per layer (the forward's host time is its parts' without the wait).
+/// its backward per layer (the forward's host time is its parts' without the wait; the GPU
+/// time is its kernels' and the profile's gap before each, `gpu.kernel_gap_s`).
 struct SyncRow {
     model: String,
     forward: (f64, f64, f64),
@@ -406,6 +407,8 @@ struct SyncRow {
 }
 
 fn sync_rows(gpu: &str, file: &str) -> Vec<SyncRow> {
+    let gap = profile(gpu).kernel_gap_s();
+    assert!(gap > 0.0, "{gpu}");
     load(gpu, file)["moe_layer_sync"]
         .as_array()
         .unwrap()
@@ -416,12 +419,12 @@ fn sync_rows(gpu: &str, file: &str) -> Vec<SyncRow> {
                 model: r["model"].as_str().unwrap().to_string(),
                 forward: (
                     f("host_dense_s") + f("host_moe_pre_s") + f("host_moe_post_s"),
-                    f("gpu_forward_s"),
+                    f("gpu_forward_s") + gap * f("kernels_forward"),
                     f("forward_wall_s"),
                 ),
                 backward: (
                     f("host_backward_s"),
-                    f("gpu_backward_s"),
+                    f("gpu_backward_s") + gap * f("kernels_backward"),
                     f("backward_wall_s"),
                 ),
             }
@@ -429,11 +432,31 @@ fn sync_rows(gpu: &str, file: &str) -> Vec<SyncRow> {
         .collect()
 }
 
+/// The gap between kernels queued back to back (`gpu.kernel_gap_s`) is the median of the
+/// four measured cases on H100 (benches/gpu_kernels.py part `kernel_gaps`: small and large
+/// adds, a small GEMM, 16 experts' GEMMs and activations; 1.0-1.8 us), to 0.05 us.
+#[test]
+fn kernel_gap_is_the_measured_median() {
+    let cases = load("h100", "torch-kernels-gaps.json")["kernel_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["gap_s_per_kernel"].as_f64().unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(cases.len(), 4);
+    assert!(
+        cases.iter().all(|g| (0.9e-6..1.9e-6).contains(g)),
+        "{cases:?}"
+    );
+    let gap = profile("h100").kernel_gap_s();
+    assert!((median(cases) - gap).abs() < 0.05e-6, "{gap}");
+}
+
 /// Held out on H200 (the same die; benches/gpu_kernels.py parts `cp_attention` and
 /// `moe_layer_sync` run there): the non-causal law fitted on H100 is within 3 % forward and
-/// 7 % backward on average of the H200's ring blocks, and the forward's loss at the
-/// dispatcher's wait has median 0.224 there (0.20-0.34), `max + 0.24 min` within 6 % of every
-/// forward.
+/// 7 % backward on average of the H200's ring blocks; with the H100's gap between kernels the
+/// forward's loss at the dispatcher's wait has median 0.199 there (0.15-0.31), `max + 0.20
+/// min` within 8 % of every forward, and the backward is `max(H, G)` within 1 %.
 #[test]
 fn ring_blocks_and_the_dispatchers_wait_hold_on_h200() {
     let hw = profile("h200");
@@ -450,14 +473,16 @@ fn ring_blocks_and_the_dispatchers_wait_hold_on_h200() {
     let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
     let mut cs = Vec::new();
     for r in sync_rows("h200", file) {
-        let (hf, gf, wf) = r.forward;
+        let ((hf, gf, wf), (hb, gb, wb)) = (r.forward, r.backward);
         cs.push((wf - hf.max(gf)) / hf.min(gf));
         let form = hf.max(gf) + c * hf.min(gf);
         assert!(
-            (form / wf - 1.0).abs() < 0.06,
+            (form / wf - 1.0).abs() < 0.08,
             "{}: {form} vs {wf}",
             r.model
         );
+        let back = hb.max(gb) / wb - 1.0;
+        assert!((-0.01..=0.0).contains(&back), "{}: {back}", r.model);
     }
     assert_eq!(cs.len(), 8);
     assert!((median(cs) - c).abs() < 0.02);
@@ -465,13 +490,14 @@ fn ring_blocks_and_the_dispatchers_wait_hold_on_h200() {
 
 /// The form of a MoE layer's host time (docs/cost-model.md, "Host time of a MoE layer")
 /// against the layers measured on H100 (benches/gpu_kernels.py, part `moe_layer_sync`: host
-/// time `H` and kernels' GPU time `G` of each part read in the same steps as the wall). The
-/// forward, whose dispatcher waits on the GPU once a layer, takes `max(H, G) + c min(H, G)`:
-/// `c` is the median of the measured rows, the form is within 7 % of every row while
-/// `max(H, G)` alone is 6-18 % short; the backward, which never waits, takes `max(H, G)`
-/// within 8 %.
+/// time `H` and kernels' GPU time `G` of each part read in the same steps as the wall, `G`
+/// with the gap before each kernel). The forward, whose dispatcher waits on the GPU once a
+/// layer, takes `max(H, G) + c min(H, G)`: `c` is the median of the measured rows, the form is
+/// within 5 % of every row while `max(H, G)` alone is 5-16 % short; the backward, which never
+/// waits, takes `max(H, G)` within 2.1 % (within 8 % without the gaps, 2.5 % on average, the
+/// GPU-bound rows short).
 #[test]
-fn moe_layers_lose_a_quarter_of_the_overlap_at_the_dispatchers_wait() {
+fn moe_layers_lose_a_fifth_of_the_overlap_at_the_dispatchers_wait() {
     let rows = sync_rows("h100", "torch-kernels-moe-sync2.json");
     assert_eq!(rows.len(), 16, "8 layouts, 2 passes");
     let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
@@ -482,16 +508,16 @@ fn moe_layers_lose_a_quarter_of_the_overlap_at_the_dispatchers_wait() {
         cs.push((wf - hf.max(gf)) / hf.min(gf));
         let form = hf.max(gf) + c * hf.min(gf);
         assert!(
-            (form / wf - 1.0).abs() < 0.07,
+            (form / wf - 1.0).abs() < 0.05,
             "{}: {form} vs {wf}",
             r.model
         );
-        if hf.max(gf) / wf < 0.94 {
+        if hf.max(gf) / wf < 0.95 {
             short += 1;
         }
         let back = hb.max(gb) / wb - 1.0;
         assert!(
-            (-0.08..=0.0).contains(&back),
+            (-0.021..=0.0).contains(&back),
             "{}: backward {back}",
             r.model
         );
@@ -501,7 +527,7 @@ fn moe_layers_lose_a_quarter_of_the_overlap_at_the_dispatchers_wait() {
     assert!((measured - c).abs() < 0.01, "median {measured} vs {c}");
 }
 
-/// Megatron-Core's MoE host time, 8.8 ms, as derived in `MEGATRON_CORE_MOE_LAYER_HOST_S`: the
+/// Megatron-Core's MoE host time, 8.9 ms, as derived in `MEGATRON_CORE_MOE_LAYER_HOST_S`: the
 /// B200 run's 9.1 ms a layer and micro-batch less the forward's loss at the wait on its GPU
 /// time in pplan (Qwen3-30B-A3B, MXFP8, EP 8, micro-batch 1).
 #[test]

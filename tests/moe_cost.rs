@@ -517,15 +517,15 @@ fn small_moe_layers_wait_for_the_host() {
         b.forward.total_s() + b.backward_input.total_s() + b.backward_weight.total_s()
     };
     let c = pplan::cost::MOE_FORWARD_SYNC_LOSS;
-    assert_eq!(c, 0.24);
+    assert_eq!(c, 0.20);
     let off = cm(&m, &hw, 1, 8, 8, balanced()).moe_layer();
-    let host = 8.8e-3;
+    let host = 8.9e-3;
     let on_stack = Stack {
         moe_layer_host_s: host,
         ..balanced()
     };
     let on = cm(&m, &hw, 1, 8, 8, on_stack).moe_layer();
-    // This layer's GPU work is far under 8.8 ms: it takes the host time and the forward's loss.
+    // This layer's GPU work is far under 8.9 ms: it takes the host time and the forward's loss.
     assert!(total(off) < 1e-3, "{}", total(off));
     let want = host + c * off.forward.total_s();
     assert!((total(on) - want).abs() < 1e-12, "{} {want}", total(on));

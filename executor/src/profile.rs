@@ -721,6 +721,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             fp8_any_layout: false,
             // Not measured by this profiler: pplan's default applies.
             kernel_launch_s: None,
+            // Its kernels are timed back to back: their rates already hold the gaps.
+            kernel_gap_s: None,
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,

@@ -605,34 +605,33 @@ impl CostModel<'_> {
         // Accumulating into the fp32 main gradient: a kernel of its own after the GEMMs, or,
         // fused, the GEMMs' epilogue traffic, which overlaps their main loops (the roofline:
         // whichever is longer bounds the kernel).
-        let backward_weight = if self.stack.grad_accumulation_fusion {
-            let epilogue_s = params * FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm;
-            Part {
-                gemm_s: bwd_weight_gemm,
-                memory_s: (epilogue_s - bwd_weight_gemm).max(0.0),
-                tp_comm_s: 0.0,
-                tp_hidden_s: 0.0,
-                cp_comm_s: 0.0,
-                cp_hidden_s: 0.0,
-                launch_s: 0.0,
-            }
-        } else {
-            Part {
-                gemm_s: bwd_weight_gemm,
-                memory_s: params * self.stack.grad_accumulation_bytes_per_param / hbm,
-                tp_comm_s: 0.0,
-                tp_hidden_s: 0.0,
-                cp_comm_s: 0.0,
-                cp_hidden_s: 0.0,
-                launch_s: 0.0,
-            }
+        let backward_weight = Part {
+            gemm_s: bwd_weight_gemm,
+            memory_s: self.weight_grad_accumulation_s(params, bwd_weight_gemm),
+            ..Part::default()
         };
         BlockCost {
             forward,
             backward_input,
             backward_weight,
         }
-        .floored(self.layer_kernels(), self.hw.kernel_launch_s())
+        .floored(self.layer_kernels(), self.hw)
+    }
+
+    /// Accumulating `params` weight gradients of one micro-batch into their fp32 main
+    /// gradients after weight-gradient GEMMs that take `gemm_s`: unfused, a kernel of its own
+    /// ([`Stack::grad_accumulation_bytes_per_param`](crate::cost::Stack) at
+    /// [`Hardware::hbm_bytes_per_s`](crate::inputs::hardware::Hardware)); fused
+    /// (`gradient_accumulation_fusion`), the GEMMs' epilogue reads and writes the fp32
+    /// gradient ([`FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM`]), which overlaps their main loops
+    /// (the roofline: only what that traffic outlasts the GEMMs shows).
+    pub fn weight_grad_accumulation_s(&self, params: f64, gemm_s: f64) -> f64 {
+        let hbm = self.hw.hbm_bytes_per_s();
+        if self.stack.grad_accumulation_fusion {
+            (params * FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm - gemm_s).max(0.0)
+        } else {
+            params * self.stack.grad_accumulation_bytes_per_param / hbm
+        }
     }
 
     /// The input embedding on the first stage: a vocabulary-parallel lookup (read the rows,

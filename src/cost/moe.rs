@@ -13,10 +13,7 @@ use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
 use super::launch::Kernels;
 use super::memory;
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
-use super::stack::{
-    CostModel, Layout, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
-    MOE_FORWARD_SYNC_LOSS,
-};
+use super::stack::{CostModel, Layout, Recompute, Zero, MOE_FORWARD_SYNC_LOSS};
 use crate::inputs::model::Model;
 
 /// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
@@ -355,11 +352,7 @@ impl CostModel<'_> {
         // Expert weight gradients accumulate into their fp32 main gradients like the dense
         // ones (fused epilogue or a kernel of its own).
         let expert_params = self.moe_rank_expert_params_per_layer();
-        let acc = if self.stack.grad_accumulation_fusion {
-            (expert_params * FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm - bwd_w_gemm).max(0.0)
-        } else {
-            expert_params * self.stack.grad_accumulation_bytes_per_param / hbm
-        };
+        let acc = self.weight_grad_accumulation_s(expert_params, bwd_w_gemm);
         let backward_weight = Part {
             gemm_s: bwd_w_gemm,
             memory_s: acc,
@@ -374,7 +367,7 @@ impl CostModel<'_> {
                 backward_input,
                 backward_weight,
             })
-            .floored(kernels, self.hw.kernel_launch_s());
+            .floored(kernels, self.hw);
         if self.stack.moe_layer_host_s <= 0.0 {
             return layer;
         }

@@ -527,28 +527,29 @@ impl Stack {
 pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
 
 /// Megatron-Core's host time for one MoE layer's forward and backward on one micro-batch, on
-/// DGX hosts (x86): 8.8 ms. Read off a published run whose layer time is not GPU work:
+/// DGX hosts (x86): 8.9 ms. Read off a published run whose layer time is not GPU work:
 /// Megatron-Bridge's Qwen3-30B-A3B on 8 DGX-B200 (NVIDIA-NeMo/Megatron-Bridge
 /// `docs/performance-summary-archive.md`, 25.11 container: MXFP8, EP 8, micro-batch 1, global
 /// batch 512, 9,299 tokens/s per GPU) takes 28.2 s a step, 9.2 ms for each of its 64 x 48
 /// layer passes a rank, 9.1 without the output layer; a layer whose host outlasts its GPU work
 /// both ways takes `H + c G_f` ([`MOE_FORWARD_SYNC_LOSS`] `c`, `G_f` its forward's GPU time,
-/// 1.14 ms in pplan), so `H` = 9.1 - 0.24 x 1.14 = 8.8 ms. The same layer takes 9.7 ms on
+/// 1.14 ms in pplan), so `H` = 9.1 - 0.20 x 1.14 = 8.9 ms. The same layer takes 9.7 ms on
 /// H100 (26.06), a GPU with 0.44 of the B200's tensor-core peak, and 3.6 ms a sequence on
 /// GB200 with micro-batch 4. Held out: every H100 run in docs/validation.md.
-pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 8.8e-3;
+pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 8.9e-3;
 
 /// What a MoE layer's forward loses because its dispatcher waits on the GPU once a layer (the
 /// per-expert token counts read on the host): the forward takes `max(H, G) + c min(H, G)` of
-/// its host time `H` and GPU time `G` instead of `max(H, G)`, the host unable to run ahead past
-/// the wait. `c` = 0.24: measured on one H100 (`benches/gpu_kernels.py`, part
-/// `moe_layer_sync`: a stack of attention + eager MoE layers of Qwen3-30B-A3B and
-/// Qwen3-235B-A22B shapes, 4-16 local experts, 1k-8k tokens, host time measured in the same
-/// steps; `hardware/measured/h100/torch-kernels-moe-sync2.json`), median of 16 layouts x
-/// passes 0.234 (0.12-0.33), with forward GPU times from 0.3x to 1.5x their host time; the
-/// backward, with no wait, takes `max(H, G)` within 8 % (the rest is the GPU's 1-2 us between
-/// kernels).
-pub const MOE_FORWARD_SYNC_LOSS: f64 = 0.24;
+/// its host time `H` and GPU time `G` (its kernels and the gaps between them,
+/// [`Hardware::kernel_gap_s`](crate::inputs::hardware::Hardware::kernel_gap_s)) instead of
+/// `max(H, G)`, the host unable to run ahead past the wait. `c` = 0.20: measured on one H100
+/// (`benches/gpu_kernels.py`, part `moe_layer_sync`: a stack of attention + eager MoE layers
+/// of Qwen3-30B-A3B and Qwen3-235B-A22B shapes, 4-16 local experts, 1k-8k tokens, host time
+/// measured in the same steps; `hardware/measured/h100/torch-kernels-moe-sync2.json`), median
+/// of 16 layouts x passes 0.204 (0.11-0.29), with forward GPU times from 0.3x to 1.5x their
+/// host time; held out on H200, 0.199. The backward, with no wait, takes `max(H, G)` within
+/// 2.1 %.
+pub const MOE_FORWARD_SYNC_LOSS: f64 = 0.20;
 
 /// Bytes per parameter per micro-batch that a fused weight-gradient GEMM moves in its
 /// epilogue: read and write the fp32 main gradient.

@@ -101,6 +101,11 @@ pub struct Gpu {
     /// run faster than they are launched (`cost::launch`). Absent: [`DEFAULT_KERNEL_LAUNCH_S`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_launch_s: Option<f64>,
+    /// GPU time between two kernels queued back to back, seconds (the front end's dispatch
+    /// of the next kernel): a part's kernels take their own time plus this once each
+    /// (`cost::launch`). Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_gap_s: Option<f64>,
 }
 
 /// The median `cudaLaunchKernel` call, 4.0 us over 5,240 launches, in a PyTorch (Kineto)
@@ -365,6 +370,11 @@ impl Hardware {
         ))
     }
 
+    /// GPU time between two kernels queued back to back ([`Gpu::kernel_gap_s`], else 0).
+    pub fn kernel_gap_s(&self) -> f64 {
+        self.gpu.kernel_gap_s.unwrap_or(0.0)
+    }
+
     /// Host time to launch one kernel ([`Gpu::kernel_launch_s`], else the default).
     pub fn kernel_launch_s(&self) -> f64 {
         self.gpu.kernel_launch_s.unwrap_or(DEFAULT_KERNEL_LAUNCH_S)
@@ -516,12 +526,17 @@ impl Hardware {
                     .to_string(),
             ));
         }
-        if let Some(v) = self.gpu.kernel_launch_s {
-            if !(v.is_finite() && (0.0..1.0).contains(&v)) {
-                return Err(invalid(
-                    "gpu.kernel_launch_s",
-                    format!("must be a number of seconds from 0 to 1 (got {v})"),
-                ));
+        for (field, v) in [
+            ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
+            ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && (0.0..1.0).contains(&v)) {
+                    return Err(invalid(
+                        field,
+                        format!("must be a number of seconds from 0 to 1 (got {v})"),
+                    ));
+                }
             }
         }
         if let Some(v) = self.gpu.fp8_split_accumulator_slowdown {
