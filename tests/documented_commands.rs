@@ -1,6 +1,8 @@
-//! DeepSeek-V3 on 2,048 H800 with its published layout (docs/validation.md, "DeepSeek-V3 on
-//! 2,048 H800"): the documented command, run as a user runs it, against the report's 180K H800
-//! GPU hours per trillion tokens. Pins the table's rows so that they cannot go stale again.
+//! The `pplan predict` commands docs/validation.md gives with their figures, run as a user runs
+//! them, so that the figures cannot go stale: DeepSeek-V3 on 2,048 H800 with its published
+//! layout against the report's 180K H800 GPU hours per trillion tokens ("DeepSeek-V3 on 2,048
+//! H800"), and GPT-OSS 120B on 64 H100 with its Megatron-Bridge recipe against the published
+//! 5,824 tokens/s per GPU ("Megatron-Bridge on DGX-H100").
 
 mod common;
 use common::pplan;
@@ -67,4 +69,46 @@ fn published_layout_against_the_reported_gpu_hours() {
     assert!((no_host - 0.084).abs() < 0.0005, "{no_host}");
     assert!((exposed - 0.439).abs() < 0.0005, "{exposed}");
     assert!(no_host < overlapped && overlapped < exposed);
+}
+
+/// GPT-OSS 120B (the Hugging Face config under tests/data/hf/), Megatron-Bridge's 26.04.01
+/// recipe on 64 H100: 5,824 tokens/s per GPU published, +27.8 % in pplan.
+#[test]
+fn gpt_oss_120b_against_its_bridge_row() {
+    let (code, out, err) = pplan(&[
+        "predict",
+        "--model",
+        "tests/data/hf/gpt-oss-120b.json",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "64",
+        "--pp",
+        "4",
+        "--ep",
+        "8",
+        "--global-batch",
+        "1280",
+        "--micro-batch",
+        "1",
+        "--seq-len",
+        "4096",
+        "--moe-dispatcher",
+        "deepep",
+        "--moe-imbalance",
+        "1",
+        "--recompute",
+        "selective-norm-act",
+        "--zero1",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "on",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let tokens = v["tokens_per_s_per_gpu"].as_f64().unwrap();
+    let error = tokens / 5824.0 - 1.0;
+    assert!((error - 0.278).abs() < 0.0005, "{tokens} tokens/s, {error}");
 }
