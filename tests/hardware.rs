@@ -527,6 +527,38 @@ fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
     );
 }
 
+/// A gap between kernels outside 0-1 s (or not a number) exits 2 naming the file, the field
+/// and the valid range.
+#[test]
+fn a_bad_kernel_gap_names_the_field_and_the_range() {
+    let dir = std::env::temp_dir().join(format!("pplan-gap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for bad in [serde_json::json!(-1e-6), serde_json::json!(2.0)] {
+        let mut v: serde_json::Value = serde_json::from_str(BUNDLED[1].1).unwrap();
+        v["gpu"]["kernel_gap_s"] = bad.clone();
+        let path = dir.join("gap.json");
+        std::fs::write(&path, v.to_string()).unwrap();
+        let (code, _, err) = pplan(&[
+            "predict",
+            "--model",
+            "gpt-1.7b",
+            "--hardware",
+            path.to_str().unwrap(),
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+        ]);
+        assert_eq!(code, 2, "{bad}");
+        assert!(
+            err.contains("gap.json")
+                && err.contains("gpu.kernel_gap_s")
+                && err.contains("from 0 to 1"),
+            "{err}"
+        );
+    }
+}
+
 /// Blackwell's FP8 GEMMs take every operand layout (Transformer Engine's
 /// `is_non_tn_fp8_gemm_supported`), so per-tensor FP8 keeps one cast of a weight and writes
 /// one cast of an activation where Hopper keeps the cast and its transpose; MXFP8 keeps its

@@ -116,8 +116,8 @@ pub struct Part {
     pub cp_comm_s: f64,
     /// Context-parallel exchange hidden under the attention blocks.
     pub cp_hidden_s: f64,
-    /// The GPU waiting for the host to launch the part's kernels (`cost::launch`): what the
-    /// launches take beyond the rest.
+    /// The GPU idle between the part's kernels (`cost::launch`): the gap before each kernel
+    /// or, where the host launches them slower, what the launches take beyond the rest.
     pub launch_s: f64,
 }
 
@@ -602,9 +602,7 @@ impl CostModel<'_> {
             launch_s: 0.0,
         }
         .add(recompute);
-        // Accumulating into the fp32 main gradient: a kernel of its own after the GEMMs, or,
-        // fused, the GEMMs' epilogue traffic, which overlaps their main loops (the roofline:
-        // whichever is longer bounds the kernel).
+        // Accumulating into the fp32 main gradient.
         let backward_weight = Part {
             gemm_s: bwd_weight_gemm,
             memory_s: self.weight_grad_accumulation_s(params, bwd_weight_gemm),
