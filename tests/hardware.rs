@@ -499,13 +499,14 @@ fn unknown_hardware_lists_every_bundled_name() {
     assert!(err.contains(&ALL.join(", ")), "{err}");
 }
 
-#[test]
-fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
+/// `pplan predict` of a small model on a user profile: the second bundled one with `edit`
+/// applied, written to `file` in a folder of the test's own (exit code, stderr).
+fn predict_on_edited_profile(file: &str, edit: impl Fn(&mut serde_json::Value)) -> (i32, String) {
     let mut v: serde_json::Value = serde_json::from_str(BUNDLED[1].1).unwrap();
-    v["node"]["nvlink_domain_gpus"] = serde_json::json!(20);
+    edit(&mut v);
     let dir = std::env::temp_dir().join(format!("pplan-hw-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("my-cluster.json");
+    let path = dir.join(file);
     std::fs::write(&path, v.to_string()).unwrap();
     let (code, _, err) = pplan(&[
         "predict",
@@ -518,6 +519,14 @@ fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
         "--global-batch",
         "8",
     ]);
+    (code, err)
+}
+
+#[test]
+fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
+    let (code, err) = predict_on_edited_profile("my-cluster.json", |v| {
+        v["node"]["nvlink_domain_gpus"] = serde_json::json!(20)
+    });
     assert_eq!(code, 2);
     assert!(
         err.contains("my-cluster.json")
@@ -527,33 +536,15 @@ fn a_bad_domain_in_a_user_profile_names_the_file_and_the_field() {
     );
 }
 
-/// A gap between kernels outside 0-1 s (or not a number) exits 2 naming the file, the field
-/// and the valid range.
+/// A gap between kernels outside 0-1 s exits 2 naming the file, the field and the valid range.
 #[test]
 fn a_bad_kernel_gap_names_the_field_and_the_range() {
-    let dir = std::env::temp_dir().join(format!("pplan-gap-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for bad in [serde_json::json!(-1e-6), serde_json::json!(2.0)] {
-        let mut v: serde_json::Value = serde_json::from_str(BUNDLED[1].1).unwrap();
-        v["gpu"]["kernel_gap_s"] = bad.clone();
-        let path = dir.join("gap.json");
-        std::fs::write(&path, v.to_string()).unwrap();
-        let (code, _, err) = pplan(&[
-            "predict",
-            "--model",
-            "gpt-1.7b",
-            "--hardware",
-            path.to_str().unwrap(),
-            "--gpus",
-            "8",
-            "--global-batch",
-            "8",
-        ]);
+    for (file, bad) in [("gap-negative.json", -1e-6), ("gap-two.json", 2.0)] {
+        let (code, err) =
+            predict_on_edited_profile(file, |v| v["gpu"]["kernel_gap_s"] = serde_json::json!(bad));
         assert_eq!(code, 2, "{bad}");
         assert!(
-            err.contains("gap.json")
-                && err.contains("gpu.kernel_gap_s")
-                && err.contains("from 0 to 1"),
+            err.contains(file) && err.contains("gpu.kernel_gap_s") && err.contains("from 0 to 1"),
             "{err}"
         );
     }
