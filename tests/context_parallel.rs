@@ -19,6 +19,14 @@ fn flash() -> Stack {
     }
 }
 
+/// Flash attention with context parallelism by all-gather of K and V instead of the ring.
+fn all_gather() -> Stack {
+    Stack {
+        cp_comm: CpComm::AllGather,
+        ..flash()
+    }
+}
+
 fn cost_model<'a>(m: &'a Model, hw: &'a Hardware, tp: u64, cp: u64, stack: Stack) -> CostModel<'a> {
     CostModel {
         model: m,
@@ -62,16 +70,7 @@ fn kv_chunk_and_exchange_against_a_hand_count() {
     assert!((fe - 3.0 * step).abs() < 1e-15 && (be - 6.0 * step).abs() < 1e-15);
     assert_eq!((fh, bh), (0.0, 0.0));
     // All-gather: (cp - 1) chunks forward, gathered again and reduce-scattered backward, exposed.
-    let ag = cost_model(
-        &m,
-        &hw,
-        2,
-        4,
-        Stack {
-            cp_comm: CpComm::AllGather,
-            ..flash()
-        },
-    );
+    let ag = cost_model(&m, &hw, 2, 4, all_gather());
     let (fe, fh, be, bh) = ag.cp_comm_s((1.0, 1.0));
     assert!((fe - 3.0 * step).abs() < 1e-15 && (be - 6.0 * step).abs() < 1e-15);
     assert_eq!((fh, bh), (0.0, 0.0));
@@ -84,7 +83,6 @@ fn kv_chunk_and_exchange_against_a_hand_count() {
 
 #[test]
 fn the_rings_merge_traffic_against_a_hand_count() {
-    use pplan::cost::CpComm;
     let hw = Hardware::bundled("h100-80gb").unwrap();
     let m = llama8b(8192);
     // cp = 2, t = 1: 4096 query tokens of 32 heads of 128 per rank, q = 16 777 216 output
@@ -96,16 +94,7 @@ fn the_rings_merge_traffic_against_a_hand_count() {
     assert_eq!(c.cp_ring_merge_bytes(), (201_326_592.0, 402_653_184.0));
     // It is part of the attention core's memory traffic.
     let base = cost_model(&m, &hw, 1, 2, flash());
-    let all_gather = cost_model(
-        &m,
-        &hw,
-        1,
-        2,
-        Stack {
-            cp_comm: CpComm::AllGather,
-            ..flash()
-        },
-    );
+    let all_gather = cost_model(&m, &hw, 1, 2, all_gather());
     assert_eq!(all_gather.cp_ring_merge_bytes(), (0.0, 0.0));
     let (with, without) = (base.layer_memory_bytes(), all_gather.layer_memory_bytes());
     assert_eq!(
@@ -156,16 +145,7 @@ fn a_rings_later_steps_run_at_the_noncausal_rate() {
     };
     // Without a ring: every FLOP at the causal law (the kernel's FLOPs come back).
     let one = cost_model(&m, &hw, 1, 1, flash());
-    let gathered = cost_model(
-        &m,
-        &hw,
-        1,
-        4,
-        Stack {
-            cp_comm: CpComm::AllGather,
-            ..flash()
-        },
-    );
+    let gathered = cost_model(&m, &hw, 1, 4, all_gather());
     let (f1, _) = causal_only(&one);
     let (fg, bg) = causal_only(&gathered);
     assert!((fg * 4.0 / f1 - 1.0).abs() < 1e-12 && (bg / fg - 1.0).abs() < 1e-12);
