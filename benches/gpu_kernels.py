@@ -27,6 +27,8 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
   kernels' GPU time;
 - stacks of attention + MoE layers, forward and backward apart: wall time against the host
   time and the GPU time of the same steps (the form of pplan's MoE host time);
+- the same layers in a pipeline's steady-state order (forward of one micro-batch, backward
+  of the previous, back to back) against forward and backward apart;
 - the GPU's gap between back-to-back kernels queued far ahead of it;
 - the causal and non-causal attention blocks of a context-parallel ring's steps;
 - the last stage's output layer and Megatron-Core's unfused vocabulary-parallel cross-entropy.
@@ -34,8 +36,8 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json [PART ...], where a
 PART (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, output_layer, sustained) picks the
-parts to run; all of them without.
+moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, cp_attention, output_layer,
+sustained) picks the parts to run; all of them without.
 """
 import json
 import math
@@ -345,6 +347,37 @@ MOE_LAYERS = [("qwen3-30b-a3b", 2048, 768, 128, 8, 16), ("qwen3-30b-a3b", 2048, 
               ("qwen3-235b-a22b", 4096, 1536, 128, 8, 16), ("deepseek-v3", 7168, 2048, 256, 8, 4)]
 
 
+def moe_route(x, router, k, local):
+    """An eager dropless router over a rank's `local` experts: scores, top-k, and the rows
+    sorted by expert, balanced over the rank's experts as a forced-balance run routes them.
+    Returns the top-k probabilities, each routed row's expert and the sorting order."""
+    probs = torch.softmax((x @ router.t()).float(), dim=-1)
+    top_p, top_i = probs.topk(k, dim=-1)
+    slot = top_i.flatten() % local
+    return top_p, slot, torch.argsort(slot, stable=True)
+
+
+def moe_experts(x, top_p, order, counts, w1, w2, k):
+    """The rest of the eager MoE block once the per-expert row counts are on the host: the
+    permutation, one SwiGLU GEMM pair per local expert, the un-permutation and the weighted
+    sum over each token's k experts."""
+    tokens, h = x.shape
+    rows = x.repeat_interleave(k, dim=0)[order]
+    outs, start = [], 0
+    for e, c in enumerate(counts):
+        a, b = (rows[start:start + c] @ w1[e].t()).chunk(2, dim=-1)
+        outs.append((F.silu(a) * b) @ w2[e].t())
+        start += c
+    back = torch.empty_like(rows).index_copy(0, order, torch.cat(outs))
+    return (back.view(tokens, k, h) * top_p.unsqueeze(-1).to(x.dtype)).sum(dim=1)
+
+
+def moe_counts(slot, local):
+    """The per-expert row counts, read on the host: the synchronisation a dropless
+    dispatcher makes once a layer."""
+    return torch.bincount(slot, minlength=local).tolist()
+
+
 def moe_layer_host(res):
     """An eager MoE block (router, top-k, permutation, one GEMM pair per local expert, SwiGLU,
     un-permutation and the weighted sum), forward and backward, with the host synchronisation
@@ -367,21 +400,9 @@ def moe_layer_host(res):
                   for _ in range(local)]
 
             def block():
-                probs = torch.softmax((x @ router.t()).float(), dim=-1)
-                top_p, top_i = probs.topk(k, dim=-1)
-                # Balanced over this rank's experts, as a forced-balance run routes them.
-                slot = top_i.flatten() % local
-                order = torch.argsort(slot, stable=True)
-                counts = torch.bincount(slot, minlength=local).tolist()  # host sync
-                rows = x.repeat_interleave(k, dim=0)[order]
-                outs, start = [], 0
-                for e, c in enumerate(counts):
-                    a, b = (rows[start:start + c] @ w1[e].t()).chunk(2, dim=-1)
-                    outs.append((F.silu(a) * b) @ w2[e].t())
-                    start += c
-                back = torch.empty_like(rows).index_copy(0, order, torch.cat(outs))
-                y = (back.view(tokens, k, h) * top_p.unsqueeze(-1).to(dt)).sum(dim=1)
-                y.sum().backward()
+                top_p, slot, order = moe_route(x, router, k, local)
+                counts = moe_counts(slot, local)
+                moe_experts(x, top_p, order, counts, w1, w2, k).sum().backward()
 
             row = {"model": name, "tokens": tokens, "local_experts": local, "top_k": k}
             try:
@@ -423,136 +444,202 @@ SYNC_LAYERS = [("qwen3-235b-t2-ep8", 4096, 32, 2, 4096, 2048, 16, 1536),
                ("qwen3-30b-t1-ep8-s2k", 2048, 32, 4, 2048, 2048, 16, 768),
                ("qwen3-30b-t1-ep16-s8k", 2048, 32, 4, 8192, 8192, 8, 768)]
 SYNC_STACK = 4
+SYNC_TOP_K = 8
+
+
+def sync_layer(h, heads, kv, td, tm, local, f):
+    """One rank's transformer layer: an attention block (norm, QKV, causal flash attention,
+    output projection; the tensor-parallel all-gather and reduce-scatter stood in for by a
+    copy) and an eager MoE block whose dispatcher reads the per-expert row counts on the host.
+    Returns the layer and the host time of its parts, summed over calls (`dense`, `moe_pre`
+    up to the synchronisation, `moe_post` after it)."""
+    dev, dt, k = "cuda", torch.bfloat16, SYNC_TOP_K
+    hd = 128 if h >= 1024 else 32
+    w = lambda *shape: (0.02 * torch.randn(*shape, device=dev, dtype=dt)).requires_grad_()
+    p = {"norm": w(h), "qkv": w((heads + 2 * kv) * hd, h), "proj": w(h, heads * hd),
+         "norm2": w(h), "router": w(128, h),
+         "w1": [w(2 * f, h) for _ in range(local)], "w2": [w(h, f) for _ in range(local)]}
+    host = {"dense": 0.0, "moe_pre": 0.0, "moe_post": 0.0}
+
+    def norm(x, g):
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dt) * g
+
+    def layer(x):
+        t0 = time.perf_counter()
+        n = norm(x, p["norm"]).repeat(td // tm, 1)  # sequence-parallel all-gather
+        q, kk, v = (n @ p["qkv"].t()).split([heads * hd, kv * hd, kv * hd], dim=-1)
+        q = q.view(1, td, heads, hd).transpose(1, 2)
+        # Each KV group repeated over its heads (a copy), so that the flash backend runs.
+        kk = kk.view(1, td, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
+        v = v.view(1, td, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
+        o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        o = o.transpose(1, 2).reshape(td, heads * hd) @ p["proj"].t()
+        x = x + o[:tm]  # reduce-scatter
+        t1 = time.perf_counter()
+        n2 = norm(x, p["norm2"])
+        top_p, slot, order = moe_route(n2, p["router"], k, local)
+        t2 = time.perf_counter()
+        counts = moe_counts(slot, local)
+        t3 = time.perf_counter()
+        x = x + moe_experts(n2, top_p, order, counts, p["w1"], p["w2"], k)
+        t4 = time.perf_counter()
+        host["dense"] += t1 - t0
+        host["moe_pre"] += t2 - t1
+        host["moe_post"] += t4 - t3
+        return x
+    return layer, host
+
+
+def sync_step(layer, x0, n, depth=SYNC_STACK):
+    """Per layer, mean of n steps after 2 untimed, each `depth` layers forward then backward:
+    forward wall, backward wall, and the host time of the backward (until backward()
+    returns: it launches and never waits)."""
+    fw = bw = bh = 0.0
+    for i in range(n + 2):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        x = x0
+        for _ in range(depth):
+            x = layer(x)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        x.float().sum().backward()
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        if i >= 2:
+            fw += (t1 - t0) / n / depth
+            bh += (t2 - t1) / n / depth
+            bw += (t3 - t1) / n / depth
+    return fw, bw, bh
+
+
+def profiled_kernels(fn):
+    """The GPU time and the count of the kernels `fn` runs (torch.profiler)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ev = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+    return sum(e.self_device_time_total for e in ev) * 1e-6, sum(e.count for e in ev)
 
 
 def moe_layer_sync(res):
-    """A stack of transformer layers on one rank, each an attention block (norm, QKV, causal
-    flash attention, output projection; the tensor-parallel all-gather and reduce-scatter
-    stood in for by a copy) and an eager MoE block whose dispatcher reads the per-expert row
-    counts on the host (the synchronisation Megatron-Core's dispatchers make once a layer).
-    Forward and backward timed apart (wall per layer), beside (1) the GPU time of each part's
-    kernels (torch.profiler) and (2) the host time of issuing each part, read off the same
-    code at toy sizes (hidden 64, 64 tokens), where the GPU work is negligible. The host may
-    run ahead of the GPU in the backward but not past a forward's synchronisation, so these
-    say which combination of host and GPU time a MoE layer takes."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    dev, dt, k = "cuda", torch.bfloat16, 8
-
-    def build(h, heads, kv, td, tm, local, f):
-        hd = 128 if h >= 1024 else 32
-        w = lambda *shape: (0.02 * torch.randn(*shape, device=dev, dtype=dt)).requires_grad_()
-        p = {"norm": w(h), "qkv": w((heads + 2 * kv) * hd, h), "proj": w(h, heads * hd),
-             "norm2": w(h), "router": w(128, h),
-             "w1": [w(2 * f, h) for _ in range(local)], "w2": [w(h, f) for _ in range(local)]}
-        host = {"dense": 0.0, "moe_pre": 0.0, "moe_post": 0.0}
-
-        def norm(x, g):
-            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dt) * g
-
-        def layer(x):
-            t0 = time.perf_counter()
-            n = norm(x, p["norm"]).repeat(td // tm, 1)  # sequence-parallel all-gather
-            q, kk, v = (n @ p["qkv"].t()).split([heads * hd, kv * hd, kv * hd], dim=-1)
-            q = q.view(1, td, heads, hd).transpose(1, 2)
-            # Each KV group repeated over its heads (a copy), so that the flash backend runs.
-            kk = kk.view(1, td, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
-            v = v.view(1, td, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
-            o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
-            o = o.transpose(1, 2).reshape(td, heads * hd) @ p["proj"].t()
-            x = x + o[:tm]  # reduce-scatter
-            t1 = time.perf_counter()
-            n2 = norm(x, p["norm2"])
-            probs = torch.softmax((n2 @ p["router"].t()).float(), dim=-1)
-            top_p, top_i = probs.topk(k, dim=-1)
-            slot = top_i.flatten() % local
-            order = torch.argsort(slot, stable=True)
-            t2 = time.perf_counter()
-            counts = torch.bincount(slot, minlength=local).tolist()  # host sync
-            t3 = time.perf_counter()
-            rows = n2.repeat_interleave(k, dim=0)[order]
-            outs, start = [], 0
-            for e, c in enumerate(counts):
-                a, b = (rows[start:start + c] @ p["w1"][e].t()).chunk(2, dim=-1)
-                outs.append((F.silu(a) * b) @ p["w2"][e].t())
-                start += c
-            back = torch.empty_like(rows).index_copy(0, order, torch.cat(outs))
-            y = (back.view(tm, k, h) * top_p.unsqueeze(-1).to(dt)).sum(dim=1)
-            x = x + y
-            t4 = time.perf_counter()
-            host["dense"] += t1 - t0
-            host["moe_pre"] += t2 - t1
-            host["moe_post"] += t4 - t3
-            return x
-        return layer, host
-
-    def step(layer, x0, n):
-        """Per layer, mean of n steps after 2 untimed: forward wall, backward wall, and the
-        host time of the backward (until backward() returns: it launches and never waits)."""
-        fw = bw = bh = 0.0
-        for i in range(n + 2):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            x = x0
-            for _ in range(SYNC_STACK):
-                x = layer(x)
-            torch.cuda.synchronize()
-            t1 = time.perf_counter()
-            x.float().sum().backward()
-            t2 = time.perf_counter()
-            torch.cuda.synchronize()
-            t3 = time.perf_counter()
-            if i >= 2:
-                fw += (t1 - t0) / n / SYNC_STACK
-                bh += (t2 - t1) / n / SYNC_STACK
-                bw += (t3 - t1) / n / SYNC_STACK
-        return fw, bw, bh
-
-    def kernels(fn):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        ev = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
-        return sum(e.self_device_time_total for e in ev) * 1e-6, sum(e.count for e in ev)
-
+    """A stack of transformer layers on one rank (`sync_layer`: attention and an eager MoE
+    block that synchronises once a layer). Forward and backward timed apart (wall per layer),
+    beside (1) the GPU time of each part's kernels (torch.profiler) and (2) the host time of
+    issuing each part, read off the same code at toy sizes (hidden 64, 64 tokens), where the
+    GPU work is negligible. The host may run ahead of the GPU in the backward but not past a
+    forward's synchronisation, so these say which combination of host and GPU time a MoE
+    layer takes."""
+    dev, dt = "cuda", torch.bfloat16
     for name, h, heads, kv, td, tm, local, f in SYNC_LAYERS:
         row = {"model": name, "hidden": h, "heads": heads, "kv_heads": kv, "dense_tokens": td,
-               "moe_tokens": tm, "local_experts": local, "expert_ffn": f, "top_k": k,
+               "moe_tokens": tm, "local_experts": local, "expert_ffn": f, "top_k": SYNC_TOP_K,
                "stack": SYNC_STACK}
         try:
             # Host time: the same code at toy sizes, forward parts and backward.
-            toy, host = build(64, 2, 1, 64 * td // tm, 64, local, 64)
+            toy, host = sync_layer(64, 2, 1, 64 * td // tm, 64, local, 64)
             x0 = torch.randn(64, 64, device=dev, dtype=dt, requires_grad=True)
-            step(toy, x0, 3)
+            sync_step(toy, x0, 3)
             for key in host:
                 host[key] = 0.0
             n = 10
-            _, _, toy_bh = step(toy, x0, n)
+            _, _, toy_bh = sync_step(toy, x0, n)
             for key in host:
                 row[f"toy_host_{key}_s"] = host[key] / ((n + 2) * SYNC_STACK)
             row["toy_host_backward_s"] = toy_bh
             # The real sizes: wall per layer, the host time of each part in the same steps
             # (the forward's parts leave out the wait at the synchronisation; the backward
             # never waits), and the GPU time of the kernels of each part.
-            layer, host = build(h, heads, kv, td, tm, local, f)
+            layer, host = sync_layer(h, heads, kv, td, tm, local, f)
             x0 = torch.randn(tm, h, device=dev, dtype=dt, requires_grad=True)
-            step(layer, x0, 1)
+            sync_step(layer, x0, 1)
             for key in host:
                 host[key] = 0.0
             n = 5
             row["forward_wall_s"], row["backward_wall_s"], row["host_backward_s"] = \
-                step(layer, x0, n)
+                sync_step(layer, x0, n)
             for key in host:
                 row[f"host_{key}_s"] = host[key] / ((n + 2) * SYNC_STACK)
-            g_f, n_f = kernels(lambda: layer(x0))
+            g_f, n_f = profiled_kernels(lambda: layer(x0))
             y = layer(x0)
-            g_b, n_b = kernels(lambda: y.float().sum().backward())
+            g_b, n_b = profiled_kernels(lambda: y.float().sum().backward())
             row.update(gpu_forward_s=g_f, kernels_forward=n_f, gpu_backward_s=g_b,
                        kernels_backward=n_b)
             res["moe_layer_sync"].append(row)
             del layer, x0, y
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             res["errors"].append(f"moe layer sync {name}: {traceback.format_exc()}")
+        torch.cuda.empty_cache()
+
+
+# Layers per pipeline chunk of the 1F1B part: 1 (the ModelZoo's m289: 96 virtual stages of
+# 94 layers, the embedding and the loss) and 3 (m286, m287, m290: 32 virtual stages).
+ONE_F_ONE_B_DEPTHS = [1, 3]
+ONE_F_ONE_B_PAIRS = 8
+
+
+def moe_layer_1f1b(res):
+    """The same layers (`sync_layer`) in the order a pipeline's steady state runs them: a
+    chunk of `depth` layers, the forward of micro-batch i + 1 then the backward of
+    micro-batch i, back to back with no synchronisation between them (each forward still
+    synchronises once a layer at its dispatcher), against the same chunk's forward and
+    backward timed apart (`sync_step`, depth layers). pplan prices each chunk pass on its
+    own and the simulator adds them, which holds if the interleaved order costs no more per
+    layer than the separated one: `ratio` = 1F1B wall per layer / (forward + backward wall
+    per layer, separated)."""
+    dev, dt = "cuda", torch.bfloat16
+    for name, h, heads, kv, td, tm, local, f in SYNC_LAYERS:
+        layer, _ = sync_layer(h, heads, kv, td, tm, local, f)
+        for depth in ONE_F_ONE_B_DEPTHS:
+            row = {"model": name, "hidden": h, "heads": heads, "kv_heads": kv,
+                   "dense_tokens": td, "moe_tokens": tm, "local_experts": local,
+                   "expert_ffn": f, "top_k": SYNC_TOP_K, "depth": depth,
+                   "pairs": ONE_F_ONE_B_PAIRS}
+            try:
+                x0 = torch.randn(tm, h, device=dev, dtype=dt, requires_grad=True)
+                grad = torch.randn(tm, h, device=dev, dtype=dt)
+                sync_step(layer, x0, 1, depth)
+                fw, bw, _ = sync_step(layer, x0, 5, depth)
+
+                def chunk():
+                    x = x0
+                    for _ in range(depth):
+                        x = layer(x)
+                    return x
+
+                walls, hosts = [], []
+                for _ in range(REPEATS):
+                    prev = chunk()
+                    prev.backward(grad)
+                    prev = chunk()
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(ONE_F_ONE_B_PAIRS):
+                        nxt = chunk()
+                        prev.backward(grad)
+                        prev = nxt
+                    t1 = time.perf_counter()
+                    torch.cuda.synchronize()
+                    t2 = time.perf_counter()
+                    prev.backward(grad)
+                    torch.cuda.synchronize()
+                    walls.append((t2 - t0) / (ONE_F_ONE_B_PAIRS * depth))
+                    hosts.append((t1 - t0) / (ONE_F_ONE_B_PAIRS * depth))
+                walls.sort()
+                hosts.sort()
+                wall = walls[len(walls) // 2]
+                row.update(forward_wall_s=fw, backward_wall_s=bw, one_f_one_b_wall_s=wall,
+                           one_f_one_b_host_s=hosts[len(hosts) // 2],
+                           ratio=wall / (fw + bw))
+                res["moe_layer_1f1b"].append(row)
+                del x0, grad
+            except Exception:  # noqa: BLE001
+                res["errors"].append(f"moe layer 1f1b {name} depth {depth}: "
+                                     f"{traceback.format_exc()}")
+        del layer
         torch.cuda.empty_cache()
 
 
@@ -739,11 +826,12 @@ def main():
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
-        "moe_layer_sync": [], "kernel_gaps": [], "cp_attention": [],
+        "moe_layer_sync": [], "moe_layer_1f1b": [], "kernel_gaps": [], "cp_attention": [],
         "output_layer": [], "errors": [],
     }
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-             moe_layer_host, moe_layer_sync, kernel_gaps, cp_attention, output_layer, sustained)
+             moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, cp_attention,
+             output_layer, sustained)
     chosen = sys.argv[2:]
     unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
     if unknown:
