@@ -30,14 +30,16 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
 - the same layers in a pipeline's steady-state order (forward of one micro-batch, backward
   of the previous, back to back) against forward and backward apart;
 - the GPU's gap between back-to-back kernels queued far ahead of it;
+- Transformer Engine's grouped linear layer (expert GEMMs over four streams) against one
+  stream, with the host far ahead;
 - the causal and non-causal attention blocks of a context-parallel ring's steps;
 - the last stage's output layer and Megatron-Core's unfused vocabulary-parallel cross-entropy.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json [PART ...], where a
 PART (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, cp_attention, output_layer,
-sustained) picks the parts to run; all of them without.
+moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, grouped_streams, cp_attention,
+output_layer, sustained) picks the parts to run; all of them without.
 """
 import json
 import math
@@ -704,6 +706,80 @@ def kernel_gaps(res):
             res["errors"].append(f"kernel gaps {name}: {traceback.format_exc()}")
 
 
+# Rows an expert of the multi-stream part: m289's 1,024 (2,048 tokens a rank, top-8, EP 8, 16
+# local experts) and the neighbouring powers of two.
+STREAM_ROWS = [512, 1024, 2048, 4096]
+
+
+def grouped_streams(res):
+    """Transformer Engine's grouped linear layer as its C++ runs it
+    (`multi_stream_cublas_gemm`: expert i's cuBLAS GEMM on compute stream i % 4, forked from
+    and joined back to the current stream by events) against the same GEMMs on one stream,
+    for 16 Qwen3-235B-A22B experts (h 4096, f_e 1536) at 512-4,096 rows an expert, the six
+    GEMM shapes of a layer's forward and backward. Timed with the host far ahead (every call
+    queued behind a spin, as in `kernel_gaps`), so that the Python loop's host time, which
+    Transformer Engine's C++ loop does not have, is not what is measured. The environment's
+    CUDA_DEVICE_MAX_CONNECTIONS (Megatron-Core sets 1) is recorded in each row."""
+    import os
+    dev, dt, experts, h, f, n_calls = "cuda", torch.bfloat16, 16, 4096, 1536, 40
+    connections = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "default")
+    side = [torch.cuda.Stream() for _ in range(4)]
+    s0 = torch.cuda.Event(enable_timing=True)
+    s1 = torch.cuda.Event(enable_timing=True)
+    for rows in STREAM_ROWS:
+        # (m, k, n) of each expert's GEMM: the SwiGLU up and the down projection, their
+        # input gradients and their weight gradients.
+        shapes = {"up": (rows, h, 2 * f), "down": (rows, f, h),
+                  "up_dgrad": (rows, 2 * f, h), "down_dgrad": (rows, h, f),
+                  "up_wgrad": (2 * f, rows, h), "down_wgrad": (h, rows, f)}
+        for op, (m, k, n) in shapes.items():
+            try:
+                a = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(experts)]
+                b = [torch.randn(k, n, device=dev, dtype=dt) for _ in range(experts)]
+                c = [torch.empty(m, n, device=dev, dtype=dt) for _ in range(experts)]
+
+                def one_stream():
+                    for e in range(experts):
+                        torch.matmul(a[e], b[e], out=c[e])
+
+                def four_streams():
+                    main = torch.cuda.current_stream()
+                    for st in side:
+                        st.wait_stream(main)
+                    for e in range(experts):
+                        with torch.cuda.stream(side[e % 4]):
+                            torch.matmul(a[e], b[e], out=c[e])
+                    for st in side:
+                        main.wait_stream(st)
+
+                for impl, fn in (("one_stream", one_stream), ("four_streams", four_streams)):
+                    fn()
+                    torch.cuda.synchronize()
+                    walls, hosts = [], []
+                    for _ in range(REPEATS):
+                        torch.cuda._sleep(100_000_000)
+                        s0.record()
+                        t0 = time.perf_counter()
+                        for _ in range(n_calls):
+                            fn()
+                        hosts.append((time.perf_counter() - t0) / n_calls)
+                        s1.record()
+                        s1.synchronize()
+                        walls.append(s0.elapsed_time(s1) * 1e-3 / n_calls)
+                    walls.sort()
+                    wall = walls[len(walls) // 2]
+                    res["grouped_streams"].append({
+                        "experts": experts, "rows_per_expert": rows, "op": op, "m": m, "n": n,
+                        "k": k, "impl": impl, "connections": connections, "seconds": wall,
+                        "flops_per_s": 2.0 * m * n * k * experts / wall,
+                        "host_s_per_call": sorted(hosts)[len(hosts) // 2]})
+                del a, b, c
+            except Exception:  # noqa: BLE001
+                res["errors"].append(f"grouped streams rows={rows} {op}: "
+                                     f"{traceback.format_exc()}")
+        torch.cuda.empty_cache()
+
+
 # Chunk lengths and heads a rank of a load-balanced context-parallel ring holds.
 CP_CHUNKS = [1024, 2048, 4096, 8192, 16384]
 CP_HEADS = [4, 8, 16, 32, 64]
@@ -826,12 +902,12 @@ def main():
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
-        "moe_layer_sync": [], "moe_layer_1f1b": [], "kernel_gaps": [], "cp_attention": [],
-        "output_layer": [], "errors": [],
+        "moe_layer_sync": [], "moe_layer_1f1b": [], "kernel_gaps": [], "grouped_streams": [],
+        "cp_attention": [], "output_layer": [], "errors": [],
     }
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
-             moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, cp_attention,
-             output_layer, sustained)
+             moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, grouped_streams,
+             cp_attention, output_layer, sustained)
     chosen = sys.argv[2:]
     unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
     if unknown:
