@@ -33,13 +33,15 @@ PyTorch's public API so that the cost model's H100/H200 curves can be set beside
 - Transformer Engine's grouped linear layer (expert GEMMs over four streams) against one
   stream, with the host far ahead;
 - the causal and non-causal attention blocks of a context-parallel ring's steps;
-- the last stage's output layer and Megatron-Core's unfused vocabulary-parallel cross-entropy.
+- the last stage's output layer and Megatron-Core's unfused vocabulary-parallel cross-entropy;
+- the first stage's dense word-embedding gradient and its accumulation into the fp32 main
+  gradient.
 
 Every figure: CUDA events around back-to-back calls (at least 10 ms a sample), one untimed call
 first, median of 3 samples. Usage: python3 benches/gpu_kernels.py OUT.json [PART ...], where a
 PART (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
 moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, grouped_streams, cp_attention,
-output_layer, sustained) picks the parts to run; all of them without.
+output_layer, embedding_grad, sustained) picks the parts to run; all of them without.
 """
 import json
 import math
@@ -887,6 +889,35 @@ def output_layer(res):
         torch.cuda.empty_cache()
 
 
+def embedding_grad(res):
+    """The first stage's word-embedding weight gradient as Megatron-Core makes it each
+    micro-batch: the lookup's backward (PyTorch `embedding_dense_backward`: a zero-filled dense
+    gradient of the whole vocabulary shard, V/t x h in BF16, then the tokens' rows summed into
+    it) and the data-parallel wrapper's accumulation into the fp32 main gradient
+    (`param.main_grad.add_(param.grad.data)`, Megatron-LM
+    `megatron/core/distributed/distributed_data_parallel.py` at 1e057005), each timed alone
+    on the shapes of `output_layer`. pplan prices them at 2 + 10 bytes an element."""
+    dev, dt = "cuda", torch.bfloat16
+    for name, tokens, h, v in OUTPUT_LAYERS:
+        row = {"model": name, "tokens": tokens, "hidden": h, "vocab_shard": v}
+        try:
+            idx = torch.randint(0, v, (tokens,), device=dev)
+            w = (0.02 * torch.randn(v, h, device=dev, dtype=dt)).requires_grad_()
+            g = torch.randn(tokens, h, device=dev, dtype=dt)
+            out = F.embedding(idx, w)
+            row["lookup_backward_s"] = bench(
+                lambda: torch.autograd.grad(out, w, g, retain_graph=True))
+            dense = torch.autograd.grad(out, w, g, retain_graph=True)[0]
+            main = torch.zeros(v, h, device=dev, dtype=torch.float32)
+            row["main_grad_add_s"] = bench(lambda: main.add_(dense))
+            row["elements"] = v * h
+            res["embedding_grad"].append(row)
+            del w, g, out, dense, main
+        except Exception:  # noqa: BLE001
+            res["errors"].append(f"embedding grad {name}: {traceback.format_exc()}")
+        torch.cuda.empty_cache()
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
     p = torch.cuda.get_device_properties(0)
@@ -903,11 +934,11 @@ def main():
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
         "moe_layer_sync": [], "moe_layer_1f1b": [], "kernel_gaps": [], "grouped_streams": [],
-        "cp_attention": [], "output_layer": [], "errors": [],
+        "cp_attention": [], "output_layer": [], "embedding_grad": [], "errors": [],
     }
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
              moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, grouped_streams,
-             cp_attention, output_layer, sustained)
+             cp_attention, output_layer, embedding_grad, sustained)
     chosen = sys.argv[2:]
     unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
     if unknown:

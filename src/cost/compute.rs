@@ -634,10 +634,13 @@ impl CostModel<'_> {
 
     /// The input embedding on the first stage: a vocabulary-parallel lookup (read the rows,
     /// write 2 sbh), the all-reduce that combines the t partial lookups, and the embedding
-    /// dropout (5 sbh; none without dropout); backward: the dropout's backward (5 sbh) and the
-    /// scatter-add of the
-    /// gradient into the embedding rows (read 2 sbh, read-modify-write the rows 4 sbh).
-    /// The position embedding is an elementwise add (6 sbh).
+    /// dropout (5 sbh; none without dropout); backward: the dropout's backward (5 sbh), the
+    /// scatter-add of the gradient into the embedding rows (read 2 sbh, read-modify-write the
+    /// rows 4 sbh), and, every micro-batch, the dense weight gradient of the whole shard
+    /// accumulated into the main gradient: PyTorch's lookup backward zero-fills a V/t x h
+    /// gradient and the data-parallel wrapper adds it to the fp32 main gradient
+    /// ([`Stack::grad_accumulation_bytes_per_param`](crate::cost::Stack) an element; no GEMM
+    /// epilogue to fuse it into). The position embedding is an elementwise add (6 sbh).
     pub fn embedding(&self) -> BlockCost {
         let (b, s, h, ..) = self.dims();
         let hbm = self.hw.hbm_bytes_per_s();
@@ -666,7 +669,9 @@ impl CostModel<'_> {
             },
             backward_weight: Part {
                 gemm_s: 0.0,
-                memory_s: 6.0 * sbh / hbm,
+                memory_s: (6.0 * sbh
+                    + self.stack.grad_accumulation_bytes_per_param * self.embedding_shard_params())
+                    / hbm,
                 tp_comm_s: 0.0,
                 tp_hidden_s: 0.0,
                 cp_comm_s: 0.0,
@@ -674,6 +679,11 @@ impl CostModel<'_> {
                 launch_s: 0.0,
             },
         }
+    }
+
+    /// Word-embedding parameters one rank of the first stage holds: `V/t x h`.
+    pub fn embedding_shard_params(&self) -> f64 {
+        self.model.vocab_size as f64 * self.model.hidden_size as f64 / self.layout.tp as f64
     }
 
     /// The final layer norm, the vocabulary-parallel logit GEMM (b s x V/t x h) and the

@@ -95,7 +95,7 @@ pub fn step_costs(
     let mut first_layer = 0usize;
     let mut stage_output_bytes = Vec::with_capacity(num_stages as usize);
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
-    let params_embedding = (model.vocab_size * model.hidden_size) as f64 / req.tp as f64;
+    let params_embedding = cm.embedding_shard_params();
 
     // Mixture of experts and sliding-window layers: each kind of layer's costs, computed
     // once, and a MoE layer's activations.
