@@ -88,6 +88,30 @@ def bench(fn):
     return out[len(out) // 2]
 
 
+def queued(fn, calls):
+    """`calls` back-to-back calls of `fn` queued behind a spin kernel, so that the host is far
+    ahead of the GPU: the median over REPEATS of their GPU wall (CUDA events from the spin's end)
+    and of the host time of issuing them; one untimed call first."""
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Event(enable_timing=True)
+    e = torch.cuda.Event(enable_timing=True)
+    walls, hosts = [], []
+    for _ in range(REPEATS):
+        torch.cuda._sleep(100_000_000)
+        s.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        hosts.append(time.perf_counter() - t0)
+        e.record()
+        e.synchronize()
+        walls.append(s.elapsed_time(e) * 1e-3)
+    walls.sort()
+    hosts.sort()
+    return walls[len(walls) // 2], hosts[len(hosts) // 2]
+
+
 def linears(h, heads, kv, ffn, gated, t):
     hd = h // heads
     kv_out = 2 * hd * max(kv // t, 1)
@@ -675,22 +699,7 @@ def kernel_gaps(res):
              ("16 experts 1024 rows (up, silu*mul, down)", experts, 10)]
     for name, fn, n in cases:
         try:
-            fn()
-            torch.cuda.synchronize()
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            walls = []
-            for _ in range(REPEATS):
-                torch.cuda._sleep(100_000_000)
-                s.record()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                host = time.perf_counter() - t0
-                e.record()
-                e.synchronize()
-                walls.append(s.elapsed_time(e) * 1e-3)
-            walls.sort()
+            wall, host = queued(fn, n)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 torch.cuda._sleep(100_000_000)
                 for _ in range(n):
@@ -700,7 +709,6 @@ def kernel_gaps(res):
                   and "spin" not in x.key and "sleep" not in x.key]
             busy = sum(x.self_device_time_total for x in ev) * 1e-6
             count = sum(x.count for x in ev)
-            wall = walls[len(walls) // 2]
             res["kernel_gaps"].append({"case": name, "calls": n, "kernels": count,
                                        "wall_s": wall, "kernel_s": busy, "host_s": host,
                                        "gap_s_per_kernel": (wall - busy) / max(count, 1)})
@@ -726,8 +734,6 @@ def grouped_streams(res):
     dev, dt, experts, h, f, n_calls = "cuda", torch.bfloat16, 16, 4096, 1536, 40
     connections = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "default")
     side = [torch.cuda.Stream() for _ in range(4)]
-    s0 = torch.cuda.Event(enable_timing=True)
-    s1 = torch.cuda.Event(enable_timing=True)
     for rows in STREAM_ROWS:
         # (m, k, n) of each expert's GEMM: the SwiGLU up and the down projection, their
         # input gradients and their weight gradients.
@@ -755,26 +761,13 @@ def grouped_streams(res):
                         main.wait_stream(st)
 
                 for impl, fn in (("one_stream", one_stream), ("four_streams", four_streams)):
-                    fn()
-                    torch.cuda.synchronize()
-                    walls, hosts = [], []
-                    for _ in range(REPEATS):
-                        torch.cuda._sleep(100_000_000)
-                        s0.record()
-                        t0 = time.perf_counter()
-                        for _ in range(n_calls):
-                            fn()
-                        hosts.append((time.perf_counter() - t0) / n_calls)
-                        s1.record()
-                        s1.synchronize()
-                        walls.append(s0.elapsed_time(s1) * 1e-3 / n_calls)
-                    walls.sort()
-                    wall = walls[len(walls) // 2]
+                    wall, host = queued(fn, n_calls)
+                    wall, host = wall / n_calls, host / n_calls
                     res["grouped_streams"].append({
                         "experts": experts, "rows_per_expert": rows, "op": op, "m": m, "n": n,
                         "k": k, "impl": impl, "connections": connections, "seconds": wall,
                         "flops_per_s": 2.0 * m * n * k * experts / wall,
-                        "host_s_per_call": sorted(hosts)[len(hosts) // 2]})
+                        "host_s_per_call": host})
                 del a, b, c
             except Exception:  # noqa: BLE001
                 res["errors"].append(f"grouped streams rows={rows} {op}: "
