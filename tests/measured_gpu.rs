@@ -24,6 +24,29 @@ fn median(v: Vec<f64>) -> f64 {
     pplan::measured::breakdown::median(v).expect("samples")
 }
 
+/// The kernel curve's efficiency at one GEMM shape (ceiling x shape term).
+fn curve(hw: &Hardware, m: f64, n: f64, k: f64) -> f64 {
+    gemm_kernel_efficiency(
+        hw,
+        &Gemm {
+            m,
+            n,
+            k,
+            batch: 1.0,
+        },
+    )
+}
+
+/// The gap per kernel of each case of a `kernel_gaps` part in `file`.
+fn kernel_gaps(gpu: &str, file: &str) -> Vec<f64> {
+    load(gpu, file)["kernel_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["gap_s_per_kernel"].as_f64().unwrap())
+        .collect()
+}
+
 /// (m, n, k, measured FLOP/s) of every GEMM the executor's sweep timed on `gpu`.
 fn sweep_gemms(gpu: &str) -> Vec<(f64, f64, f64, f64)> {
     let mut v = Vec::new();
@@ -48,18 +71,7 @@ fn gemm_kernel_curve_matches_the_measured_sweep() {
         let pts = sweep_gemms(gpu);
         assert_eq!(pts.len(), 384, "{gpu}");
         let peak = hw.gpu.peak_flops_per_s;
-        // The kernel curve's efficiency at one shape (ceiling x shape term).
-        let eff = |m: f64, n: f64, k: f64| {
-            gemm_kernel_efficiency(
-                &hw,
-                &Gemm {
-                    m,
-                    n,
-                    k,
-                    batch: 1.0,
-                },
-            )
-        };
+        let eff = |m: f64, n: f64, k: f64| curve(&hw, m, n, k);
         let fit = (pts
             .iter()
             .map(|&(m, n, k, r)| (r / peak * hw.gpu.gemm_efficiency_max / eff(m, n, k)).ln())
@@ -437,12 +449,7 @@ fn sync_rows(gpu: &str, file: &str) -> Vec<SyncRow> {
 /// adds, a small GEMM, 16 experts' GEMMs and activations; 1.0-1.8 us), to 0.05 us.
 #[test]
 fn kernel_gap_is_the_measured_median() {
-    let cases = load("h100", "torch-kernels-gaps.json")["kernel_gaps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["gap_s_per_kernel"].as_f64().unwrap())
-        .collect::<Vec<_>>();
+    let cases = kernel_gaps("h100", "torch-kernels-gaps.json");
     assert_eq!(cases.len(), 4);
     assert!(
         cases.iter().all(|g| (0.9e-6..1.9e-6).contains(g)),
@@ -571,12 +578,7 @@ fn the_moe_host_time_is_the_b200_layer_less_the_forwards_loss() {
 #[test]
 fn kernel_gap_holds_on_a_second_h100_and_on_h200() {
     for gpu in ["h100", "h200"] {
-        let gaps = load(gpu, "torch-kernels-moe-1f1b.json")["kernel_gaps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["gap_s_per_kernel"].as_f64().unwrap())
-            .collect::<Vec<_>>();
+        let gaps = kernel_gaps(gpu, "torch-kernels-moe-1f1b.json");
         assert_eq!(gaps.len(), 4, "{gpu}");
         let gap = profile(gpu).kernel_gap_s();
         let m = median(gaps);
@@ -696,13 +698,7 @@ fn expert_gemms_on_four_streams_run_as_on_one() {
                 .filter(|r| r["rows_per_expert"] == n_rows)
                 .map(|r| {
                     let f = |k: &str| r[k].as_f64().unwrap();
-                    let g = Gemm {
-                        m: f("m"),
-                        n: f("n"),
-                        k: f("k"),
-                        batch: 1.0,
-                    };
-                    gemm_kernel_efficiency(&hw, &g) * peak / f("flops_per_s") - 1.0
+                    curve(&hw, f("m"), f("n"), f("k")) * peak / f("flops_per_s") - 1.0
                 })
                 .collect();
             let mean = errs.iter().sum::<f64>() / errs.len() as f64;
