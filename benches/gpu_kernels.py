@@ -475,6 +475,13 @@ SYNC_STACK = 4
 SYNC_TOP_K = 8
 
 
+def sync_row(name, h, heads, kv, td, tm, local, f, **extra):
+    """The layout fields of a row of the parts that time `sync_layer`, and `extra`."""
+    return dict({"model": name, "hidden": h, "heads": heads, "kv_heads": kv,
+                 "dense_tokens": td, "moe_tokens": tm, "local_experts": local,
+                 "expert_ffn": f, "top_k": SYNC_TOP_K}, **extra)
+
+
 def sync_layer(h, heads, kv, td, tm, local, f):
     """One rank's transformer layer: an attention block (norm, QKV, causal flash attention,
     output projection; the tensor-parallel all-gather and reduce-scatter stood in for by a
@@ -563,9 +570,7 @@ def moe_layer_sync(res):
     layer takes."""
     dev, dt = "cuda", torch.bfloat16
     for name, h, heads, kv, td, tm, local, f in SYNC_LAYERS:
-        row = {"model": name, "hidden": h, "heads": heads, "kv_heads": kv, "dense_tokens": td,
-               "moe_tokens": tm, "local_experts": local, "expert_ffn": f, "top_k": SYNC_TOP_K,
-               "stack": SYNC_STACK}
+        row = sync_row(name, h, heads, kv, td, tm, local, f, stack=SYNC_STACK)
         try:
             # Host time: the same code at toy sizes, forward parts and backward.
             toy, host = sync_layer(64, 2, 1, 64 * td // tm, 64, local, 64)
@@ -622,10 +627,8 @@ def moe_layer_1f1b(res):
     for name, h, heads, kv, td, tm, local, f in SYNC_LAYERS:
         layer, _ = sync_layer(h, heads, kv, td, tm, local, f)
         for depth in ONE_F_ONE_B_DEPTHS:
-            row = {"model": name, "hidden": h, "heads": heads, "kv_heads": kv,
-                   "dense_tokens": td, "moe_tokens": tm, "local_experts": local,
-                   "expert_ffn": f, "top_k": SYNC_TOP_K, "depth": depth,
-                   "pairs": ONE_F_ONE_B_PAIRS}
+            row = sync_row(name, h, heads, kv, td, tm, local, f, depth=depth,
+                           pairs=ONE_F_ONE_B_PAIRS)
             try:
                 x0 = torch.randn(tm, h, device=dev, dtype=dt, requires_grad=True)
                 grad = torch.randn(tm, h, device=dev, dtype=dt)
