@@ -344,6 +344,14 @@ pub fn step_costs(
                 .min(1 << 60)
         })
         .collect();
+    // The first stage's dense embedding gradient: working memory in place of the layers'
+    // (whichever is larger), on the device that holds the embedding.
+    let mut static_bytes = static_bytes;
+    let emb_grad = memory::embedding_grad_bytes(model.vocab_size, model.hidden_size, req.tp);
+    let first = device_of(0);
+    static_bytes[first] = static_bytes[first]
+        .saturating_add(emb_grad.saturating_sub(working))
+        .min(1 << 60);
     let model_state_max_bytes = device_params
         .iter()
         .map(|&prm| state(prm))
@@ -351,7 +359,6 @@ pub fn step_costs(
         .unwrap_or(0);
     // Mixture of experts: the experts' weights, gradients and optimizer state (sharded over
     // the expert data-parallel group), their own gradient reduction and optimizer step.
-    let mut static_bytes = static_bytes;
     let mut model_state_max_bytes = model_state_max_bytes;
     // Deferred output-layer weight gradients: run at the last stage's flush; what each
     // deferred micro-batch keeps is counted for the whole step (it peaks at the flush).
@@ -740,6 +747,53 @@ mod tests {
         );
         assert_eq!(on.costs.static_bytes[3], off.costs.static_bytes[3] + kept);
         assert_eq!(on.costs.static_bytes[..3], off.costs.static_bytes[..3]);
+    }
+
+    /// The first stage's dense embedding gradient (`2 V h / t` bytes, memory::
+    /// embedding_grad_bytes) is working memory of the first device only, and only where it
+    /// exceeds the layers' recompute working memory. Growing the vocabulary adds as many
+    /// parameters to the first stage (the embedding) as to the last (the untied output
+    /// layer), so the two devices' model state grows alike and the difference is the gradient.
+    #[test]
+    fn the_dense_embedding_gradient_is_first_stage_working_memory() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let mut big = m.clone();
+        big.vocab_size += 64 * 1024;
+        assert_eq!(
+            memory::embedding_grad_bytes(128_256, 4096, 8),
+            2 * 128_256 * 4096 / 8
+        );
+        let growth = |recompute: Recompute| {
+            let static_of = |model: &Model| {
+                let mut r = base(model, &hw);
+                r.recompute = recompute;
+                step_costs(&r, 2, 4, Placement::Loop)
+                    .unwrap()
+                    .costs
+                    .static_bytes
+            };
+            let (a, b) = (static_of(&m), static_of(&big));
+            let first = b[0] as i64 - a[0] as i64;
+            let last = b[3] as i64 - a[3] as i64;
+            assert_eq!(a[1], b[1], "a middle stage does not change");
+            first - last
+        };
+        // No recomputation: no working memory, the gradient counts whole (to a few bytes of
+        // the state's rounding).
+        let whole = 2 * 64 * 1024 * 4096 / 8;
+        assert!(
+            (growth(Recompute::None) - whole).abs() <= 64,
+            "{}",
+            growth(Recompute::None)
+        );
+        // Full recomputation rebuilds a layer (8192 tokens x 4096 / 8 x 34 bytes and more,
+        // above the larger vocabulary's 164 MB gradient): nothing is added.
+        assert!(
+            growth(Recompute::Full).abs() <= 64,
+            "{}",
+            growth(Recompute::Full)
+        );
     }
 
     #[test]
