@@ -111,11 +111,27 @@ impl MinTree {
     }
 
     fn set(&mut self, d: usize, start: Option<u64>) {
-        let mut i = self.size + d;
-        self.node[i] = start.map_or(Self::NONE, |t| (t, d));
-        while i > 1 {
-            i /= 2;
-            self.node[i] = self.node[2 * i].min(self.node[2 * i + 1]);
+        self.node[self.size + d] = start.map_or(Self::NONE, |t| (t, d));
+    }
+
+    /// Recompute the ancestors of leaves `lo..=hi` after [`MinTree::set`], level by level,
+    /// stopping at the first level where none of them changed (the levels above hold the
+    /// same minima as before).
+    fn update(&mut self, lo: usize, hi: usize) {
+        let (mut a, mut b) = ((self.size + lo) / 2, (self.size + hi) / 2);
+        while a >= 1 {
+            let mut changed = false;
+            for i in a..=b {
+                let v = self.node[2 * i].min(self.node[2 * i + 1]);
+                if self.node[i] != v {
+                    self.node[i] = v;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+            (a, b) = (a / 2, b / 2);
         }
     }
 
@@ -154,6 +170,7 @@ pub fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Pol
     for (d, c) in choice.iter().enumerate() {
         ready.set(d, c.map(|(t, _)| t));
     }
+    ready.update(0, ready.size - 1);
     // Each step schedules exactly one action, so 3·p·m steps finish it.
     for _ in 0..3 * pu * mu {
         let Some((start, d)) = ready.min() else {
@@ -189,10 +206,12 @@ pub fn construct(p: u32, m: u32, durations_ns: [u64; 4], limit: u32, policy: Pol
         };
         out[d].push(action);
         let lo = d.saturating_sub(1);
-        for (e, c) in choice.iter_mut().enumerate().take(d + 2).skip(lo) {
+        let hi = (d + 1).min(pu - 1);
+        for (e, c) in choice.iter_mut().enumerate().take(hi + 1).skip(lo) {
             *c = st.choose(e);
             ready.set(e, c.map(|(t, _)| t));
         }
+        ready.update(lo, hi);
     }
     Schedule {
         devices: out,

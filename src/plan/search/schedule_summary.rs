@@ -132,19 +132,15 @@ impl ScheduleSummary {
             .enumerate()
             .map(|(r, d)| {
                 let k = d.stages.len();
-                let full: Vec<u64> = d
-                    .stages
-                    .iter()
-                    .map(|&s| costs.stages[s as usize].activation_bytes)
-                    .collect();
-                let part: Vec<u64> = d
-                    .stages
-                    .iter()
-                    .map(|&s| {
-                        let c = &costs.stages[s as usize];
-                        c.weight_grad_bytes.min(c.activation_bytes)
-                    })
-                    .collect();
+                // Per local stage: a micro-batch's full activations, and the share an I
+                // leaves until its W.
+                let bytes = |j: usize| {
+                    let c = &costs.stages[d.stages[j] as usize];
+                    (
+                        c.activation_bytes,
+                        c.weight_grad_bytes.min(c.activation_bytes),
+                    )
+                };
                 let held = if k == 0 {
                     0
                 } else {
@@ -152,10 +148,11 @@ impl ScheduleSummary {
                         .chunks_exact(2 * k)
                         .map(|pt| {
                             (0..k).fold(0u64, |acc, j| {
+                                let (full, part) = bytes(j);
                                 acc.saturating_add(
                                     (pt[j] as u64)
-                                        .saturating_mul(full[j])
-                                        .saturating_add((pt[k + j] as u64).saturating_mul(part[j])),
+                                        .saturating_mul(full)
+                                        .saturating_add((pt[k + j] as u64).saturating_mul(part)),
                                 )
                             })
                         })
