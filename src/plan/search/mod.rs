@@ -36,7 +36,7 @@ mod space;
 
 pub use schedule_summary::{DeviceSummary, ScheduleSummary};
 pub use space::*;
-use space::{apply_partition, check_inputs, enumerate, CostKey, ScheduleKey, Tally, BATCH};
+use space::{apply_partition, check_inputs, enumerate, ScheduleKey, Tally, BATCH};
 
 use crate::plan::predict::{check, prediction_from, step_costs};
 use crate::schedule::generators::{generate, GenParams};
@@ -101,18 +101,23 @@ pub fn search(
     // key alone: a key whose static bytes cannot fit rejects its candidates without a
     // schedule summary (exact: the peak is at least the static bytes). A schedule's summary is
     // made the first time a candidate that passed it needs one, and kept for the others.
-    let mut groups: BTreeMap<CostKey, Vec<Candidate>> = BTreeMap::new();
-    for c in &cands {
-        groups.entry(c.cost_key()).or_default().push(*c);
-    }
-    let slots: BTreeMap<ScheduleKey, SummarySlot> = cands
-        .iter()
-        .map(|c| (c.schedule_key(), OnceLock::new()))
+    // Groups by sorting: a stable sort keeps each group in enumeration order (its first
+    // candidate builds the group's request), so the output does not depend on the threads.
+    let mut cands = cands;
+    cands.par_sort_by_key(|c| c.cost_key());
+    let groups: Vec<&[Candidate]> = cands
+        .chunk_by(|a, b| a.cost_key() == b.cost_key())
         .collect();
-    drop(cands);
+    let mut schedule_keys: Vec<ScheduleKey> = cands.iter().map(|c| c.schedule_key()).collect();
+    schedule_keys.sort_unstable();
+    schedule_keys.dedup();
+    let slots: BTreeMap<ScheduleKey, SummarySlot> = schedule_keys
+        .into_iter()
+        .map(|k| (k, OnceLock::new()))
+        .collect();
     let checked: Vec<Result<Vec<Result<Feasible, Reason>>, SearchError>> = groups
         .par_iter()
-        .map(|(_, group)| {
+        .map(|group| {
             let r = group[0].request_in(req, &splits);
             let stages = (group[0].pp * group[0].chunks) as u32;
             let step = check(&r)
@@ -158,6 +163,8 @@ pub fn search(
                 .collect()
         })
         .collect();
+    drop(groups);
+    drop(cands);
     let mut feasible = Vec::new();
     for group in checked {
         for s in group? {

@@ -47,13 +47,17 @@ impl ScheduleSummary {
                     .filter(|&st| s.placement.device_of(st, p) == r as u32)
                     .collect();
                 let k = stages.len();
-                let local = |st: u32| stages.iter().position(|&x| x == st).unwrap_or(0);
+                let mut local_of = vec![0usize; s.num_stages as usize];
+                for (j, &st) in stages.iter().enumerate() {
+                    local_of[st as usize] = j;
+                }
+                let local = |st: u32| local_of.get(st as usize).copied().unwrap_or(0);
                 let mut held = vec![0u32; 2 * k];
                 let mut points: BTreeSet<Vec<u32>> = BTreeSet::new();
                 let mut counts = vec![[0u64; 4]; k];
                 let mut lone_counts = vec![[0u64; 4]; k];
                 let mut last_bi = None;
-                let mut last_point: Option<Vec<u32>> = None;
+                let mut last_point: Vec<u32> = Vec::new();
                 for (i, a) in acts.iter().enumerate() {
                     let j = local(a.stage);
                     counts[j][a.kind as usize] += 1;
@@ -67,9 +71,11 @@ impl ScheduleSummary {
                             // dominated by the next point. Steady states repeat the same
                             // point, so skip a repeat of the last one recorded.
                             let next_is_f = acts.get(i + 1).is_some_and(|n| n.kind == Kind::F);
-                            if !next_is_f && last_point.as_deref() != Some(&held[..]) {
-                                points.insert(held.clone());
-                                last_point = Some(held.clone());
+                            if !next_is_f && last_point != held {
+                                if !points.contains(&held[..]) {
+                                    points.insert(held.clone());
+                                }
+                                last_point.clone_from(&held);
                             }
                         }
                         Kind::B => held[j] = held[j].saturating_sub(1),
