@@ -3,7 +3,7 @@
 //! expert data-parallel size, expert parameters per rank, FLOPs, memory, and the refusals.
 
 use pplan::cost::{CostModel, Layout, Recompute, Stack};
-use pplan::inputs::moe::Moe;
+use pplan::inputs::moe::{Moe, RouterGroups};
 use pplan::inputs::{Hardware, Model};
 use pplan::plan::predict::{predict, PredictError, PredictRequest};
 
@@ -22,6 +22,7 @@ fn small() -> Model {
         expert_ffn: 512,
         shared_ffn: 0,
         layers: vec![true; 4],
+        groups: None,
     });
     m
 }
@@ -278,6 +279,65 @@ fn deepep_dispatch_crosses_the_fabric_once_per_remote_node() {
     // Fewer fabric bytes than one copy per expert: 2 x 8/16 copies leave the node.
     let plain = cm(&m, &hw, 1, 16, 16, balanced());
     assert!(c.moe_a2a_s() < plain.moe_a2a_s());
+}
+
+/// Group-limited routing (DeepSeek-V3's node-limited routing) against hand counts: the
+/// remote domains a token's experts reach, and the fabric time that follows.
+#[test]
+fn group_limited_routing_reaches_fewer_remote_nodes() {
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let stack = Stack {
+        moe_node_dedup: true,
+        ..balanced()
+    };
+    let with_groups = |experts: u64, top_k: u64, groups: Option<RouterGroups>| {
+        let mut m = small();
+        let moe = m.moe.as_mut().unwrap();
+        moe.num_experts = experts;
+        moe.top_k = top_k;
+        moe.groups = groups;
+        m
+    };
+    let g = |num_groups, topk| Some(RouterGroups { num_groups, topk });
+    // 16 experts, top-2, 2 nodes: uniform routing reaches the other node with probability
+    // 1 - C(8, 2) / C(16, 2) = 92/120; with 2 groups (a node each) and 1 chosen, a token's
+    // experts are all on one node, the other one half the time.
+    let cases = [
+        (16, 2, None, 2, 92.0 / 120.0),
+        (16, 2, g(2, 1), 2, 0.5),
+        // 4 groups over 2 nodes (two a node), 2 chosen: the other node holds neither with
+        // probability C(2, 2) / C(4, 2) = 1/6.
+        (16, 2, g(4, 2), 2, 5.0 / 6.0),
+        // 2 groups over 4 nodes (a group spans two nodes), 1 chosen: each of the 3 other
+        // nodes is in the chosen group with probability 1/2, then hit by one of 2 experts
+        // among that group's 8 unless both fall on the own half: 1 - C(4, 2) / C(8, 2) =
+        // 22/28. 3 x 1/2 x 22/28.
+        (16, 2, g(2, 1), 4, 3.0 * 0.5 * 22.0 / 28.0),
+        // DeepSeek-V3: 256 experts, top-8, 8 groups of which 4, 8 nodes: 7 x (1 - C(7, 4) /
+        // C(8, 4)) = 3.5, against 7 x (1 - C(224, 8) / C(256, 8)) = 4.633 uniform.
+        (256, 8, g(8, 4), 8, 3.5),
+        (256, 8, None, 8, 4.63282),
+    ];
+    for (experts, top_k, groups, domains, want) in cases {
+        let m = with_groups(experts, top_k, groups);
+        let c = cm(&m, &hw, 1, 16, 16, stack);
+        let got = c.moe_remote_domains_per_token(domains);
+        assert!(
+            (got - want).abs() < 1e-4,
+            "{groups:?} over {domains}: {got} vs {want}"
+        );
+    }
+    // ep = 16 over 2 nodes: the fabric carries a token once per remote node reached.
+    let m = with_groups(16, 2, g(2, 1));
+    let c = cm(&m, &hw, 1, 16, 16, stack);
+    let nic = 1024.0 * 2.0 * 1024.0 * 0.5 / hw.nic_bytes_per_s_per_gpu(false);
+    let nvl = 1024.0 * 2.0 * 1024.0 * 2.0 * 15.0 / 16.0 / hw.nvlink_bytes_per_s();
+    assert!((c.moe_a2a_s() - (nvl.max(nic) + hw.node.nic_latency_s)).abs() < 1e-12);
+    // Megatron-Core's rule: the groups divide the experts, the chosen ones the top-k.
+    let mut bad = with_groups(16, 2, g(3, 1));
+    assert!(bad.moe.as_ref().unwrap().check(4).is_err());
+    bad.moe.as_mut().unwrap().groups = g(4, 3);
+    assert!(bad.moe.as_ref().unwrap().check(4).is_err());
 }
 
 #[test]

@@ -19,13 +19,15 @@ fn data_set(file: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// A 4-layer DeepSeek-style model: first layer dense, MLA, 16 experts with a shared one.
+/// A 4-layer DeepSeek-style model: first layer dense, MLA, 16 experts with a shared one,
+/// routed within 2 of 4 expert groups.
 const MODEL: &str = r#"{"num_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
     "ffn_hidden_size": 1024, "seq_length": 256, "vocab_size": 1024, "swiglu": true,
     "untie_embeddings_and_output_weights": true, "num_experts": 16, "moe_router_topk": 4,
     "moe_ffn_hidden_size": 128, "moe_shared_expert_intermediate_size": 128,
     "moe_layer_freq": [0, 1, 1, 1], "multi_latent_attention": true, "q_lora_rank": 96,
-    "kv_lora_rank": 64, "qk_head_dim": 32, "qk_pos_emb_head_dim": 16, "v_head_dim": 32}"#;
+    "kv_lora_rank": 64, "qk_head_dim": 32, "qk_pos_emb_head_dim": 16, "v_head_dim": 32,
+    "moe_router_num_groups": 4, "moe_router_group_topk": 2}"#;
 
 #[test]
 fn moe_plans_emit_upstream_flags_and_read_back() {
@@ -70,6 +72,7 @@ fn moe_plans_emit_upstream_flags_and_read_back() {
     let plan_json: serde_json::Value = serde_json::from_str(&plan_text).unwrap();
     assert_eq!(plan_json["parallelism"]["ep"], 4);
     assert_eq!(plan_json["model"]["moe"]["num_experts"], 16);
+    assert_eq!(plan_json["model"]["moe"]["moe_router_num_groups"], 4);
 
     let (code, text, stderr) = pplan(&[
         "emit",
@@ -88,6 +91,8 @@ fn moe_plans_emit_upstream_flags_and_read_back() {
         "--moe-ffn-hidden-size 128",
         "--moe-shared-expert-intermediate-size 128",
         "--moe-layer-freq '[0,1,1,1]'",
+        "--moe-router-num-groups 4",
+        "--moe-router-group-topk 2",
         "--multi-latent-attention",
         "--q-lora-rank 96",
         "--kv-lora-rank 64",

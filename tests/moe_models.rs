@@ -3,6 +3,7 @@
 //! parameter counts their publishers state.
 
 use pplan::inputs::model::Model;
+use pplan::inputs::moe::RouterGroups;
 
 /// (file, bundled name, published total, published active, where the figures are published)
 const PUBLISHED: [(&str, Option<&str>, f64, f64, &str); 6] = [
@@ -101,6 +102,12 @@ fn layer_patterns_latent_attention_and_windows_are_read() {
     let moe = v3.moe.as_ref().unwrap();
     assert_eq!(moe.num_moe_layers(), 58);
     assert_eq!((moe.num_experts, moe.top_k, moe.shared_ffn), (256, 8, 2048));
+    // Node-limited routing: `n_group` 8, `topk_group` 4.
+    let groups = RouterGroups {
+        num_groups: 8,
+        topk: 4,
+    };
+    assert_eq!(moe.groups, Some(groups));
     let mla = v3.mla.unwrap();
     assert_eq!(
         (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_head_dim()),
@@ -142,9 +149,14 @@ fn megatron_style_json_takes_megatrons_argument_names() {
         "num_experts": 256, "moe_router_topk": 8, "moe_ffn_hidden_size": 2048,
         "moe_shared_expert_intermediate_size": 2048, "moe_layer_freq": [0, 1, 1, 1],
         "multi_latent_attention": true, "q_lora_rank": 1536, "kv_lora_rank": 512,
-        "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}"#;
+        "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
+        "moe_router_num_groups": 8, "moe_router_group_topk": 4}"#;
     let m = Model::from_json(text, "v3-4.json").unwrap();
     assert_eq!(m.moe.as_ref().unwrap().layers, [false, true, true, true]);
+    assert_eq!(
+        m.moe.as_ref().unwrap().groups,
+        Model::preset("deepseek-v3").unwrap().moe.unwrap().groups
+    );
     assert_eq!(m.attention_params(), v3_attention());
     assert_eq!(m.moe.as_ref().unwrap().megatron_layer_freq(), "[0,1,1,1]");
 }
@@ -159,6 +171,25 @@ fn hf(extra: &str) -> Result<Model, pplan::inputs::model::ModelError> {
         "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 2048{extra}}}"#
     );
     Model::from_json(&text, "c.json")
+}
+
+#[test]
+fn group_limits_that_megatron_core_refuses_are_refused() {
+    // 8 experts in 3 groups; 2 experts per token from 3 of 4 groups.
+    for extra in [
+        r#", "num_local_experts": 8, "num_experts_per_tok": 2, "n_group": 3, "topk_group": 1"#,
+        r#", "num_local_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 3"#,
+    ] {
+        let e = hf(extra).unwrap_err().to_string();
+        assert!(
+            e.contains("--model") && e.contains("n_group / moe_router_num_groups"),
+            "{e}"
+        );
+    }
+    // One group is no limit.
+    let one =
+        r#", "num_local_experts": 8, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1"#;
+    assert_eq!(hf(one).unwrap().moe.unwrap().groups, None);
 }
 
 #[test]

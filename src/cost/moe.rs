@@ -144,9 +144,19 @@ impl CostModel<'_> {
             + self.hw.node.nic_latency_s
     }
 
-    /// Expected remote NVLink domains a token's top-k experts fall in when the experts are
-    /// spread evenly over `domains` domains of the expert-parallel group: `(G - 1)(1 - C(E -
-    /// E/G, k) / C(E, k))`, uniform routing.
+    /// Expected remote NVLink domains a token's top-k experts fall in, the experts spread evenly
+    /// over `domains` domains `G` of the expert-parallel group. Each remote domain is hit with
+    /// probability `1 - miss(n, m, c)`, `miss` the chance that `c` draws without replacement
+    /// from `n` items avoid `m` given ones (`C(n - m, c) / C(n, c)`):
+    /// - any expert (uniform routing): `1 - miss(E, E/G, k)`;
+    /// - group-limited routing, `N` groups of which `c` per token, whole groups in a domain
+    ///   (`G | N`; node-limited routing has `N = G`): `1 - miss(N, N/G, c)`, each chosen group
+    ///   receiving one of the token's experts at least (Megatron-Core picks the groups by the
+    ///   sum of their best `k/c` scores, so a chosen group's best expert is among the best);
+    /// - groups spanning domains (`N | G`): the domain's group chosen (`c/N`), then `k` experts
+    ///   uniform over the chosen groups' `cE/N`: `c/N (1 - miss(cE/N, E/G, k))`.
+    ///
+    /// Other group counts are priced as uniform routing.
     pub fn moe_remote_domains_per_token(&self, domains: u64) -> f64 {
         let Some(moe) = &self.model.moe else {
             return 0.0;
@@ -154,13 +164,24 @@ impl CostModel<'_> {
         if domains <= 1 {
             return 0.0;
         }
-        let e = moe.num_experts as f64;
-        let per = e / domains as f64;
-        let mut miss = 1.0;
-        for i in 0..moe.top_k {
-            miss *= ((e - per - i as f64) / (e - i as f64)).max(0.0);
-        }
-        (domains - 1) as f64 * (1.0 - miss)
+        let miss = |n: f64, m: f64, c: u64| {
+            (0..c).fold(1.0, |acc, i| {
+                acc * ((n - m - i as f64) / (n - i as f64)).max(0.0)
+            })
+        };
+        let (e, g, k) = (moe.num_experts as f64, domains as f64, moe.top_k);
+        let hit = match moe.groups {
+            Some(r) if r.num_groups % domains == 0 => {
+                let n = r.num_groups as f64;
+                1.0 - miss(n, n / g, r.topk)
+            }
+            Some(r) if domains % r.num_groups == 0 => {
+                let (n, c) = (r.num_groups as f64, r.topk as f64);
+                c / n * (1.0 - miss(c * e / n, e / g, k))
+            }
+            _ => 1.0 - miss(e, e / g, k),
+        };
+        (g - 1.0) * hit
     }
 
     /// The all-gather (dispatch) or reduce-scatter (combine) of routed tokens over the `etp`

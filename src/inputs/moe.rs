@@ -31,6 +31,19 @@ pub struct Moe {
     pub shared_ffn: u64,
     /// One entry per layer: true where the layer's MLP is a MoE block.
     pub layers: Vec<bool>,
+    /// Group-limited routing (DeepSeek-V2's device-limited and DeepSeek-V3's node-limited
+    /// routing; Megatron-Core's `moe_router_num_groups` / `moe_router_group_topk`, Hugging
+    /// Face's `n_group` / `topk_group`): the experts in `router_groups` equal groups, each
+    /// token's experts from `router_group_topk` of them. `None`: any expert.
+    pub groups: Option<RouterGroups>,
+}
+
+/// Group-limited routing: `num_groups` equal groups of consecutive experts, `topk` of them
+/// chosen per token (by the sum of their best scores), the token's experts from those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouterGroups {
+    pub num_groups: u64,
+    pub topk: u64,
 }
 
 /// Multi-head latent attention dimensions.
@@ -184,6 +197,19 @@ impl Moe {
                 self.top_k, self.num_experts
             ));
         }
+        if let Some(g) = self.groups {
+            if g.num_groups == 0
+                || self.num_experts % g.num_groups != 0
+                || g.topk == 0
+                || g.topk > g.num_groups
+                || self.top_k % g.topk != 0
+            {
+                return Err(format!(
+                    "group-limited routing (n_group / moe_router_num_groups {}, topk_group / moe_router_group_topk {}): the groups must divide the {} experts, and the chosen groups be between 1 and the groups and divide the {} experts per token (Megatron-Core's rule)",
+                    g.num_groups, g.topk, self.num_experts, self.top_k
+                ));
+            }
+        }
         if self.expert_ffn == 0 || self.expert_ffn > 1 << 22 || self.shared_ffn > 1 << 22 {
             return Err(format!(
                 "expert FFN width {} (shared {}) is outside 1..={}",
@@ -312,12 +338,16 @@ pub fn moe_from_hf(v: &Value, layers: u32) -> Result<Option<Moe>, FieldError> {
         }
         Some(x) => return Err(bad("mlp_only_layers", x, "a list of layer indices")),
     }
+    // DeepSeek-V3 (`n_group`, `topk_group`; V2's device-limited routing names them the same).
+    // A config with one group, or without the keys, routes to any expert.
+    let groups = router_groups(opt_u64(v, "n_group")?, opt_u64(v, "topk_group")?);
     Ok(Some(Moe {
         num_experts,
         top_k,
         expert_ffn,
         shared_ffn,
         layers: pattern,
+        groups,
     }))
 }
 
@@ -362,7 +392,8 @@ pub fn sliding_from_hf(v: &Value, layers: u32) -> Result<Option<SlidingWindow>, 
 /// Mixture of experts in Megatron-style JSON (Megatron-LM's argument names): `num_experts`,
 /// `moe_router_topk` (Megatron-LM's default 2), `moe_ffn_hidden_size` (default the dense
 /// `ffn_hidden_size`), `moe_shared_expert_intermediate_size`, `moe_layer_freq` (integer or 0/1
-/// list, default 1).
+/// list, default 1), `moe_router_num_groups` with `moe_router_group_topk` (group-limited
+/// routing).
 pub fn moe_from_megatron(v: &Value, layers: u32, ffn: u64) -> Result<Option<Moe>, FieldError> {
     let Some(num_experts) = opt_u64(v, "num_experts")?.filter(|&n| n > 0) else {
         return Ok(None);
@@ -417,7 +448,23 @@ pub fn moe_from_megatron(v: &Value, layers: u32, ffn: u64) -> Result<Option<Moe>
             .unwrap_or(ffn),
         shared_ffn: opt_u64(v, "moe_shared_expert_intermediate_size")?.unwrap_or(0),
         layers: pattern,
+        groups: router_groups(
+            opt_u64(v, "moe_router_num_groups")?,
+            opt_u64(v, "moe_router_group_topk")?,
+        ),
     }))
+}
+
+/// Group-limited routing from a group count and the groups chosen per token: none without
+/// both, or with a single group.
+pub fn router_groups(num_groups: Option<u64>, topk: Option<u64>) -> Option<RouterGroups> {
+    match (num_groups, topk) {
+        (Some(g), Some(k)) if g > 1 => Some(RouterGroups {
+            num_groups: g,
+            topk: k,
+        }),
+        _ => None,
+    }
 }
 
 /// Multi-head latent attention in Megatron-style JSON: `multi_latent_attention` true, with

@@ -3,7 +3,7 @@
 //! `Model`s; the training sequence length is 4096, the length of the published training runs
 //! pplan validates against (DeepSeek-V3's pre-training, the Megatron-Core Qwen3 recipes).
 
-use super::moe::{Mla, Moe};
+use super::moe::{Mla, Moe, RouterGroups};
 
 /// One bundled MoE model: the dense dimensions (as a `Model` has them) and its experts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +38,7 @@ fn experts(layers: u32, num_experts: u64, top_k: u64, expert_ffn: u64) -> Moe {
         expert_ffn,
         shared_ffn: 0,
         layers: vec![true; layers as usize],
+        groups: None,
     }
 }
 
@@ -134,6 +135,12 @@ pub fn moe_preset(name: &str) -> Option<MoePreset> {
                     expert_ffn: 2048,
                     shared_ffn: 2048,
                     layers: (0..61).map(|i| i >= 3).collect(),
+                    // Node-limited routing: 8 groups of 32 experts, 4 per token (`n_group`,
+                    // `topk_group`; the report's M = 4 nodes, Sec. 2.1.2).
+                    groups: Some(RouterGroups {
+                        num_groups: 8,
+                        topk: 4,
+                    }),
                 },
             )
         },

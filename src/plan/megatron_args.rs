@@ -309,6 +309,8 @@ const USED: &[&str] = &[
     "--moe-ffn-hidden-size",
     "--moe-shared-expert-intermediate-size",
     "--moe-layer-freq",
+    "--moe-router-num-groups",
+    "--moe-router-group-topk",
     "--multi-latent-attention",
     "--q-lora-rank",
     "--kv-lora-rank",
@@ -769,6 +771,10 @@ fn moe_from_flags(
             .num("--moe-shared-expert-intermediate-size")?
             .unwrap_or(0),
         layers: layers_pattern,
+        groups: crate::inputs::moe::router_groups(
+            flags.num("--moe-router-num-groups")?,
+            flags.num("--moe-router-group-topk")?,
+        ),
     }))
 }
 

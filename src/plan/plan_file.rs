@@ -107,6 +107,11 @@ pub struct PlanMoe {
     pub moe_shared_expert_intermediate_size: u64,
     /// One 0/1 entry per layer: 1 where the layer's MLP is a MoE block.
     pub moe_layer_pattern: Vec<u8>,
+    /// Group-limited routing: expert groups, and groups per token (absent or 0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moe_router_num_groups: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moe_router_group_topk: u64,
 }
 
 /// Multi-head latent attention dimensions (Megatron-LM's names: `qk_head_dim` is the
@@ -277,6 +282,9 @@ fn is_fp32(s: &str) -> bool {
 fn is_zero_u32(x: &u32) -> bool {
     *x == 0
 }
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
 
 fn below_two(z: &u8) -> bool {
     *z < 2
@@ -436,6 +444,8 @@ impl PlanModel {
                 moe_ffn_hidden_size: x.expert_ffn,
                 moe_shared_expert_intermediate_size: x.shared_ffn,
                 moe_layer_pattern: x.layers.iter().map(|&b| b as u8).collect(),
+                moe_router_num_groups: x.groups.map_or(0, |g| g.num_groups),
+                moe_router_group_topk: x.groups.map_or(0, |g| g.topk),
             }),
             mla: m.mla.map(|a| PlanMla {
                 q_lora_rank: a.q_lora_rank,
@@ -474,6 +484,10 @@ impl PlanModel {
                 expert_ffn: x.moe_ffn_hidden_size,
                 shared_ffn: x.moe_shared_expert_intermediate_size,
                 layers: x.moe_layer_pattern.iter().map(|&b| b != 0).collect(),
+                groups: crate::inputs::moe::router_groups(
+                    Some(x.moe_router_num_groups),
+                    Some(x.moe_router_group_topk),
+                ),
             }),
             mla: self.mla.map(|a| crate::inputs::moe::Mla {
                 q_lora_rank: a.q_lora_rank,

@@ -276,8 +276,13 @@ pub fn megatron(plan: &Plan) -> Emitted {
             expert_ffn: moe.moe_ffn_hidden_size,
             shared_ffn: moe.moe_shared_expert_intermediate_size,
             layers: moe.moe_layer_pattern.iter().map(|&b| b != 0).collect(),
+            groups: None,
         };
         flag("--moe-layer-freq", Some(pattern.megatron_layer_freq()));
+        if moe.moe_router_num_groups > 1 {
+            flag("--moe-router-num-groups", val(moe.moe_router_num_groups));
+            flag("--moe-router-group-topk", val(moe.moe_router_group_topk));
+        }
         flag("--moe-grouped-gemm", None);
         flag("--moe-token-dispatcher-type", Some("alltoall".into()));
         assumed.push(
