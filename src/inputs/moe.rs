@@ -33,8 +33,8 @@ pub struct Moe {
     pub layers: Vec<bool>,
     /// Group-limited routing (DeepSeek-V2's device-limited and DeepSeek-V3's node-limited
     /// routing; Megatron-Core's `moe_router_num_groups` / `moe_router_group_topk`, Hugging
-    /// Face's `n_group` / `topk_group`): the experts in `router_groups` equal groups, each
-    /// token's experts from `router_group_topk` of them. `None`: any expert.
+    /// Face's `n_group` / `topk_group`): the experts in `num_groups` equal groups, each
+    /// token's experts from `topk` of them. `None`: any expert.
     pub groups: Option<RouterGroups>,
 }
 
