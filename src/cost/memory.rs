@@ -434,13 +434,13 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
 
 /// The dense word-embedding gradient the first stage's backward allocates every micro-batch:
 /// PyTorch's lookup backward (`embedding_dense_backward`) returns a zero-filled `V/t x h`
-/// gradient in the weight's 16-bit dtype, which lives until the data-parallel wrapper has added
+/// gradient in the weight's 16-bit dtype ([`GRAD_BYTES_PER_PARAM`] an element), which lives until the data-parallel wrapper has added
 /// it to the fp32 main gradient (Megatron-Core `param.main_grad.add_(param.grad.data)`, then
 /// `param.grad = None`). It is working memory of the embedding's backward, when no layer of
 /// that micro-batch recomputes, so it and the layers' recompute working memory are not held
 /// at once.
 pub fn embedding_grad_bytes(vocab: u64, hidden: u64, tp: u64) -> u64 {
-    let v = 2 * vocab as u128 * hidden as u128 / tp.max(1) as u128;
+    let v = GRAD_BYTES_PER_PARAM as u128 * vocab as u128 * hidden as u128 / tp.max(1) as u128;
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
