@@ -23,7 +23,9 @@ fn check_rows(max_gpus: u64) {
         paper.pp = row.p;
         paper.dp = Some(row.d);
         paper.global_batch = row.global_batch;
-        let paper = best_micro_batch_and_chunks(&paper).unwrap().unwrap();
+        let paper = best_micro_batch_and_chunks(&paper, None, None)
+            .unwrap()
+            .unwrap();
         let req = SearchRequest::new(&model, &hw, row.gpus_total, row.global_batch);
         let found = search(&req, None).unwrap();
         let best = &found.results[0].prediction;

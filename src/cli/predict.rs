@@ -1,112 +1,14 @@
 //! `pplan predict`: one training step of a model on a cluster.
 
 use super::common::*;
-use pplan::schedule::generators::ScheduleName;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub(crate) struct PredictArgs {
-    /// A bundled model (gpt-1.7b ... gpt-1t, gpt3-175b, llama3-8b, llama3-70b, llama3-405b,
-    /// mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3) or a Hugging
-    /// Face config.json / Megatron-style JSON file.
-    #[arg(long)]
-    pub(crate) model: String,
-    /// A bundled hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72) or
-    /// a JSON profile.
-    #[arg(long, default_value = "a100-80gb")]
-    pub(crate) hardware: String,
-    /// Total GPUs; must equal tp x cp x pp x dp.
-    #[arg(long, value_parser = positive::<u64>)]
-    pub(crate) gpus: u64,
-    /// Tensor-parallel size t.
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) tp: u64,
-    /// Pipeline-parallel size p.
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) pp: u64,
-    /// Data-parallel size d (default gpus / (tp x cp x pp)).
-    #[arg(long, value_parser = positive::<u64>)]
-    pub(crate) dp: Option<u64>,
-    /// Context-parallel size: each sequence split over this many ranks (Megatron-Core
-    /// --context-parallel-size; needs --attention flash).
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) cp: u64,
-    /// Expert-parallel size (mixture-of-experts models): the routed experts split over this
-    /// many ranks carved from tp x cp x dp (Megatron-Core --expert-model-parallel-size).
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) ep: u64,
-    /// Expert tensor-parallel size: 1 or --tp (Megatron-Core --expert-tensor-parallel-size).
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) etp: u64,
-    /// Global batch size B in sequences.
-    #[arg(long, value_parser = positive::<u64>)]
-    pub(crate) global_batch: u64,
-    /// Micro-batch size b in sequences; must divide B / d.
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) micro_batch: u64,
-    /// Pipeline schedule (default: interleaved-1f1b when --chunks > 1, else 1f1b).
-    #[arg(long)]
-    pub(crate) schedule: Option<String>,
-    /// Model chunks per pipeline device v (interleaving).
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) chunks: u64,
-    /// Activation recomputation: none, selective (Megatron: the attention core), full,
-    /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
-    /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
-    /// selective-norm-act (--recompute-modules layernorm moe_act) and selective-norm-moe
-    /// (layernorm moe).
-    #[arg(long, default_value = "full")]
-    pub(crate) recompute: String,
-    /// Sequence parallelism (Korthikanti et al. 2022).
-    #[arg(long, value_enum, default_value = "off")]
-    pub(crate) sequence_parallel: OnOff,
-    /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
-    /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
-    /// max_position_embeddings when shorter (never the whole context window).
-    #[arg(long, value_parser = positive::<u64>)]
-    pub(crate) seq_len: Option<u64>,
-    /// Start each stage's data-parallel gradient reduction when its last backward finishes
-    /// (`on|off`; the bare flag means on).
-    /// Default: on with --stack megatron-core, off with megatron-2021.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
-    pub(crate) overlap_grad_reduce: Option<OnOff>,
-    /// Shard the optimizer state over the data-parallel group (ZeRO-1; `on|off`, the bare
-    /// flag means on): a spelling of --zero 1 / --zero 0.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
-    pub(crate) zero1: Option<OnOff>,
-    /// ZeRO stage: 0 replicated (DDP), 1 optimizer state sharded (distributed optimizer),
-    /// 2 gradients too (reduce-scattered every micro-batch), 3 parameters too (FSDP: gathered
-    /// layer by layer) [default: 0].
-    #[arg(long)]
-    pub(crate) zero: Option<String>,
-    /// HSDP: replicas of the sharded state; the state is sharded over d x cp / R ranks and
-    /// replicated R times (torchtitan data_parallel_replicate_degree); needs --zero 1, 2 or 3.
-    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
-    pub(crate) dp_replicate: u64,
-    /// Send pipeline activations whole from every tensor-parallel rank instead of with the
-    /// scatter/gather optimisation.
-    #[arg(long)]
-    pub(crate) no_scatter_gather: bool,
     #[command(flatten)]
-    pub(crate) stack: StackArgs,
+    pub(crate) flags: PredictFlags,
     #[command(flatten)]
     pub(crate) run: RunArgs,
-    /// A measured layer profile (JSON): transformer layers' forward/backward times and
-    /// activation bytes come from it instead of the cost model (num_layers entries, or
-    /// num_layers + 2 with the embedding first and the output layer last).
-    #[arg(long)]
-    pub(crate) profile: Option<PathBuf>,
-    /// The pipeline devices share one GPU that runs one device's work at a time (as
-    /// `pplan-exec run` does with PPLAN_CUDA_SHARE=serialize on a single GPU): compute actions
-    /// and optimizer steps of all devices take the GPU in turn.
-    #[arg(long)]
-    pub(crate) shared_gpu: bool,
-    /// How layers are split over the stages: even, or balanced (the partitioner's DP on the
-    /// per-layer costs; kept only where it beats the even split).
-    #[arg(long, default_value = "even")]
-    pub(crate) partition: String,
-    #[command(flatten)]
-    pub(crate) split_rule: SplitRuleArgs,
     /// Draw the simulated step as a Gantt chart (FILE.svg or FILE.png): compute, transfers,
     /// and a lane for tensor-parallel collectives, the gradient reduction and the optimizer.
     #[arg(long)]
@@ -146,76 +48,27 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
 }
 
 fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), CliError> {
-    use pplan::cost::Recompute;
-    use pplan::plan::predict::{predict, PredictError, PredictRequest};
-    let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    use pplan::plan::flags::FlagsPredictError;
+    use pplan::plan::predict::PredictError;
+    let flags = &args.flags;
+    let (mut model, hw) = load_model_and_hardware(&flags.model, flags.seq_len, &flags.hardware)?;
+    flags.pad_vocab(&mut model);
     let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let run_request = args.run.parse()?;
-    let recompute: Recompute = args
-        .recompute
-        .parse()
-        .map_err(|e: String| CliError::Input(format!("--recompute: {e}")))?;
-    let schedule = match &args.schedule {
-        None => None,
-        Some(s) => Some(
-            s.parse::<ScheduleName>()
-                .map_err(|e| CliError::Input(format!("--schedule: {e}")))?,
-        ),
-    };
-    let mut req = PredictRequest::new(&model, &hw);
-    req.gpus = args.gpus;
-    req.tp = args.tp;
-    req.pp = args.pp;
-    req.dp = args.dp;
-    req.cp = args.cp;
-    req.ep = args.ep;
-    req.etp = args.etp;
-    req.global_batch = args.global_batch;
-    req.micro_batch = args.micro_batch;
-    req.schedule = schedule;
-    req.chunks = args.chunks;
-    req.recompute = recompute;
-    req.sequence_parallel = args.sequence_parallel == OnOff::On;
-    let zero =
-        zero_stage(args.zero.as_deref(), args.zero1)?.unwrap_or(args.stack.preset.stack().zero);
-    if args.stack.overlap_param_gather == Some(OnOff::On)
-        && (!zero.shards_optimizer() || zero.shards_weights())
-    {
-        return input(
-            "--overlap-param-gather on needs a sharded optimizer that gathers parameters after its step (--zero1, --zero 1 or 2); valid: add --zero1, or --overlap-param-gather off",
-        );
-    }
-    req.dp_replicate = args.dp_replicate;
-    if args.stack.tp_comm_overlap == Some(OnOff::On) && !req.sequence_parallel && args.tp > 1 {
-        return input(
-            "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off",
-        );
-    }
-    req.stack = args
-        .stack
-        .apply(zero, !args.no_scatter_gather, args.overlap_grad_reduce, &hw)?;
+    let profile = flags.profile.as_deref().map(load_profile).transpose()?;
+    let mut req = flags.request(&model, &hw, profile.as_ref())?;
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
-    let profile = args.profile.as_deref().map(load_profile).transpose()?;
-    req.profile = profile.as_ref();
-    req.shared_gpu = args.shared_gpu;
-    req.partition = args
-        .partition
-        .parse()
-        .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
-    if let Some(rule) = args.split_rule.rule(&args.partition)? {
-        req.partition = pplan::plan::predict::Split::Megatron(rule);
-    }
     let phases = 1
         + u64::from(args.trace.is_some())
         + u64::from(args.gantt.is_some())
         + u64::from(args.output.is_some());
     let mut phase = 1;
     progress.phase(phase, phases, "building the costs and simulating the step");
-    let pred = predict(&req).map_err(|e| match e {
-        PredictError::Internal(m) => CliError::Internal(m),
-        PredictError::Profile(m) => CliError::Input(format!(
+    let pred = flags.predict(&req).map_err(|e| match e {
+        FlagsPredictError::Predict(PredictError::Internal(m)) => CliError::Internal(m),
+        FlagsPredictError::Predict(PredictError::Profile(m)) => CliError::Input(format!(
             "--profile '{}': {m}",
-            args.profile.as_deref().unwrap_or(Path::new("")).display()
+            flags.profile.as_deref().unwrap_or(Path::new("")).display()
         )),
         other => CliError::Input(other.to_string()),
     })?;
@@ -251,7 +104,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     if let Some(path) = &args.output {
         phase += 1;
         progress.phase(phase, phases, "writing the plan");
-        write_plan(path, &model, &args.hardware, &pred, req.stack.cp_comm)?;
+        write_plan(path, &model, &flags.hardware, &pred, req.stack.cp_comm)?;
     }
     let run = run_request.map(|(tokens, price)| {
         pplan::plan::run_cost::run_cost(

@@ -79,7 +79,7 @@ pub(crate) struct PlanSearchArgs {
     #[arg(long, value_enum)]
     pub(crate) overlap_grad_reduce: Option<OnOff>,
     #[command(flatten)]
-    pub(crate) stack: StackArgs,
+    pub(crate) stack: StackFlags,
     #[command(flatten)]
     pub(crate) run: RunArgs,
     /// Simulate every feasible candidate (no pruning by the lower bound).
@@ -90,7 +90,7 @@ pub(crate) struct PlanSearchArgs {
     #[arg(long, default_value = "even")]
     pub(crate) partition: String,
     #[command(flatten)]
-    pub(crate) split_rule: SplitRuleArgs,
+    pub(crate) split_rule: SplitRuleFlags,
     /// Write the best configuration as a plan file (plan.json).
     #[arg(long)]
     pub(crate) output: Option<PathBuf>,

@@ -11,12 +11,14 @@
 //! - [`plan_file`] is the versioned plan file, [`emit`] writes it for other systems and
 //!   [`megatron_args`] reads a Megatron-LM command line back into a model and layout.
 //!
-//! - [`calibrate`] fits a layer profile and hardware terms to a measured run of a plan.
+//! - [`calibrate`] fits a layer profile and hardware terms to a measured run of a plan;
+//!   [`flags`] is `predict`'s flags (and `search`'s stack flags) and the request they build.
 //!
 //! May import `schedule`, `inputs`, `sim`, `cost` and `measured`; never `report`.
 
 pub mod calibrate;
 pub mod emit;
+pub mod flags;
 pub mod megatron_args;
 pub mod partition;
 pub mod plan_file;

@@ -78,7 +78,7 @@ pub fn validate_megatron(hw: &Hardware) -> Result<Vec<Comparison>, String> {
         req.pp = row.p;
         req.dp = Some(row.d);
         req.global_batch = row.global_batch;
-        let best = best_micro_batch_and_chunks(&req)
+        let best = best_micro_batch_and_chunks(&req, None, None)
             .map_err(|e| format!("{}: {e}", row.id))?
             .ok_or_else(|| format!("{}: no configuration fits", row.id))?;
         out.push(Comparison {

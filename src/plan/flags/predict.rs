@@ -1,0 +1,298 @@
+//! `pplan predict`'s model, layout and stack flags, and the [`PredictRequest`] they describe:
+//! one definition that the `predict` command and every row of a runs file
+//! (`pplan validate --runs`) go through, so that a row is predicted exactly as `predict`
+//! would predict it with the same flags.
+
+use super::stack::{zero_stage, StackFlags};
+use super::values::{positive, positive_or_auto, Auto, FlagError, OnOff};
+use crate::cost::Recompute;
+use crate::inputs::hardware::Hardware;
+use crate::inputs::model::Model;
+use crate::inputs::profile::LayerProfile;
+use crate::plan::predict::{
+    best_micro_batch_and_chunks, predict, PipelineSplit, PredictError, PredictRequest, Prediction,
+    Split,
+};
+use crate::schedule::generators::ScheduleName;
+use std::path::PathBuf;
+
+/// Megatron-Core's split rules (`predict` and `search`; docs/partition.md): how Megatron-LM
+/// runs started with these flags spread their layers over the stages.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SplitRuleFlags {
+    /// Count the embedding as a layer when splitting the layers evenly; the first stage
+    /// builds one transformer layer fewer (Megatron-LM's flag).
+    #[arg(long)]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Count the loss (output layer and cross-entropy) as a layer when splitting evenly; the
+    /// last stage builds one transformer layer fewer (Megatron-LM's flag).
+    #[arg(long)]
+    pub account_for_loss_in_pipeline_split: bool,
+    /// Layers of the first pipeline rank; the middle ranks share the rest evenly
+    /// (Megatron-LM's flag).
+    #[arg(long)]
+    pub decoder_first_pipeline_num_layers: Option<u32>,
+    /// Layers of the last pipeline rank (Megatron-LM's flag).
+    #[arg(long)]
+    pub decoder_last_pipeline_num_layers: Option<u32>,
+}
+
+impl SplitRuleFlags {
+    /// The rule these flags set, if any: with `--partition` other than `even` it is an error
+    /// (the rule fixes the split).
+    pub fn rule(&self, partition: &str) -> Result<Option<PipelineSplit>, FlagError> {
+        let rule = PipelineSplit {
+            embedding: self.account_for_embedding_in_pipeline_split,
+            loss: self.account_for_loss_in_pipeline_split,
+            first: self.decoder_first_pipeline_num_layers,
+            last: self.decoder_last_pipeline_num_layers,
+        };
+        if !rule.is_set() {
+            return Ok(None);
+        }
+        if partition != "even" {
+            return Err(FlagError(format!(
+                "--partition {partition} cannot be combined with {}, which fix the split; valid: --partition even (the default), or drop those flags",
+                rule.flags().join(" ")
+            )));
+        }
+        Ok(Some(rule))
+    }
+}
+
+/// The flags that say what `pplan predict` predicts: model, hardware, layout, schedule and
+/// training stack. (The output flags -- charts, traces, plan files, format -- are the
+/// command's own.)
+#[derive(Debug, Clone, clap::Args)]
+pub struct PredictFlags {
+    /// A bundled model (gpt-1.7b ... gpt-1t, gpt3-175b, llama3-8b, llama3-70b, llama3-405b,
+    /// mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3) or a Hugging
+    /// Face config.json / Megatron-style JSON file.
+    #[arg(long)]
+    pub model: String,
+    /// A bundled hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72) or
+    /// a JSON profile.
+    #[arg(long, default_value = "a100-80gb")]
+    pub hardware: String,
+    /// Total GPUs; must equal tp x cp x pp x dp.
+    #[arg(long, value_parser = positive::<u64>)]
+    pub gpus: u64,
+    /// Tensor-parallel size t.
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub tp: u64,
+    /// Pipeline-parallel size p.
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub pp: u64,
+    /// Data-parallel size d (default gpus / (tp x cp x pp)).
+    #[arg(long, value_parser = positive::<u64>)]
+    pub dp: Option<u64>,
+    /// Context-parallel size: each sequence split over this many ranks (Megatron-Core
+    /// --context-parallel-size; needs --attention flash).
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub cp: u64,
+    /// Expert-parallel size (mixture-of-experts models): the routed experts split over this
+    /// many ranks carved from tp x cp x dp (Megatron-Core --expert-model-parallel-size).
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub ep: u64,
+    /// Expert tensor-parallel size: 1 or --tp (Megatron-Core --expert-tensor-parallel-size).
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub etp: u64,
+    /// Global batch size B in sequences.
+    #[arg(long, value_parser = positive::<u64>)]
+    pub global_batch: u64,
+    /// Micro-batch size b in sequences; must divide B / d. `auto`: the fastest that fits
+    /// among the divisors of B / d (for runs whose micro-batch is not published).
+    #[arg(long, default_value = "1", value_parser = positive_or_auto)]
+    pub micro_batch: Auto,
+    /// Pipeline schedule (default: interleaved-1f1b when --chunks > 1, else 1f1b).
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Model chunks per pipeline device v (interleaving). `auto`: the fastest that fits among
+    /// the divisors of the layers per device (interleaved 1F1B where the micro-batch count
+    /// allows it, as Megatron-LM requires; with --pp 1, one chunk).
+    #[arg(long, default_value = "1", value_parser = positive_or_auto)]
+    pub chunks: Auto,
+    /// Activation recomputation: none, selective (Megatron: the attention core), full,
+    /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
+    /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
+    /// selective-norm-act (--recompute-modules layernorm moe_act) and selective-norm-moe
+    /// (layernorm moe).
+    #[arg(long, default_value = "full")]
+    pub recompute: String,
+    /// Sequence parallelism (Korthikanti et al. 2022).
+    #[arg(long, value_enum, default_value = "off")]
+    pub sequence_parallel: OnOff,
+    /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
+    /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
+    /// max_position_embeddings when shorter (never the whole context window).
+    #[arg(long, value_parser = positive::<u64>)]
+    pub seq_len: Option<u64>,
+    /// Pad the vocabulary to a multiple of N x --tp, as Megatron-LM does
+    /// (--make-vocab-size-divisible-by; Megatron-LM's default is 128, NeMo's configs set it).
+    /// Default: the model's vocabulary as given, unpadded.
+    #[arg(long, value_parser = positive::<u64>, value_name = "N")]
+    pub make_vocab_size_divisible_by: Option<u64>,
+    /// Start each stage's data-parallel gradient reduction when its last backward finishes
+    /// (`on|off`; the bare flag means on).
+    /// Default: on with --stack megatron-core, off with megatron-2021.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
+    pub overlap_grad_reduce: Option<OnOff>,
+    /// Shard the optimizer state over the data-parallel group (ZeRO-1; `on|off`, the bare
+    /// flag means on): a spelling of --zero 1 / --zero 0.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "on")]
+    pub zero1: Option<OnOff>,
+    /// ZeRO stage: 0 replicated (DDP), 1 optimizer state sharded (distributed optimizer),
+    /// 2 gradients too (reduce-scattered every micro-batch), 3 parameters too (FSDP: gathered
+    /// layer by layer) [default: 0].
+    #[arg(long)]
+    pub zero: Option<String>,
+    /// HSDP: replicas of the sharded state; the state is sharded over d x cp / R ranks and
+    /// replicated R times (torchtitan data_parallel_replicate_degree); needs --zero 1, 2 or 3.
+    #[arg(long, default_value_t = 1, value_parser = positive::<u64>)]
+    pub dp_replicate: u64,
+    /// Send pipeline activations whole from every tensor-parallel rank instead of with the
+    /// scatter/gather optimisation.
+    #[arg(long)]
+    pub no_scatter_gather: bool,
+    #[command(flatten)]
+    pub stack: StackFlags,
+    /// A measured layer profile (JSON): transformer layers' forward/backward times and
+    /// activation bytes come from it instead of the cost model (num_layers entries, or
+    /// num_layers + 2 with the embedding first and the output layer last).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// The pipeline devices share one GPU that runs one device's work at a time (as
+    /// `pplan-exec run` does with PPLAN_CUDA_SHARE=serialize on a single GPU): compute actions
+    /// and optimizer steps of all devices take the GPU in turn.
+    #[arg(long)]
+    pub shared_gpu: bool,
+    /// How layers are split over the stages: even, or balanced (the partitioner's DP on the
+    /// per-layer costs; kept only where it beats the even split).
+    #[arg(long, default_value = "even")]
+    pub partition: String,
+    #[command(flatten)]
+    pub split_rule: SplitRuleFlags,
+}
+
+/// Why a prediction from flags failed: a flag that cannot hold, or the prediction's own error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlagsPredictError {
+    #[error(transparent)]
+    Flag(#[from] FlagError),
+    #[error(transparent)]
+    Predict(#[from] PredictError),
+    /// `--micro-batch auto` / `--chunks auto` found nothing that fits.
+    #[error("no micro-batch and chunk count of --micro-batch {micro_batch} --chunks {chunks} fits in memory ({why})")]
+    NothingFits {
+        micro_batch: Auto,
+        chunks: Auto,
+        why: String,
+    },
+}
+
+impl PredictFlags {
+    /// Pad `model`'s vocabulary as `--make-vocab-size-divisible-by` asks (to a multiple of
+    /// N x t, Megatron-LM's `_vocab_size_with_padding`); the caller has already applied
+    /// `--seq-len`.
+    pub fn pad_vocab(&self, model: &mut Model) {
+        if let Some(n) = self.make_vocab_size_divisible_by {
+            let multiple = n.saturating_mul(self.tp.max(1));
+            model.vocab_size = model.vocab_size.div_ceil(multiple) * multiple;
+        }
+    }
+
+    /// The request these flags describe for `model` (with [`PredictFlags::pad_vocab`]
+    /// applied) on `hw`, with the layer profile of `--profile` already read. `--micro-batch
+    /// auto` and `--chunks auto` leave 1 in the request; [`PredictFlags::predict`] searches
+    /// them.
+    pub fn request<'a>(
+        &self,
+        model: &'a Model,
+        hw: &'a Hardware,
+        profile: Option<&'a LayerProfile>,
+    ) -> Result<PredictRequest<'a>, FlagError> {
+        let recompute: Recompute = self
+            .recompute
+            .parse()
+            .map_err(|e: String| FlagError(format!("--recompute: {e}")))?;
+        let schedule = match &self.schedule {
+            None => None,
+            Some(s) => Some(
+                s.parse::<ScheduleName>()
+                    .map_err(|e| FlagError(format!("--schedule: {e}")))?,
+            ),
+        };
+        if self.chunks == Auto::Auto
+            && schedule
+                .is_some_and(|s| s != ScheduleName::Interleaved1F1B && s != ScheduleName::OneFOneB)
+        {
+            return Err(FlagError(format!(
+                "--chunks auto chooses between 1f1b and interleaved-1f1b; valid: drop --schedule {}, or give --chunks N",
+                self.schedule.as_deref().unwrap_or("")
+            )));
+        }
+        let mut req = PredictRequest::new(model, hw);
+        req.gpus = self.gpus;
+        req.tp = self.tp;
+        req.pp = self.pp;
+        req.dp = self.dp;
+        req.cp = self.cp;
+        req.ep = self.ep;
+        req.etp = self.etp;
+        req.global_batch = self.global_batch;
+        req.micro_batch = self.micro_batch.value().unwrap_or(1);
+        req.schedule = schedule;
+        req.chunks = self.chunks.value().unwrap_or(1);
+        req.recompute = recompute;
+        req.sequence_parallel = self.sequence_parallel.is_on();
+        let zero =
+            zero_stage(self.zero.as_deref(), self.zero1)?.unwrap_or(self.stack.preset.stack().zero);
+        if self.stack.overlap_param_gather == Some(OnOff::On)
+            && (!zero.shards_optimizer() || zero.shards_weights())
+        {
+            return Err(FlagError(
+                "--overlap-param-gather on needs a sharded optimizer that gathers parameters after its step (--zero1, --zero 1 or 2); valid: add --zero1, or --overlap-param-gather off".into(),
+            ));
+        }
+        req.dp_replicate = self.dp_replicate;
+        if self.stack.tp_comm_overlap == Some(OnOff::On) && !req.sequence_parallel && self.tp > 1 {
+            return Err(FlagError(
+                "--tp-comm-overlap on needs --sequence-parallel on (Megatron-Core overlaps the reduce-scatter and all-gather that sequence parallelism uses); valid: add --sequence-parallel on, or --tp-comm-overlap off".into(),
+            ));
+        }
+        req.stack =
+            self.stack
+                .apply(zero, !self.no_scatter_gather, self.overlap_grad_reduce, hw)?;
+        req.profile = profile;
+        req.shared_gpu = self.shared_gpu;
+        req.partition = self
+            .partition
+            .parse()
+            .map_err(|e: String| FlagError(format!("--partition: {e}")))?;
+        if let Some(rule) = self.split_rule.rule(&self.partition)? {
+            req.partition = Split::Megatron(rule);
+        }
+        Ok(req)
+    }
+
+    /// Predict `req` (from [`PredictFlags::request`]) as these flags ask: as it is, or with
+    /// the fastest micro-batch and chunk count that fits where `--micro-batch` or `--chunks`
+    /// is `auto` (the other one held at its given value).
+    pub fn predict(&self, req: &PredictRequest) -> Result<Prediction, FlagsPredictError> {
+        if self.micro_batch != Auto::Auto && self.chunks != Auto::Auto {
+            return Ok(predict(req)?);
+        }
+        best_micro_batch_and_chunks(req, self.micro_batch.value(), self.chunks.value())?.ok_or_else(
+            || FlagsPredictError::NothingFits {
+                micro_batch: self.micro_batch,
+                chunks: self.chunks,
+                why: format!(
+                    "every candidate needs more than the {:.1} GB of {}",
+                    req.hardware.gpu.memory_bytes as f64 / 1e9,
+                    req.hardware.name
+                ),
+            },
+        )
+    }
+}

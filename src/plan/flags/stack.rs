@@ -1,0 +1,310 @@
+//! The training-stack flags `predict` and `search` share: `--stack` and the switches that
+//! override it, turned into a [`Stack`].
+
+use super::values::{AttentionArg, FlagError, OnOff};
+use crate::cost::{Attention, CrossEntropyFusion, OptimizerState, Stack, Zero};
+use crate::inputs::hardware::Hardware;
+use clap::ValueEnum;
+
+/// `--stack`: the framework whose implementation the other stack flags start from.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum StackPreset {
+    /// Megatron-Core with Transformer Engine, as its recipes run it.
+    MegatronCore,
+    /// Megatron-LM as used for Narayanan et al. 2021.
+    #[value(name = "megatron-2021")]
+    Megatron2021,
+    /// torchtitan: FSDP2 (ZeRO-3), eager PyTorch kernels.
+    Torchtitan,
+}
+
+impl StackPreset {
+    /// The stack the preset names (its ZeRO stage is the one used when neither --zero nor
+    /// --zero1 is given).
+    pub fn stack(self) -> Stack {
+        match self {
+            StackPreset::MegatronCore => Stack::megatron_core(),
+            StackPreset::Megatron2021 => Stack::default(),
+            StackPreset::Torchtitan => Stack::torchtitan(),
+        }
+    }
+}
+
+/// The training-stack flags `predict` and `search` share (for `search`, every candidate gets
+/// them). `--overlap-grad-reduce` stays with each subcommand: `predict` also takes it bare.
+/// `--attention`, `--tp-comm-overlap`, `--overlap-param-gather`, `--overlap-grad-reduce`,
+/// `--overlap-p2p-comm`, `--gradient-accumulation-fusion`, `--grad-reduce-dtype` and
+/// `--fsdp-copies` default to what `--stack` runs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StackFlags {
+    /// The framework the step runs on: megatron-core (Megatron-Core with Transformer Engine:
+    /// flash attention, tensor-parallel, gradient-reduction and parameter-gather overlap where
+    /// they apply, fused weight-gradient accumulation, non-blocking pipeline sends) or
+    /// megatron-2021 (Megatron-LM as in Narayanan et al. 2021: unfused attention, nothing
+    /// overlapped, blocking sends) or torchtitan (FSDP2 over the data-parallel group, i.e.
+    /// --zero 3 unless given, FP32 gradient reduction, SDPA flash attention, eager PyTorch
+    /// kernels, FSDP2's copies around its collectives).
+    #[arg(
+        long = "stack",
+        value_name = "STACK",
+        value_enum,
+        default_value = "megatron-core"
+    )]
+    pub preset: StackPreset,
+    /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
+    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
+    #[arg(long, default_value = "bf16")]
+    pub precision: String,
+    /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
+    /// traffic; the hardware profile's measured kernel efficiency). Default: flash with --stack
+    /// megatron-core where the hardware profile has the kernel's measured rates (else unfused),
+    /// unfused with megatron-2021.
+    #[arg(long, value_enum)]
+    pub attention: Option<AttentionArg>,
+    /// Pipeline the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them
+    /// (Megatron-Core --tp-comm-overlap; in effect with --sequence-parallel on). Default: on
+    /// with --stack megatron-core, off with megatron-2021.
+    #[arg(long, value_enum)]
+    pub tp_comm_overlap: Option<OnOff>,
+    /// Gather the distributed optimizer's updated parameters under the next step's forward
+    /// (Megatron-Core --overlap-param-gather; in effect with ZeRO-1). Default: on with --stack
+    /// megatron-core, off with megatron-2021.
+    #[arg(long, value_enum)]
+    pub overlap_param_gather: Option<OnOff>,
+    /// Pipeline sends and receives on their own stream, so a device's compute does not wait
+    /// for its transfers (Megatron-Core --overlap-p2p-communication, which its interleaved
+    /// schedule honours; off: the sender waits for each transfer, as Megatron-LM 2021's
+    /// batch_isend_irecv and synchronize, and Megatron-Core's non-interleaved 1F1B do).
+    /// Default: on with --stack megatron-core and torchtitan, off with megatron-2021.
+    #[arg(long, value_enum)]
+    pub overlap_p2p_comm: Option<OnOff>,
+    /// The weight-gradient GEMM accumulates straight into the fp32 main-gradient buffer
+    /// (Megatron-Core's gradient_accumulation_fusion; off: --no-gradient-accumulation-fusion,
+    /// a separate accumulation kernel per micro-batch). Default: on with --stack megatron-core,
+    /// off with megatron-2021 and torchtitan.
+    #[arg(long, value_enum)]
+    pub gradient_accumulation_fusion: Option<OnOff>,
+    /// Number format of the data-parallel gradient reduction: bf16 (2 bytes a gradient) or
+    /// fp32 (4; Megatron-Core --grad-reduce-in-fp32 / --accumulate-allreduce-grads-in-fp32,
+    /// torchtitan's mixed_precision_reduce = float32, Composer's mixed_precision DEFAULT).
+    /// Default: bf16 with the Megatron stacks, fp32 with torchtitan.
+    #[arg(long, value_parser = ["bf16", "fp32"])]
+    pub grad_reduce_dtype: Option<String>,
+    /// Sharded data parallelism (ZeRO-2/3) copies each all-gather's flat output out to the
+    /// per-parameter tensors and each reduce-scatter's input in from them (PyTorch FSDP2,
+    /// fully_shard) -- on -- or its parameters and gradients are views of the flat buffers
+    /// (PyTorch FSDP1's FlatParameter, Megatron's buffers) -- off. Default: on with --stack
+    /// torchtitan, off with the Megatron stacks.
+    #[arg(long, value_enum)]
+    pub fsdp_copies: Option<OnOff>,
+    /// ZeRO-3: free each layer's gathered parameters after its forward and gather them again
+    /// for its backward (FSDP2's reshard_after_forward).
+    #[arg(long, value_enum, default_value = "on")]
+    pub reshard_after_forward: OnOff,
+    /// How context-parallel ranks exchange keys and values (with --cp > 1): p2p (a ring
+    /// overlapped with the attention blocks) or all-gather (Megatron-Core --cp-comm-type).
+    #[arg(long, default_value = "p2p")]
+    pub cp_comm: String,
+    /// Mixture of experts: tokens on the busiest expert-parallel rank over the mean (>= 1);
+    /// scales the expert GEMMs and the all-to-all of each MoE layer.
+    #[arg(long, default_value_t = crate::cost::stack::DEFAULT_MOE_IMBALANCE)]
+    pub moe_imbalance: f64,
+    /// Mixture of experts: overlap the token dispatch/combine all-to-alls with another
+    /// micro-batch's compute (Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe).
+    #[arg(long, value_enum, default_value = "off")]
+    pub moe_comm_overlap: OnOff,
+    /// Mixture of experts: how tokens are dispatched: alltoall (NCCL, one copy per expert) or
+    /// deepep (DeepEP / DeepSeek-V3: one copy per remote node, forwarded over NVLink).
+    #[arg(long, default_value = "alltoall")]
+    pub moe_dispatcher: String,
+    /// Mixture of experts: the framework's host time for one MoE layer's forward and backward
+    /// on one micro-batch, in milliseconds; a MoE layer takes at least this long, and its
+    /// forward loses part of the overlap with the GPU at the dispatcher's wait. Default: 8.9
+    /// with --stack megatron-core (read off a DGX-B200 run, docs/cost-model.md), 0 with the
+    /// others.
+    #[arg(long, value_name = "MS")]
+    pub moe_layer_host_ms: Option<f64>,
+    /// Run the output layer's weight-gradient GEMMs of the last pipeline stage at its pipeline
+    /// flush instead of in each micro-batch's backward (Megatron-Core
+    /// --defer-embedding-wgrad-compute); what they need stays in memory until then.
+    #[arg(long, value_enum, default_value = "off")]
+    pub defer_embedding_wgrad_compute: OnOff,
+    /// With --defer-embedding-wgrad-compute on: how many micro-batches' weight gradients are
+    /// deferred, the first ones (0: all; Megatron-Core --wgrad-deferral-limit).
+    #[arg(long, default_value_t = 0)]
+    pub wgrad_deferral_limit: u32,
+    /// Run the cross-entropy as fused kernels (Megatron-Core --cross-entropy-loss-fusion):
+    /// less HBM traffic per logit on the last stage.
+    #[arg(long, value_enum, default_value = "off")]
+    pub cross_entropy_loss_fusion: OnOff,
+    /// With --cross-entropy-loss-fusion on: native (Megatron-Core's fused PyTorch kernels,
+    /// the default) or te (Transformer Engine's Triton kernels; Megatron-Core
+    /// --cross-entropy-fusion-impl).
+    #[arg(long, value_name = "IMPL")]
+    pub cross_entropy_fusion_impl: Option<String>,
+    /// Keep Adam's state in the formats below (Megatron-Core --use-precision-aware-optimizer,
+    /// Transformer Engine's FusedAdam): fp32 master weights of BF16 parameters as their low
+    /// 16 bits, 10 bytes a parameter instead of 12 with the defaults.
+    #[arg(long, value_enum, default_value = "off")]
+    pub use_precision_aware_optimizer: OnOff,
+    /// Master weights' format: fp32 or fp16 (not fp32: needs --use-precision-aware-optimizer on).
+    #[arg(long, default_value = "fp32")]
+    pub main_params_dtype: String,
+    /// Adam's first moment: fp32, fp16, bf16 or fp8 (not fp32: needs
+    /// --use-precision-aware-optimizer on).
+    #[arg(long, default_value = "fp32")]
+    pub exp_avg_dtype: String,
+    /// Adam's second moment: fp32, fp16, bf16 or fp8 (not fp32: needs
+    /// --use-precision-aware-optimizer on).
+    #[arg(long, default_value = "fp32")]
+    pub exp_avg_sq_dtype: String,
+}
+
+impl StackFlags {
+    /// The stack `--stack` names on `hw`, with these flags and `overlap_grad_reduce` (the
+    /// subcommand's `--overlap-grad-reduce`) applied, and the ZeRO stage and scatter/gather
+    /// the subcommand gives.
+    pub fn apply(
+        &self,
+        zero: Zero,
+        scatter_gather: bool,
+        overlap_grad_reduce: Option<OnOff>,
+        hw: &Hardware,
+    ) -> Result<Stack, FlagError> {
+        let bad = |m: String| Err(FlagError(m));
+        let preset = self.preset.stack();
+        // A preset's fused kernel needs the profile's measured rates; without them, unfused.
+        let stack = Stack {
+            attention: if hw.attention_efficiencies().is_some() {
+                preset.attention
+            } else {
+                Attention::Unfused
+            },
+            ..preset
+        };
+        let stack = Stack {
+            zero,
+            scatter_gather,
+            ..stack
+        };
+        let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, OnOff::is_on);
+        Ok(Stack {
+            precision: self
+                .precision
+                .parse()
+                .map_err(|e: String| FlagError(format!("--precision: {e}")))?,
+            attention: match self.attention {
+                Some(AttentionArg::Unfused) => Attention::Unfused,
+                Some(AttentionArg::Flash) => Attention::Flash,
+                None => stack.attention,
+            },
+            tp_comm_overlap: on(self.tp_comm_overlap, stack.tp_comm_overlap),
+            overlap_param_gather: on(self.overlap_param_gather, stack.overlap_param_gather),
+            overlap_grad_reduce: on(overlap_grad_reduce, stack.overlap_grad_reduce),
+            blocking_p2p: !on(self.overlap_p2p_comm, !stack.blocking_p2p),
+            grad_accumulation_fusion: on(
+                self.gradient_accumulation_fusion,
+                stack.grad_accumulation_fusion,
+            ),
+            grad_reduce_bytes_per_param: match self.grad_reduce_dtype.as_deref() {
+                None => stack.grad_reduce_bytes_per_param,
+                Some("bf16") => 2.0,
+                Some("fp32") => 4.0,
+                Some(other) => {
+                    return bad(format!(
+                        "--grad-reduce-dtype: unknown format '{other}' (valid: bf16, fp32)"
+                    ))
+                }
+            },
+            fsdp2: on(self.fsdp_copies, stack.fsdp2),
+            reshard_after_forward: self.reshard_after_forward.is_on(),
+            cp_comm: self
+                .cp_comm
+                .parse()
+                .map_err(|e: String| FlagError(format!("--cp-comm: {e}")))?,
+            moe_imbalance: if self.moe_imbalance.is_finite()
+                && (1.0..=64.0).contains(&self.moe_imbalance)
+            {
+                self.moe_imbalance
+            } else {
+                return bad(format!(
+                    "--moe-imbalance {}: valid values are 1 (perfectly balanced routing) to 64",
+                    self.moe_imbalance
+                ));
+            },
+            moe_comm_overlap: self.moe_comm_overlap.is_on(),
+            moe_layer_host_s: match self.moe_layer_host_ms {
+                None => stack.moe_layer_host_s,
+                Some(ms) if ms.is_finite() && (0.0..=10_000.0).contains(&ms) => ms * 1e-3,
+                Some(ms) => {
+                    return bad(format!(
+                        "--moe-layer-host-ms {ms}: valid values are 0 (no host time) to 10000 milliseconds"
+                    ))
+                }
+            },
+            defer_embedding_wgrad: self.defer_embedding_wgrad_compute.is_on(),
+            cross_entropy_fusion: cross_entropy_fusion(
+                self.cross_entropy_loss_fusion,
+                self.cross_entropy_fusion_impl.as_deref(),
+            )?,
+            wgrad_deferral_limit: self.wgrad_deferral_limit,
+            optimizer_state: OptimizerState::from_megatron(
+                self.use_precision_aware_optimizer.is_on(),
+                &self.main_params_dtype,
+                &self.exp_avg_dtype,
+                &self.exp_avg_sq_dtype,
+            )
+            .map_err(|e| FlagError(format!("--{e}")))?,
+            moe_node_dedup: match self.moe_dispatcher.as_str() {
+                "alltoall" => false,
+                "deepep" => true,
+                other => {
+                    return bad(format!(
+                        "--moe-dispatcher: unknown dispatcher '{other}' (valid: alltoall, deepep)"
+                    ))
+                }
+            },
+            ..stack
+        })
+    }
+}
+
+/// The cross-entropy's kernels from `--cross-entropy-loss-fusion` and
+/// `--cross-entropy-fusion-impl` (which needs the fusion on, as in Megatron-Core where it is
+/// otherwise ignored).
+fn cross_entropy_fusion(
+    fusion: OnOff,
+    implementation: Option<&str>,
+) -> Result<CrossEntropyFusion, FlagError> {
+    if let (OnOff::Off, Some(i)) = (fusion, implementation) {
+        return Err(FlagError(format!(
+            "--cross-entropy-fusion-impl {i}: needs --cross-entropy-loss-fusion on"
+        )));
+    }
+    CrossEntropyFusion::from_megatron(fusion.is_on(), implementation)
+        .map_err(|e| FlagError(format!("--cross-entropy-fusion-impl: {e}")))
+}
+
+/// The ZeRO stage from `--zero N` and its older spelling `--zero1 on|off` (None when neither
+/// is given); the two must agree.
+pub fn zero_stage(zero: Option<&str>, zero1: Option<OnOff>) -> Result<Option<Zero>, FlagError> {
+    let stage = zero
+        .map(|z| z.parse::<Zero>())
+        .transpose()
+        .map_err(|e| FlagError(format!("--zero: {e}")))?;
+    let spelled = zero1.map(|z| {
+        if z.is_on() {
+            Zero::Optimizer
+        } else {
+            Zero::Off
+        }
+    });
+    match (stage, spelled) {
+        (Some(z), Some(s)) if z != s => Err(FlagError(format!(
+            "--zero {z} and --zero1 {} disagree (--zero1 on is --zero 1, off is --zero 0); give one of them",
+            if s == Zero::Optimizer { "on" } else { "off" }
+        ))),
+        (Some(z), _) | (None, Some(z)) => Ok(Some(z)),
+        (None, None) => Ok(None),
+    }
+}
