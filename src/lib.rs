@@ -18,6 +18,7 @@ pub mod inputs;
 pub mod measured;
 pub mod plan;
 pub mod report;
+pub mod runs;
 pub mod schedule;
 pub mod sim;
 

@@ -25,15 +25,21 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["schedule", "inputs", "sim", "cost", "plan", "measured"],
     ),
     (
+        "runs",
+        &[
+            "schedule", "inputs", "sim", "cost", "plan", "measured", "report",
+        ],
+    ),
+    (
         "lib",
         &[
-            "schedule", "inputs", "sim", "cost", "measured", "plan", "report",
+            "schedule", "inputs", "sim", "cost", "measured", "plan", "report", "runs",
         ],
     ),
     (
         "bin",
         &[
-            "schedule", "inputs", "sim", "cost", "measured", "plan", "report", "lib",
+            "schedule", "inputs", "sim", "cost", "measured", "plan", "report", "runs", "lib",
         ],
     ),
 ];

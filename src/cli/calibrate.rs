@@ -10,20 +10,35 @@ use std::path::{Path, PathBuf};
 pub(crate) struct CalibrateArgs {
     /// The measured run: pplan-exec's trace, PyTorch-profiler traces (one per rank, or a
     /// directory of them) or an Nsight Systems SQLite export.
-    #[arg(long, num_args = 1.., required = true)]
+    #[arg(long, num_args = 1.., conflicts_with = "runs")]
     pub(crate) trace: Vec<PathBuf>,
     /// The plan that was run (pplan predict/search --output).
-    #[arg(long)]
-    pub(crate) plan: PathBuf,
+    #[arg(long, conflicts_with = "runs")]
+    pub(crate) plan: Option<PathBuf>,
+    /// Runs files (DESIGN.md, "Runs files"; e.g. data/runs/*.json): fit the --fit parameters
+    /// of the hardware profile to their measured figures by least squares, instead of a
+    /// layer profile to one trace.
+    #[arg(long, num_args = 1..)]
+    pub(crate) runs: Vec<PathBuf>,
+    /// With --runs: the parameters to fit, comma-separated (docs/cost-model.md, "What can
+    /// be fitted", e.g. gpu.gemm_training_factor). Each value is shared by every row's
+    /// profile.
+    #[arg(long, value_delimiter = ',', requires = "runs")]
+    pub(crate) fit: Vec<String>,
+    /// With --runs: leave each group out in turn, fit to the others and report the left-out
+    /// error: none, source (each runs file) or hardware (each profile).
+    #[arg(long, default_value = "none", requires = "runs")]
+    pub(crate) cv: String,
     /// A prior layer profile: the fitted times keep its per-layer proportions and its bytes.
     #[arg(long)]
     pub(crate) profile: Option<PathBuf>,
-    /// The hardware profile to fit (default: the plan's `hardware`).
+    /// The hardware profile to fit (default: the plan's `hardware`). With --runs: only the
+    /// rows on this profile (its `name`) are fitted, and --out-hardware writes it.
     #[arg(long)]
     pub(crate) hardware: Option<String>,
     /// Where to write the calibrated layer profile.
-    #[arg(long)]
-    pub(crate) out_profile: PathBuf,
+    #[arg(long, conflicts_with = "runs")]
+    pub(crate) out_profile: Option<PathBuf>,
     /// Where to write the calibrated hardware profile.
     #[arg(long)]
     pub(crate) out_hardware: Option<PathBuf>,
@@ -55,7 +70,8 @@ fn hardware(
     }
     let beside = args
         .plan
-        .parent()
+        .as_deref()
+        .and_then(Path::parent)
         .map(|d| d.join(plan_hw).display().to_string());
     let mut why = String::new();
     for cand in std::iter::once(plan_hw.to_string()).chain(beside) {
@@ -73,8 +89,27 @@ fn hardware(
 }
 
 pub(crate) fn cmd_calibrate(args: CalibrateArgs) -> Result<(), CliError> {
-    let plan_origin = args.plan.display().to_string();
-    let plan = load_plan(&args.plan)?;
+    if !args.runs.is_empty() {
+        return super::runs::cmd_calibrate_runs(&args);
+    }
+    let missing: Vec<&str> = [
+        ("--trace FILE...", args.trace.is_empty()),
+        ("--plan FILE", args.plan.is_none()),
+        ("--out-profile FILE", args.out_profile.is_none()),
+    ]
+    .into_iter()
+    .filter_map(|(f, m)| m.then_some(f))
+    .collect();
+    let (Some(plan_path), Some(out_profile), false) =
+        (&args.plan, &args.out_profile, args.trace.is_empty())
+    else {
+        return input(format!(
+            "calibrate needs {} (a measured run of a plan), or --runs FILE... --fit NAME[,NAME...] (runs files)",
+            missing.join(", ")
+        ));
+    };
+    let plan_origin = plan_path.display().to_string();
+    let plan = load_plan(plan_path)?;
     let prior = match &args.profile {
         Some(p) => Some((load_profile(p)?, p.display().to_string())),
         None => None,
@@ -105,11 +140,7 @@ pub(crate) fn cmd_calibrate(args: CalibrateArgs) -> Result<(), CliError> {
         hardware: hw.as_ref(),
     })
     .map_err(|e| CliError::Input(e.to_string()))?;
-    write_output(
-        &args.out_profile,
-        "--out-profile",
-        c.profile.to_json().as_bytes(),
-    )?;
+    write_output(out_profile, "--out-profile", c.profile.to_json().as_bytes())?;
     if let (Some(path), Some(h)) = (&args.out_hardware, &c.hardware) {
         let mut text =
             serde_json::to_string_pretty(h).map_err(|e| CliError::Internal(e.to_string()))?;
@@ -120,15 +151,15 @@ pub(crate) fn cmd_calibrate(args: CalibrateArgs) -> Result<(), CliError> {
     match args.format {
         Format::Json => print_json(&Report {
             calibration: &c,
-            out_profile: shown(&args.out_profile),
+            out_profile: shown(out_profile),
             out_hardware: args.out_hardware.as_deref().map(shown),
         })?,
-        Format::Table => print_table(&c, &args),
+        Format::Table => print_table(&c, &args, out_profile),
     }
     Ok(())
 }
 
-fn print_table(c: &Calibration, args: &CalibrateArgs) {
+fn print_table(c: &Calibration, args: &CalibrateArgs, out_profile: &Path) {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.3}"));
     println!(
         "measured: {} steps ({} skipped as warm-up), step time {:.6} s{}",
@@ -188,7 +219,7 @@ fn print_table(c: &Calibration, args: &CalibrateArgs) {
         println!("note: {n}");
     }
     println!();
-    println!("wrote {}", args.out_profile.display());
+    println!("wrote {}", out_profile.display());
     if let (Some(p), Some(_)) = (&args.out_hardware, &c.hardware) {
         println!("wrote {}", p.display());
     }

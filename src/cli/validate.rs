@@ -17,8 +17,17 @@ pub(crate) struct ValidateArgs {
     /// The measurement: a pplan trace (pplan-exec run --trace; events of several steps carry
     /// args.step), PyTorch profiler traces (one per rank, .json or .json.gz, or a directory of
     /// them), an Nsight Systems SQLite export, or a Megatron-LM / torchtitan log.
-    #[arg(long, num_args = 1.., required = true)]
+    #[arg(long, num_args = 1.., conflicts_with = "runs")]
     pub(crate) measured: Vec<PathBuf>,
+    /// Runs files (DESIGN.md, "Runs files"; e.g. data/runs/*.json): predict every row as
+    /// `pplan predict` would with its flags and compare it with its measured figure; errors
+    /// per row, per group and overall, the worst rows and the runs predicted not to fit.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["predicted", "plan"])]
+    pub(crate) runs: Vec<PathBuf>,
+    /// With --runs: how the per-group errors group the rows: source (each runs file),
+    /// hardware, model or kind (dense or mixture of experts).
+    #[arg(long, default_value = "source", requires = "runs")]
+    pub(crate) group_by: String,
     /// Warm-up steps to discard from each trace (default: 1 when a trace has several steps).
     #[arg(long, value_parser = count::<usize>)]
     pub(crate) skip_steps: Option<usize>,
@@ -50,6 +59,14 @@ fn is_pplan_trace(path: &Path) -> bool {
 }
 
 pub(crate) fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
+    if !args.runs.is_empty() {
+        return super::runs::cmd_validate_runs(&args);
+    }
+    if args.measured.is_empty() {
+        return input(
+            "validate needs --measured FILE... (a measured run, with --predicted or --plan to compare it with), or --runs FILE... (runs files)",
+        );
+    }
     let pplan_pair = args.plan.is_none()
         && args.measured.len() == 1
         && args.predicted.is_some()
