@@ -118,20 +118,12 @@ fn flash_attention_core_is_its_flops_over_the_measured_rate() {
     );
 }
 
-/// The H100 GEMM efficiency in training is fitted as docs/cost-model.md says ("What was
-/// fitted"): the kernel ceiling is measured (0.72, tests/measured_gpu.rs checks it against the
-/// committed measurements) and the training factor makes the end-to-end value 0.58, the value
-/// on a 0.01 grid that minimises the mean absolute error over the ten cp = 1 NeMo rows; H200
-/// and H800 (the same die) carry both.
+/// H200 and H800 (the same die as H100) carry H100's measured GEMM ceiling, its shape
+/// fall-off and its fitted training factor (which `tests/cli_runs.rs` re-fits to NeMo's runs).
 #[test]
-fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
-    use pplan::report::nemo::{nemo_24_07_stack, validate_nemo};
+fn h200_and_h800_carry_the_h100_gemm_terms() {
     let h100 = Hardware::bundled("h100-80gb").unwrap();
     assert_eq!(h100.gpu.gemm_efficiency_max, 0.72);
-    assert_eq!(
-        h100.gpu.gemm_efficiency_max * h100.gemm_training_factor(),
-        0.58
-    );
     for name in ["h200", "h800"] {
         let h = Hardware::bundled(name).unwrap();
         assert_eq!(
@@ -141,20 +133,4 @@ fn h100_gemm_ceiling_is_the_nemo_grid_minimum() {
         assert_eq!(h.gpu.gemm_training_factor, h100.gpu.gemm_training_factor);
         assert_eq!(h.gpu.gemm_half_dim, h100.gpu.gemm_half_dim, "{name}");
     }
-    // The end-to-end efficiency `e` = ceiling x factor.
-    let cp1_mae = |e: f64| {
-        let mut hw = h100.clone();
-        hw.gpu.gemm_training_factor = Some(e / hw.gpu.gemm_efficiency_max);
-        let r = validate_nemo(&hw, nemo_24_07_stack()).unwrap();
-        let errors: Vec<f64> = r
-            .compared
-            .iter()
-            .filter(|c| c.row.cp == 1)
-            .map(|c| c.tflops_error.abs())
-            .collect();
-        assert_eq!(errors.len(), 10);
-        errors.iter().sum::<f64>() / 10.0
-    };
-    let (below, fit, above) = (cp1_mae(0.57), cp1_mae(0.58), cp1_mae(0.59));
-    assert!(fit < below && fit < above, "{below} {fit} {above}");
 }

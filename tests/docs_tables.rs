@@ -1,90 +1,84 @@
-//! Every table docs/validation.md shows from a validation harness is what the harness prints
-//! now: each table row and summary line of the reports (`cargo run --release --example
-//! validate_*`) appears in the page word for word, so that a change to the model cannot leave
-//! the page's figures behind. (Table 1's rows are formatted by its example itself and pinned by
-//! `tests/megatron_table1.rs`; the prose quoting the figures is kept by hand.)
+//! docs/validation.md's tables of published runs are `pplan validate --runs`'s output: for
+//! every runs file in `data/runs/`, each table row and summary line the command prints for
+//! that file appears in the page word for word, and so do the summary lines for all files at
+//! once ("Every group"). A change to the model or the data cannot leave the page's figures
+//! behind.
 
-use pplan::cost::Stack;
-use pplan::inputs::hardware::Hardware;
-use pplan::report::bridge_blackwell::{blackwell_markdown, validate_bridge_blackwell};
-use pplan::report::bridge_h100::{bridge_markdown, validate_bridge_h100};
-use pplan::report::llama3_405b::{llama3_405b_markdown, validate_llama3_405b};
-use pplan::report::llm_foundry::{foundry_markdown, validate_llm_foundry, FoundryTable};
-use pplan::report::moe_long_context::{long_context_markdown, validate_long_context};
-use pplan::report::moe_modelzoo::validate_moe_modelzoo;
-use pplan::report::nemo::{nemo_24_07_stack, validate_nemo};
-use pplan::report::nemo_long_context::{long_sequence_markdown, validate_long_sequence};
-use pplan::report::torchtitan::{
-    torchtitan_markdown, validate_torchtitan, validate_torchtitan_llama3,
-};
+use pplan::runs::file::RunsFile;
+use pplan::runs::validate::{load_rows, markdown, predict_rows, GroupBy};
 
 fn page() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/validation.md")).unwrap()
 }
 
-/// The lines of `report` a reader compares: table rows and the summary lines.
-fn assert_on_page(name: &str, report: &str, page: &str) {
-    let lines: Vec<&str> = report
-        .lines()
-        .filter(|l| l.starts_with('|') || l.contains("MAE") || l.contains("mean absolute"))
+fn runs_files() -> Vec<RunsFile> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/runs");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
-    assert!(lines.len() >= 3, "{name}: {report}");
-    let missing: Vec<&&str> = lines.iter().filter(|l| !page.contains(**l)).collect();
-    assert!(
-        missing.is_empty(),
-        "{name}: docs/validation.md lacks {} line(s) the harness prints now:\n{}",
-        missing.len(),
-        missing
+    paths.sort();
+    // As the page's commands name them: relative to the repository.
+    paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+            let text = std::fs::read_to_string(p).unwrap();
+            let mut f = RunsFile::parse(&text, &rel.display().to_string()).unwrap();
+            f.origin = p.display().to_string();
+            f
+        })
+        .collect()
+}
+
+/// The lines of `report` missing from `page` (blank lines and the "Runs of FILE" headings,
+/// which name the file as it was opened, are not compared).
+fn missing<'a>(report: &'a str, page: &str) -> Vec<&'a str> {
+    report
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("Runs of "))
+        .filter(|l| !page.contains(l.trim_end()))
+        .collect()
+}
+
+#[test]
+fn every_runs_files_report_is_on_the_page() {
+    let page = page();
+    let files = runs_files();
+    assert!(files.len() >= 14, "{} runs files", files.len());
+    let rows = load_rows(&files);
+    let results = predict_rows(&rows);
+    let mut absent = Vec::new();
+    for f in &files {
+        let mine: Vec<_> = results
             .iter()
-            .map(|l| l.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-}
-
-#[test]
-fn h100_reports_are_the_pages_tables() {
-    let page = page();
-    let hw = Hardware::bundled("h100-80gb").unwrap();
-    let nemo = validate_nemo(&hw, nemo_24_07_stack()).unwrap();
-    assert_on_page("NeMo 24.07", &nemo.markdown(), &page);
-    let long = validate_long_sequence(&hw).unwrap();
-    assert_on_page("NeMo long sequence", &long_sequence_markdown(&long), &page);
-    let moe = validate_moe_modelzoo(&hw).unwrap();
-    assert_on_page("ModelZoo", &moe.markdown(), &page);
-    let lc = validate_long_context(&hw).unwrap();
-    assert_on_page("ModelZoo long context", &long_context_markdown(&lc), &page);
-    let bridge = validate_bridge_h100(&hw).unwrap();
-    assert_on_page("Megatron-Bridge H100", &bridge_markdown(&bridge), &page);
-    let llama = validate_llama3_405b(&hw).unwrap();
-    assert_on_page("Llama 3 405B", &llama3_405b_markdown(&llama), &page);
-}
-
-#[test]
-fn other_reports_are_the_pages_tables() {
-    let page = page();
-    let blackwell = validate_bridge_blackwell().unwrap();
-    assert_on_page(
-        "Megatron-Bridge Blackwell",
-        &blackwell_markdown(&blackwell),
-        &page,
-    );
-    let a100 = Hardware::bundled("a100-80gb").unwrap();
-    let tt = validate_torchtitan(&a100, Stack::torchtitan()).unwrap();
-    assert_on_page("torchtitan", &torchtitan_markdown(&tt, &a100.name), &page);
-    let held = validate_torchtitan_llama3(&a100, Stack::torchtitan()).unwrap();
-    assert_on_page(
-        "torchtitan Llama 3",
-        &torchtitan_markdown(&held, &a100.name),
-        &page,
-    );
-    for table in [FoundryTable::H100LargeScale, FoundryTable::A100] {
-        let hw = Hardware::bundled(table.hardware()).unwrap();
-        let rows = validate_llm_foundry(table, &hw).unwrap();
-        assert_on_page(
-            table.hardware(),
-            &foundry_markdown(&rows, table.hardware()),
-            &page,
+            .filter(|r| r.file == f.origin)
+            .cloned()
+            .collect();
+        let report = markdown(std::slice::from_ref(f), &mine, GroupBy::Source);
+        assert!(report.lines().filter(|l| l.starts_with("| ")).count() >= 2);
+        absent.extend(
+            missing(&report, &page)
+                .into_iter()
+                .map(|l| format!("{}: {l}", f.group)),
         );
     }
+    let all = markdown(&files, &results, GroupBy::Source);
+    let summary: String = all
+        .lines()
+        .filter(|l| !l.starts_with('|') && !l.starts_with("Not counted"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    absent.extend(
+        missing(&summary, &page)
+            .into_iter()
+            .map(|l| format!("all: {l}")),
+    );
+    assert!(
+        absent.is_empty(),
+        "docs/validation.md lacks {} line(s) `pplan validate --runs` prints now (regenerate the page's tables):\n{}",
+        absent.len(),
+        absent.join("\n")
+    );
 }

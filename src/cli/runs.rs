@@ -34,11 +34,16 @@ fn report_problems(results: &[RunResult]) -> Result<(), CliError> {
     if problems.is_empty() {
         Ok(())
     } else {
+        let rest = results.len() - problems.len();
         input(format!(
-            "{} of {} rows could not be predicted (each named above); the other {} were",
+            "{} of {} rows could not be predicted (each named above){}",
             problems.len(),
             results.len(),
-            results.len() - problems.len()
+            if rest > 0 {
+                format!("; the other {rest} were")
+            } else {
+                String::new()
+            }
         ))
     }
 }
@@ -52,7 +57,16 @@ pub(crate) fn cmd_validate_runs(args: &ValidateArgs) -> Result<(), CliError> {
         .parse()
         .map_err(|e: String| CliError::Input(format!("--group-by: {e}")))?;
     let files = load_files(&args.runs)?;
-    let rows = rv::load_rows(&files);
+    let mut rows = rv::load_rows(&files);
+    if let Some(h) = &args.hardware {
+        let hw = pplan::inputs::hardware::Hardware::load(h)
+            .map_err(|e| CliError::Input(format!("--hardware: {e}")))?;
+        for r in &mut rows {
+            if let Ok(p) = &mut r.prepared {
+                p.hardware = hw.clone();
+            }
+        }
+    }
     let results = rv::predict_rows(&rows);
     match args.format {
         Format::Json => print_json(&rv::to_json(&results, by))?,
@@ -173,7 +187,7 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
         .iter()
         .filter_map(|(_, r)| r.counted_error())
         .collect();
-    let all = fit::fit(&rows, &params, &start).ok_or_else(|| {
+    let all = fit::fit(&rows, &params).ok_or_else(|| {
         CliError::Internal("a row predicted at the priors failed during the fit".into())
     })?;
     for ((p, &v), &edge) in params.iter().zip(&all.values).zip(&all.at_edge) {
@@ -184,15 +198,16 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
             ));
         }
     }
-    let (groups, cv_mape) = match cv {
+    let (groups, cv_mape): (Vec<fit::HeldOut>, Option<f64>) = match cv {
         Cv::None => (Vec::new(), None),
         Cv::By(by) => {
             let names: Vec<String> = picked.iter().map(|(_, r)| r.group(by)).collect();
-            let (groups, left_out) = fit::cross_validate(&rows, &names, &params, &start, &all)
-                .ok_or_else(|| {
+            let (groups, left_out) =
+                fit::cross_validate(&rows, &names, &params, &all).ok_or_else(|| {
                     CliError::Internal("a row failed while leaving a group out".into())
                 })?;
-            (groups, Some(fit::mape(&left_out)))
+            let cv = (!left_out.is_empty()).then(|| fit::mape(&left_out));
+            (groups, cv)
         }
     };
     let fit_mape = fit::mape(&all.errors);
@@ -268,14 +283,13 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
             out_hardware: args.out_hardware.as_ref().map(|p| p.display().to_string()),
         })?,
         Format::Table => {
+            let mut files: Vec<&str> = picked.iter().map(|(_, r)| r.file.as_str()).collect();
+            files.sort();
+            files.dedup();
             println!(
                 "fitted to {} runs of {} on {}",
                 rows.len(),
-                args.runs
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                files.join(", "),
                 profiles.join(", ")
             );
             println!(
@@ -293,23 +307,29 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
                 100.0 * prior_mape,
                 100.0 * fit_mape
             );
-            if let Some(c) = cv_mape {
+            if cv != Cv::None {
                 println!();
                 let names: Vec<&str> = params.iter().map(|p| p.name).collect();
+                let columns: Vec<String> =
+                    names.iter().map(|n| format!("{n} without it")).collect();
                 println!(
-                    "| {cv_name} left out | runs | error, all fitted | error, left out | {} without it |",
-                    names.join(" | ")
+                    "| {cv_name} left out | runs | error, all fitted | error, left out | {} |",
+                    columns.join(" | ")
                 );
                 println!("|---|---|---|---|{}", "---|".repeat(names.len()));
                 for g in &groups {
-                    let values: Vec<String> =
-                        g.fitted_without.iter().map(|v| format!("{v:.4}")).collect();
+                    let values: Vec<String> = if g.fitted_without.is_empty() {
+                        vec!["– (no other group)".to_string(); names.len()]
+                    } else {
+                        g.fitted_without.iter().map(|v| format!("{v:.4}")).collect()
+                    };
                     println!(
-                        "| {} | {} | {:.2} % | {:.2} % | {}{} |",
+                        "| {} | {} | {:.2} % | {} | {}{} |",
                         g.name,
                         g.count,
                         100.0 * g.fit_mape,
-                        100.0 * g.cv_mape,
+                        g.cv_mape
+                            .map_or("–".to_string(), |c| format!("{:.2} %", 100.0 * c)),
                         values.join(" | "),
                         if g.at_edge.is_empty() {
                             String::new()
@@ -318,10 +338,13 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
                         }
                     );
                 }
-                println!(
-                    "\nleft-out mean absolute error (each {cv_name} in turn): {:.2} %",
-                    100.0 * c
-                );
+                match cv_mape {
+                    Some(c) => println!(
+                        "\nleft-out mean absolute error (each {cv_name} in turn): {:.2} %",
+                        100.0 * c
+                    ),
+                    None => println!("\nno left-out error: the runs are one {cv_name}"),
+                }
             }
             if let Some(p) = &args.out_hardware {
                 println!("wrote {}", p.display());

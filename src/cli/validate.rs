@@ -28,6 +28,10 @@ pub(crate) struct ValidateArgs {
     /// hardware, model or kind (dense or mixture of experts).
     #[arg(long, default_value = "source", requires = "runs")]
     pub(crate) group_by: String,
+    /// With --runs: predict every row on this hardware profile (a bundled name or a JSON
+    /// file, e.g. one `pplan calibrate --runs --out-hardware` wrote) instead of its own.
+    #[arg(long, requires = "runs")]
+    pub(crate) hardware: Option<String>,
     /// Warm-up steps to discard from each trace (default: 1 when a trace has several steps).
     #[arg(long, value_parser = count::<usize>)]
     pub(crate) skip_steps: Option<usize>,

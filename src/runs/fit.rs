@@ -3,9 +3,10 @@
 //! left-out error of each group (`--cv`): the group's runs predicted with the values fitted
 //! to the other groups.
 //!
-//! The fit is deterministic: each parameter is searched over its whole plausible range on a
-//! grid, then refined by golden-section search around the best grid point; several
-//! parameters are fitted one at a time in turn until none moves. A best value on the edge of
+//! The fit is deterministic and starts from no profile's values: each parameter is searched
+//! over its whole plausible range on a grid, then refined by golden-section search around the
+//! best grid point; several parameters are fitted one at a time in turn, with a line search
+//! along each round's step, until none moves. A best value on the edge of
 //! the plausible range is refused: the runs then ask for an effect the parameter does not
 //! stand for.
 
@@ -188,31 +189,41 @@ fn sum_squares(errors: &Option<Vec<f64>>) -> f64 {
         .map_or(f64::INFINITY, |e| e.iter().map(|x| x * x).sum())
 }
 
-/// Points of the grid each parameter's search starts from.
+/// Points of the grid each parameter's first search starts from, over its whole range; later
+/// rounds search `LOCAL_GRID` points within one first-round grid step of the value.
 const GRID: usize = 17;
+const LOCAL_GRID: usize = 5;
 /// The golden-section search stops when its bracket is this fraction of the range.
 const TOLERANCE: f64 = 1e-5;
 /// A best value this close (a fraction of the range) to an end of the range is on the edge.
 const EDGE: f64 = 1e-3;
 /// Rounds of fitting the parameters one at a time.
-const MAX_SWEEPS: usize = 8;
+const MAX_SWEEPS: usize = 12;
 
-/// The value of one parameter in `[lo, hi]` that minimises `f`, and `f` there.
-fn minimize(f: &dyn Fn(f64) -> f64, lo: f64, hi: f64, evaluations: &mut usize) -> (f64, f64) {
-    let xs: Vec<f64> = (0..GRID)
-        .map(|k| lo + (hi - lo) * k as f64 / (GRID - 1) as f64)
+/// The value of one parameter in `[lo, hi]` that minimises `f` (a grid of `grid` points,
+/// then golden-section search between the best point's neighbours, to `TOLERANCE` of
+/// `range`), and `f` there.
+fn minimize(
+    f: &dyn Fn(f64) -> f64,
+    (lo, hi): (f64, f64),
+    grid: usize,
+    range: f64,
+    evaluations: &mut usize,
+) -> (f64, f64) {
+    let xs: Vec<f64> = (0..grid)
+        .map(|k| lo + (hi - lo) * k as f64 / (grid - 1) as f64)
         .collect();
     let fs: Vec<f64> = xs.iter().map(|&x| f(x)).collect();
-    *evaluations += GRID;
-    let k = (0..GRID).fold(0, |b, i| if fs[i] < fs[b] { i } else { b });
+    *evaluations += grid;
+    let k = (0..grid).fold(0, |b, i| if fs[i] < fs[b] { i } else { b });
     let (mut best_x, mut best_f) = (xs[k], fs[k]);
-    let (mut a, mut b) = (xs[k.saturating_sub(1)], xs[(k + 1).min(GRID - 1)]);
+    let (mut a, mut b) = (xs[k.saturating_sub(1)], xs[(k + 1).min(grid - 1)]);
     let phi = (5f64.sqrt() - 1.0) / 2.0;
     let mut c = b - phi * (b - a);
     let mut d = a + phi * (b - a);
     let (mut fc, mut fd) = (f(c), f(d));
     *evaluations += 2;
-    while b - a > TOLERANCE * (hi - lo) {
+    while b - a > TOLERANCE * range {
         if fc <= fd {
             b = d;
             d = c;
@@ -248,25 +259,70 @@ pub struct Fit {
     pub evaluations: usize,
 }
 
-/// Fit `params` to `rows` starting from `start` (the values the other parameters keep while
-/// one is searched). `None` when a row cannot be predicted at the starting values.
-pub fn fit(rows: &[&Prepared], params: &[&Param], start: &[f64]) -> Option<Fit> {
-    let mut values = start.to_vec();
+/// Fit `params` to `rows`. The search starts from the middle of each range, not from any
+/// profile's values, so the result depends on the runs and the model only. One parameter is
+/// searched over its whole range; several are searched one at a time in turn (the first round
+/// over their whole ranges, later rounds within one grid step of the value), each round
+/// followed by a line search along the step the round made (Powell's direction: two
+/// parameters that trade against each other move together along their valley), until no
+/// parameter moves by 10^-4 of its range. `None` when a row cannot be predicted.
+pub fn fit(rows: &[&Prepared], params: &[&Param]) -> Option<Fit> {
+    let mut values: Vec<f64> = params.iter().map(|p| (p.lo + p.hi) / 2.0).collect();
     let mut evaluations = 1;
     errors_at(rows, params, &values)?;
-    for _ in 0..if params.len() == 1 { 1 } else { MAX_SWEEPS } {
-        let mut moved = 0.0f64;
+    let f_at = |v: &[f64]| sum_squares(&errors_at(rows, params, v));
+    for sweep in 0..if params.len() == 1 { 1 } else { MAX_SWEEPS } {
+        let before = values.clone();
         for j in 0..params.len() {
             let p = params[j];
             let f = |x: f64| {
                 let mut v = values.clone();
                 v[j] = x;
-                sum_squares(&errors_at(rows, params, &v))
+                f_at(&v)
             };
-            let (x, _) = minimize(&f, p.lo, p.hi, &mut evaluations);
-            moved = moved.max((x - values[j]).abs() / (p.hi - p.lo));
-            values[j] = x;
+            let range = p.hi - p.lo;
+            let (bounds, grid) = if sweep == 0 {
+                ((p.lo, p.hi), GRID)
+            } else {
+                let step = range / (GRID - 1) as f64;
+                (
+                    ((values[j] - step).max(p.lo), (values[j] + step).min(p.hi)),
+                    LOCAL_GRID,
+                )
+            };
+            values[j] = minimize(&f, bounds, grid, range, &mut evaluations).0;
         }
+        // Along the round's step d, from the round's end: t in [0, t_max], the box's edge or
+        // four steps.
+        let d: Vec<f64> = values.iter().zip(&before).map(|(a, b)| a - b).collect();
+        if params.len() > 1 && d.iter().any(|&x| x != 0.0) {
+            let t_max = params
+                .iter()
+                .zip(values.iter().zip(&d))
+                .map(|(p, (&v, &dj))| match dj {
+                    x if x > 0.0 => (p.hi - v) / x,
+                    x if x < 0.0 => (p.lo - v) / x,
+                    _ => f64::INFINITY,
+                })
+                .fold(4.0f64, f64::min);
+            if t_max > 0.0 {
+                let start = values.clone();
+                let along = |t: f64| -> Vec<f64> {
+                    start.iter().zip(&d).map(|(v, dj)| v + t * dj).collect()
+                };
+                let f = |t: f64| f_at(&along(t));
+                let (t, ft) = minimize(&f, (0.0, t_max), LOCAL_GRID, t_max, &mut evaluations);
+                if ft < f_at(&start) {
+                    values = along(t);
+                }
+                evaluations += 1;
+            }
+        }
+        let moved = params
+            .iter()
+            .zip(values.iter().zip(&before))
+            .map(|(p, (a, b))| (a - b).abs() / (p.hi - p.lo))
+            .fold(0.0f64, f64::max);
         if moved < 1e-4 {
             break;
         }
@@ -301,22 +357,23 @@ pub struct HeldOut {
     pub count: usize,
     /// The group's mean absolute error with every group in the fit.
     pub fit_mape: f64,
-    /// The group's mean absolute error predicted with the values fitted to the others.
-    pub cv_mape: f64,
-    /// The values fitted without it (the priors when no other group has runs).
+    /// The group's mean absolute error predicted with the values fitted to the others; none
+    /// when no other group has runs to fit to.
+    pub cv_mape: Option<f64>,
+    /// The values fitted without it (empty when no other group has runs).
     pub fitted_without: Vec<f64>,
     /// Parameters whose fit without this group ended on an edge of their range.
     pub at_edge: Vec<String>,
 }
 
 /// Leave each group out in turn: `groups[i]` is row `i`'s group; `all` the fit to every row.
-/// Returns each group's result (groups in order of their first row) and every row's
-/// left-out error in row order; `None` when a row cannot be predicted.
+/// Returns each group's result (groups in order of their first row) and the left-out errors
+/// of the rows whose group could be left out (another group has runs), in row order; `None`
+/// when a row cannot be predicted.
 pub fn cross_validate(
     rows: &[&Prepared],
     groups: &[String],
     params: &[&Param],
-    start: &[f64],
     all: &Fit,
 ) -> Option<(Vec<HeldOut>, Vec<f64>)> {
     let mut names: Vec<&String> = Vec::new();
@@ -325,38 +382,38 @@ pub fn cross_validate(
             names.push(g);
         }
     }
-    let mut left_out = vec![0.0; rows.len()];
+    let mut left_out = vec![None; rows.len()];
     let mut out = Vec::new();
     for name in names {
         let (inside, outside): (Vec<usize>, Vec<usize>) =
             (0..rows.len()).partition(|&i| &groups[i] == name);
         let train: Vec<&Prepared> = outside.iter().map(|&i| rows[i]).collect();
         let test: Vec<&Prepared> = inside.iter().map(|&i| rows[i]).collect();
-        let (values, at_edge) = if train.is_empty() {
-            (start.to_vec(), Vec::new())
-        } else {
-            let f = fit(&train, params, start)?;
-            let edge = params
+        let fitted: Vec<f64> = inside.iter().map(|&i| all.errors[i]).collect();
+        let mut held = HeldOut {
+            name: name.clone(),
+            count: inside.len(),
+            fit_mape: mape(&fitted),
+            cv_mape: None,
+            fitted_without: Vec::new(),
+            at_edge: Vec::new(),
+        };
+        if !train.is_empty() {
+            let f = fit(&train, params)?;
+            held.at_edge = params
                 .iter()
                 .zip(&f.at_edge)
                 .filter(|(_, &e)| e)
                 .map(|(p, _)| p.name.to_string())
                 .collect();
-            (f.values, edge)
-        };
-        let errors = errors_at(&test, params, &values)?;
-        for (&i, &e) in inside.iter().zip(&errors) {
-            left_out[i] = e;
+            let errors = errors_at(&test, params, &f.values)?;
+            for (&i, &e) in inside.iter().zip(&errors) {
+                left_out[i] = Some(e);
+            }
+            held.cv_mape = Some(mape(&errors));
+            held.fitted_without = f.values;
         }
-        let fitted: Vec<f64> = inside.iter().map(|&i| all.errors[i]).collect();
-        out.push(HeldOut {
-            name: name.clone(),
-            count: inside.len(),
-            fit_mape: mape(&fitted),
-            cv_mape: mape(&errors),
-            fitted_without: values,
-            at_edge,
-        });
+        out.push(held);
     }
-    Some((out, left_out))
+    Some((out, left_out.into_iter().flatten().collect()))
 }

@@ -375,7 +375,13 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
     let mut s = String::new();
     for f in files {
         let rows: Vec<&RunResult> = results.iter().filter(|r| r.file == f.origin).collect();
-        let _ = writeln!(s, "Runs of {} ({} rows):\n", f.origin, rows.len());
+        let _ = writeln!(
+            s,
+            "Runs of {} ({} {}):\n",
+            f.origin,
+            rows.len(),
+            if rows.len() == 1 { "row" } else { "rows" }
+        );
         s += "| id | model | hardware | GPUs | layout | metric | measured | predicted | error | peak memory (GB) |\n";
         s += "|---|---|---|---|---|---|---|---|---|---|\n";
         for r in rows {
@@ -487,12 +493,12 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
             .iter()
             .take(5)
             .map(|r| {
-                format!(
-                    "{} ({}) {}",
-                    r.id,
-                    r.source,
-                    pct(r.counted_error().unwrap_or(0.0))
-                )
+                let e = pct(r.counted_error().unwrap_or(0.0));
+                if several {
+                    format!("{} ({}) {e}", r.id, r.source)
+                } else {
+                    format!("{} {e}", r.id)
+                }
             })
             .collect();
         let _ = writeln!(s, "worst: {}", list.join(", "));
@@ -520,8 +526,9 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
     if !tight.is_empty() {
         let _ = writeln!(
             s,
-            "predicted not to fit ({} runs): {}",
+            "predicted not to fit ({} {}): {}",
             tight.len(),
+            if tight.len() == 1 { "run" } else { "runs" },
             tight.join(", ")
         );
     }
@@ -539,9 +546,10 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
 /// `name: N runs, mean absolute error X%, worst ID +Y%`.
 pub fn group_line(g: &GroupError) -> String {
     let mut line = format!(
-        "{}: {} runs, mean absolute error {:.2}%",
+        "{}: {} {}, mean absolute error {:.2}%",
         g.name,
         g.count,
+        if g.count == 1 { "run" } else { "runs" },
         100.0 * g.mape
     );
     if let (Some(id), Some(e)) = (&g.worst_id, g.worst_error) {
