@@ -12,24 +12,7 @@ fn page() -> String {
 }
 
 fn runs_files() -> Vec<RunsFile> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/runs");
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    // As the page's commands name them: relative to the repository.
-    paths
-        .iter()
-        .map(|p| {
-            let rel = p.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
-            let text = std::fs::read_to_string(p).unwrap();
-            let mut f = RunsFile::parse(&text, &rel.display().to_string()).unwrap();
-            f.origin = p.display().to_string();
-            f
-        })
-        .collect()
+    RunsFile::load_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/runs").as_ref()).unwrap()
 }
 
 /// The lines of `report` missing from `page` (blank lines and the "Runs of FILE" headings,

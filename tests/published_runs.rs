@@ -20,13 +20,7 @@ fn bundled() -> &'static Bundled {
     static B: OnceLock<Bundled> = OnceLock::new();
     B.get_or_init(|| {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/runs");
-        let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        paths.sort();
-        let files: Vec<RunsFile> = paths.iter().map(|p| RunsFile::load(p).unwrap()).collect();
+        let files = RunsFile::load_dir(dir.as_ref()).unwrap();
         let rows = load_rows(&files);
         let results = predict_rows(&rows);
         Bundled { rows, results }

@@ -132,6 +132,23 @@ impl RunsFile {
         RunsFile::parse(&text, &origin)
     }
 
+    /// Every `*.json` file directly in `dir` (e.g. `data/runs/`), in name order.
+    pub fn load_dir(dir: &std::path::Path) -> Result<Vec<RunsFile>, RunsFileError> {
+        let read = |e: std::io::Error| RunsFileError::Read {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        let mut paths = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(read)? {
+            let path = entry.map_err(read)?.path();
+            if path.extension().is_some_and(|x| x == "json") {
+                paths.push(path);
+            }
+        }
+        paths.sort();
+        paths.iter().map(|p| RunsFile::load(p)).collect()
+    }
+
     /// Parse a runs file's text; `origin` names it in errors and gives the group.
     pub fn parse(text: &str, origin: &str) -> Result<RunsFile, RunsFileError> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
