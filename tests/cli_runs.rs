@@ -190,7 +190,12 @@ fn bad_files_and_bad_rows_are_named() {
           "measured": {{"tokens_per_s_per_gpu": 9000}}, "source": "a test"}},
         {{"id": "no-convention", "model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8,
           "global_batch": 64, "seq_len": 8192, "measured": {{"model_tflops_per_gpu": 400}},
-          "source": "a test"}}
+          "source": "a test"}},
+        {{"id": "output-flag", "model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8,
+          "global_batch": 64, "seq_len": 8192, "args": ["--gantt", "x.svg"],
+          "measured": {{"tokens_per_s_per_gpu": 9000}}, "source": "a test"}},
+        {good},
+        "not a row"
     ]}}"#
     );
     let path = temp_file("bad-rows.json", &text);
@@ -203,6 +208,9 @@ fn bad_files_and_bad_rows_are_named() {
         ("no-model", "model: "),
         ("field-flag", "args: --gpus is the row's `gpus` field"),
         ("no-convention", "measured.flop_convention: missing"),
+        ("output-flag", "args: unexpected argument '--gantt'"),
+        ("ok", "id: 'ok' is used by an earlier row"),
+        ("#9", "the row is not an object"),
     ] {
         let line = err
             .lines()
@@ -214,7 +222,7 @@ fn bad_files_and_bad_rows_are_named() {
             "{id} not in its place: {out}"
         );
     }
-    assert!(err.contains("5 of 6 rows could not be predicted"), "{err}");
+    assert!(err.contains("8 of 9 rows could not be predicted"), "{err}");
 }
 
 /// The bundled H100 factor is what `pplan calibrate --runs` fits to its calibration runs

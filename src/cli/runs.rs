@@ -39,10 +39,10 @@ fn report_problems(results: &[RunResult]) -> Result<(), CliError> {
             "{} of {} rows could not be predicted (each named above){}",
             problems.len(),
             results.len(),
-            if rest > 0 {
-                format!("; the other {rest} were")
-            } else {
-                String::new()
+            match rest {
+                0 => String::new(),
+                1 => "; the other row was".to_string(),
+                n => format!("; the other {n} were"),
             }
         ))
     }

@@ -104,8 +104,11 @@ pub fn prepare(row: &Row, base: &Path) -> Result<Prepared, String> {
         Spec::Named(n) => Model::load(&resolve(n))
             .map_err(|e| format!("model: {}", tidy(e.to_string(), "--model: ")))?,
         Spec::Inline(v) => {
-            let mut m = Model::from_json(&v.to_string(), &format!("{}.json", row.id))
-                .map_err(|e| format!("model: {e}"))?;
+            let mut m = Model::from_json(
+                &v.to_string(),
+                &format!("the inline model of row {}", row.id),
+            )
+            .map_err(|e| format!("model: {}", tidy(e.to_string(), "--model: ")))?;
             m.name = row.model.label();
             if m.name == "inline" {
                 m.name = format!("{} model", row.id);
@@ -114,10 +117,16 @@ pub fn prepare(row: &Row, base: &Path) -> Result<Prepared, String> {
         }
     };
     model.seq_len = row.seq_len;
-    model
-        .check()
-        .map_err(|e| format!("seq_len {}: {e}", row.seq_len))?;
-    flags.pad_vocab(&mut model);
+    model.check().map_err(|e| {
+        format!(
+            "seq_len {}: {}",
+            row.seq_len,
+            tidy(e.to_string(), "--model: ")
+        )
+    })?;
+    flags
+        .pad_vocab(&mut model)
+        .map_err(|e| format!("args: {e}"))?;
     let hardware = match &row.hardware {
         Spec::Named(n) => Hardware::load(&resolve(n))
             .map_err(|e| format!("hardware: {}", tidy(e.to_string(), "--hardware: ")))?,

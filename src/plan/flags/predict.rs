@@ -195,11 +195,17 @@ impl PredictFlags {
     /// Pad `model`'s vocabulary as `--make-vocab-size-divisible-by` asks (to a multiple of
     /// N x t, Megatron-LM's `_vocab_size_with_padding`); the caller has already applied
     /// `--seq-len`.
-    pub fn pad_vocab(&self, model: &mut Model) {
+    pub fn pad_vocab(&self, model: &mut Model) -> Result<(), FlagError> {
         if let Some(n) = self.make_vocab_size_divisible_by {
+            if n == 0 {
+                return Err(FlagError(
+                    "--make-vocab-size-divisible-by 0: valid values are 1 or more (Megatron-LM's default is 128)".into(),
+                ));
+            }
             let multiple = n.saturating_mul(self.tp.max(1));
-            model.vocab_size = model.vocab_size.div_ceil(multiple) * multiple;
+            model.vocab_size = model.vocab_size.div_ceil(multiple).saturating_mul(multiple);
         }
+        Ok(())
     }
 
     /// The request these flags describe for `model` (with [`PredictFlags::pad_vocab`]
