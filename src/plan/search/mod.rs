@@ -27,16 +27,27 @@
 //!
 //! No IO and no clock; the caller measures elapsed time.
 //!
-//! Files: `space.rs` (request, candidates, structural checks, enumeration),
-//! `schedule_summary.rs` (exact memory and the lower bound from the action order), this file
-//! (the best-first simulation and the ranking).
+//! Files: `request.rs` (the request, pins and errors), `candidate.rs` (a candidate, its
+//! request and keys, balanced splits), `space.rs` (structural checks, enumeration),
+//! `outcome.rs` (rejection reasons, errors), `result.rs` (ranked results), `schedule_summary.rs` (exact memory and the
+//! lower bound from the action order), this file (the best-first simulation and the ranking).
 
+mod candidate;
+mod outcome;
+mod request;
+mod result;
 mod schedule_summary;
 mod space;
 
+pub use candidate::*;
+pub use outcome::*;
+pub use request::*;
+pub use result::*;
 pub use schedule_summary::{DeviceSummary, ScheduleSummary};
 pub use space::*;
-use space::{apply_partition, check_inputs, enumerate, ScheduleKey, Tally, BATCH};
+use candidate::{apply_partition, ScheduleKey};
+use outcome::{Tally, BATCH};
+use space::{check_inputs, enumerate};
 
 use crate::plan::predict::{check, prediction_from, step_costs};
 use crate::schedule::generators::{generate, GenParams};
