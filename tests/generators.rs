@@ -2,7 +2,7 @@
 //! applies), with the validator, the papers' closed forms and the memory bounds as oracles.
 
 use pplan::schedule::generators::{self, GenParams, ScheduleName};
-use pplan::schedule::ir::WeightUpdate;
+use pplan::schedule::ir::{Kind, WeightUpdate};
 use pplan::sim::{simulate, Costs, SimOptions, SimResult, UnitCosts};
 use pplan::{validate, Schedule};
 
@@ -292,6 +292,85 @@ fn lone_actions_are_1f1bs_warm_up_and_cool_down() {
                         none <= some && some <= all,
                         "{name} p={p} m={m} v={v}: {none} {some} {all}"
                     );
+                }
+            }
+        }
+    }
+}
+
+/// Megatron-Core's schedule table (`get_schedule_table` in
+/// megatron/core/pipeline_parallel/schedules.py at d98e8a6), from its docstring: PP 2, N 3
+/// (the micro-batch group), M 5, VP 2 runs its virtual micro-batches as
+/// micro-batch 0 1 2 0 1 2 3 4 3 4 / model chunk 0 0 0 1 1 1 0 0 1 1.
+#[test]
+fn microbatch_groups_follow_megatron_cores_schedule_table() {
+    assert_eq!(generators::interleaved_groups(5, 3), vec![3, 2]);
+    let s = generators::generate(
+        ScheduleName::Interleaved1F1B,
+        GenParams::new(2, 5).chunks(2).group(Some(3)),
+    )
+    .unwrap();
+    validate(&s).unwrap();
+    let table: Vec<(u32, u32)> = [0, 1, 2, 0, 1, 2, 3, 4, 3, 4]
+        .into_iter()
+        .zip([0, 0, 0, 1, 1, 1, 0, 0, 1, 1])
+        .collect();
+    for r in 0..2u32 {
+        let forwards: Vec<(u32, u32)> = s.devices[r as usize]
+            .iter()
+            .filter(|a| a.kind == Kind::F)
+            .map(|a| (a.microbatch, a.stage / 2))
+            .collect();
+        assert_eq!(forwards, table, "device {r}");
+        // Megatron-Core's warm-up: (pp - rank - 1) * 2 + (chunks - 1) * group forwards, then
+        // the steady state's first forward, before the first backward.
+        let before_first_backward = s.devices[r as usize]
+            .iter()
+            .take_while(|a| a.kind == Kind::F)
+            .count();
+        assert_eq!(
+            before_first_backward as u32,
+            (2 - r - 1) * 2 + 3 + 1,
+            "device {r}"
+        );
+    }
+}
+
+/// Every group Megatron-Core accepts (p <= n <= m, the last group empty or at least p) gives
+/// a schedule the validator passes and no faster than the ideal; every other is refused with
+/// the smallest that holds. With n = p where p divides m it is Megatron-LM's default schedule.
+#[test]
+fn every_accepted_microbatch_group_runs_and_the_others_are_refused() {
+    for p in 2..=6u32 {
+        for m in 1..=20u32 {
+            for n in 1..=21u32 {
+                let g = GenParams::new(p, m).chunks(2).group(Some(n));
+                let got = generators::generate(ScheduleName::Interleaved1F1B, g);
+                let accepted = n >= p && n <= m && !(m % n > 0 && m % n < p);
+                match got {
+                    Ok(s) => {
+                        assert!(accepted, "p={p} m={m} n={n} accepted");
+                        validate(&s).unwrap_or_else(|e| panic!("p={p} m={m} n={n}: {e}"));
+                        assert!(run(&s).makespan_ns >= m as u64 * (TF + TB));
+                        if n == p && m % p == 0 {
+                            let default = generators::interleaved_1f1b(p, m, 2);
+                            assert_eq!(s.devices, default.devices, "p={p} m={m}");
+                        }
+                    }
+                    Err(e) => {
+                        assert!(!accepted, "p={p} m={m} n={n} refused: {e}");
+                        let e = e.to_string();
+                        assert!(e.contains(&format!("m = {m}")), "{e}");
+                        match generators::smallest_group(p, m) {
+                            Some(k) => assert!(
+                                e.contains(&format!(
+                                    "--microbatch-group-size-per-virtual-pipeline-stage {k} "
+                                )),
+                                "{e}"
+                            ),
+                            None => assert!(m < p && e.contains("at least p"), "{e}"),
+                        }
+                    }
                 }
             }
         }

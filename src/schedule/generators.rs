@@ -121,6 +121,11 @@ pub struct GenParams {
     pub chunks: u32,
     pub steps: u32,
     pub vertical_sync: bool,
+    /// Interleaved 1F1B: Megatron-Core's micro-batch group per virtual stage
+    /// (`--microbatch-group-size-per-virtual-pipeline-stage`, [`interleaved_groups`]); `None`:
+    /// the rounds of [`interleaved_rounds`] (groups of p when p divides m, as Megatron-LM's
+    /// default, else PyTorch's rounds).
+    pub group: Option<u32>,
 }
 
 impl GenParams {
@@ -131,6 +136,7 @@ impl GenParams {
             chunks: 1,
             steps: 1,
             vertical_sync: false,
+            group: None,
         }
     }
     pub fn chunks(mut self, v: u32) -> Self {
@@ -139,6 +145,10 @@ impl GenParams {
     }
     pub fn steps(mut self, n: u32) -> Self {
         self.steps = n;
+        self
+    }
+    pub fn group(mut self, n: Option<u32>) -> Self {
+        self.group = n;
         self
     }
 }
@@ -162,6 +172,8 @@ pub enum GenError {
     DualPipeTooFewMicrobatches { m: u32, p: u32 },
     #[error("schedule too large: {actions} actions exceeds the limit of {limit}")]
     TooLarge { actions: u64, limit: u64 },
+    #[error("{0}")]
+    Group(String),
 }
 
 /// Largest schedule a generator will build (keeps memory bounded on hostile input).
@@ -175,6 +187,7 @@ pub fn generate(name: ScheduleName, params: GenParams) -> Result<Schedule, GenEr
         chunks: v,
         steps,
         vertical_sync,
+        group,
     } = params;
     for (param, value) in [
         ("--stages", p),
@@ -221,7 +234,13 @@ pub fn generate(name: ScheduleName, params: GenParams) -> Result<Schedule, GenEr
     Ok(match name {
         ScheduleName::GPipe => gpipe(p, m),
         ScheduleName::OneFOneB => one_f_one_b(p, m),
-        ScheduleName::Interleaved1F1B => interleaved_1f1b(p, m, v),
+        ScheduleName::Interleaved1F1B => match group {
+            None => interleaved_1f1b(p, m, v),
+            Some(n) => {
+                check_group(p, m, n).map_err(GenError::Group)?;
+                interleaved_in_groups(p, v, &interleaved_groups(m, n))
+            }
+        },
         ScheduleName::PipeDream => pipedream(p, m, steps, vertical_sync),
         ScheduleName::PipeDream2BW => {
             if m < p {
@@ -305,18 +324,76 @@ pub fn interleaved_rounds(p: u32, m: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Megatron-Core's micro-batch groups of the interleaved schedule
+/// (`megatron/core/pipeline_parallel/schedules.py`, `get_schedule_table`, at d98e8a6): groups
+/// of `n` consecutive micro-batches, the last group whatever remains once another full group
+/// would reach or pass `m` (so it holds between 1 and `n`).
+pub fn interleaved_groups(m: u32, n: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < m {
+        let g = if start + n >= m { m - start } else { n };
+        out.push(g);
+        start += g;
+    }
+    out
+}
+
+/// Megatron-Core's rule for the group size `n` of `m` micro-batches on `p` pipeline ranks
+/// (`forward_backward_pipelining_with_interleaving`): `p <= n <= m`, and the last group empty
+/// or at least `p` (a shorter one leaves dependency bubbles, and Megatron-Core refuses it).
+/// The error says which part fails and the smallest `n` that holds, if any.
+pub fn check_group(p: u32, m: u32, n: u32) -> Result<(), String> {
+    let flag = "--microbatch-group-size-per-virtual-pipeline-stage";
+    let valid = match smallest_group(p, m) {
+        Some(k) => format!("valid: {flag} {k} (the smallest that holds for m = {m}, p = {p})"),
+        None => format!(
+            "no group size holds: interleaving needs at least p = {p} micro-batches, m = {m}"
+        ),
+    };
+    if n < p || n > m {
+        return Err(format!(
+            "{flag} {n}: must be between the pipeline ranks p = {p} and the micro-batches m = {m}, as Megatron-Core requires; {valid}"
+        ));
+    }
+    let last = m % n;
+    if last > 0 && last < p {
+        return Err(format!(
+            "{flag} {n}: the last group would hold m mod {n} = {last} micro-batches, fewer than the pipeline ranks p = {p}, which Megatron-Core refuses (dependency bubbles); {valid}"
+        ));
+    }
+    Ok(())
+}
+
+/// The smallest group size Megatron-Core accepts for `m` micro-batches on `p` ranks (`p` when
+/// `p` divides `m`, Megatron-LM's default); `None` when `m < p`.
+pub fn smallest_group(p: u32, m: u32) -> Option<u32> {
+    (p.max(1)..=m).find(|&n| check_group_holds(p, m, n))
+}
+
+fn check_group_holds(p: u32, m: u32, n: u32) -> bool {
+    n >= p && n <= m && !(m % n > 0 && m % n < p)
+}
+
 /// Interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2): v chunks per device, stage s on device
 /// s mod p. Within a round of g micro-batches a device runs chunk 0 for all of them, then
 /// chunk 1, and so on; backwards go through the chunks in reverse. Device r warms up with
 /// (v-1)·g + 2(p-1-r) forwards (Megatron-LM's count), then alternates, then drains.
 /// Bubble over ideal compute: (p-1)/(v·m) when p divides m.
 pub fn interleaved_1f1b(p: u32, m: u32, v: u32) -> Schedule {
-    let rounds = interleaved_rounds(p, m);
+    interleaved_in_groups(p, v, &interleaved_rounds(p, m))
+}
+
+/// Interleaved 1F1B over the given micro-batch groups (rounds): the first group's size sets
+/// the warm-up, `(v-1)·g + 2(p-1-r)` forwards on device r, as Megatron-Core counts it with
+/// its group size.
+pub fn interleaved_in_groups(p: u32, v: u32, rounds: &[u32]) -> Schedule {
+    let m: u32 = rounds.iter().sum();
     // Order of (chunk, microbatch) pairs for forwards and backwards, shared by all devices.
     let mut fwd = Vec::with_capacity((m * v) as usize);
     let mut bwd = Vec::with_capacity((m * v) as usize);
     let mut start = 0;
-    for &g in &rounds {
+    for &g in rounds {
         for c in 0..v {
             fwd.extend((start..start + g).map(|k| (c, k)));
             bwd.extend((start..start + g).map(|k| (v - 1 - c, k)));
