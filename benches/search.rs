@@ -14,6 +14,10 @@
 //! --model llama3-405b --hardware h100-80gb --seq-len 8192`, which also enumerates context
 //! parallelism and the ZeRO stages 0-3.
 //!
+//! `search_llama3_405b_8192_gb200_seq131072_mxfp8` is the long-context Blackwell case: `pplan
+//! search --gpus 8192 --model llama3-405b --hardware gb200-nvl72 --seq-len 131072 --precision
+//! mxfp8` (context parallelism inside the 72-GPU NVLink domain).
+//!
 //! `search_deepseek_v3_2048_h800` is `pplan search --gpus 2048 --model deepseek-v3 --hardware
 //! h800` (the bundled defaults otherwise: B = 3072), the mixture-of-experts case whose search
 //! also enumerates ep and etp; its counts are printed the same way and its time is quoted as a
@@ -81,6 +85,16 @@ fn time_search(bencher: divan::Bencher, req: &SearchRequest) {
 fn search_llama3_405b_16384_gpus_seq8192(bencher: divan::Bencher) {
     let (m, hw, req) = llama3_405b_request();
     let req = req(&m, &hw);
+    time_search(bencher, &req);
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn search_llama3_405b_8192_gb200_seq131072_mxfp8(bencher: divan::Bencher) {
+    let hw = Hardware::bundled("gb200-nvl72").unwrap();
+    let mut m = Model::preset("llama3-405b").unwrap();
+    m.seq_len = 131072;
+    let mut req = cli_default(&m, &hw, 8192, 3072);
+    req.stack.precision = pplan::inputs::hardware::Precision::Mxfp8;
     time_search(bencher, &req);
 }
 

@@ -196,7 +196,7 @@ fn bad_input_exits_2_naming_the_flag() {
                 "--pp",
                 "2",
                 "--chunks",
-                "13",
+                "14",
             ],
             "--chunks",
         ),

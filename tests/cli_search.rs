@@ -129,8 +129,14 @@ fn pins_are_respected() {
         assert_eq!(r["recompute"], "selective");
         assert_eq!(r["sequence_parallel"], true);
         assert_eq!(r["zero1"], false);
-        // v divides 24 / 4 = 6 and v > 1.
-        assert!([2, 3, 6].contains(&r["chunks"].as_u64().unwrap()), "{r}");
+        // v > 1 divides 24 / 4 = 6, or is one of the uneven chunk counts Megatron-Bridge's
+        // recipes interleave with (4: 16 stages of 24 layers, a layout string).
+        let v = r["chunks"].as_u64().unwrap();
+        assert!([2, 3, 4, 6].contains(&v), "{r}");
+        let stages = r["stage_layers"].as_array().unwrap();
+        assert_eq!(stages.len() as u64, 4 * v, "{r}");
+        let layers: u64 = stages.iter().map(|x| x.as_u64().unwrap()).sum();
+        assert_eq!(layers, 24, "{r}");
     }
 }
 

@@ -210,7 +210,63 @@ fn plans() -> Vec<Plan> {
         Some(&counts),
         2,
     ));
+    out.push(grouped_plan());
     out
+}
+
+/// Interleaving with a micro-batch count p does not divide: 10 micro-batches on 4 ranks in
+/// Megatron-Core's groups of 5.
+fn grouped_plan() -> Plan {
+    let model = Model::preset("llama3-8b").unwrap();
+    let mut p = plan(&model, ScheduleName::Interleaved1F1B, 4, 2, 10, None, 1);
+    let sch = generate(
+        ScheduleName::Interleaved1F1B,
+        GenParams::new(4, 10).chunks(2).group(Some(5)),
+    )
+    .unwrap();
+    p.schedule = PlanSchedule {
+        microbatch_group: Some(5),
+        ..PlanSchedule::from_schedule("interleaved-1f1b", &sch)
+    };
+    p
+}
+
+/// The micro-batch group survives the plan file, reaches Megatron-LM as its flag, and the
+/// PyTorch CSV (the only way torchtitan runs this order) replays the plan's action lists
+/// exactly.
+#[test]
+fn microbatch_group_is_emitted_and_the_csv_replays_it() {
+    let p = grouped_plan();
+    let back = Plan::from_json(&p.to_json(), "grouped.json").unwrap();
+    assert_eq!(back.schedule.microbatch_group, Some(5));
+    let out = emit(&p, Target::Megatron, None).unwrap();
+    assert!(
+        out.text
+            .contains("--microbatch-group-size-per-virtual-pipeline-stage 5"),
+        "{}",
+        out.text
+    );
+    let csv = emit(&p, Target::Csv, None).unwrap().text;
+    let replayed = pplan::schedule::csv::parse(&csv, pplan::schedule::ir::Placement::Loop).unwrap();
+    assert_eq!(replayed.devices, p.schedule_ir().unwrap().devices);
+    // No PyTorch class runs this order: torchtitan gets the CSV.
+    let tt = emit(&p, Target::Torchtitan, Some("g.csv")).unwrap();
+    assert!(
+        tt.text.contains("pipeline_parallel_schedule_csv"),
+        "{}",
+        tt.text
+    );
+    // A group Megatron-Core refuses is refused in the plan file, naming the field.
+    let mut bad = p.clone();
+    bad.schedule.microbatch_group = Some(3);
+    let e = Plan::from_json(&bad.to_json(), "bad.json")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("schedule.microbatch_group"), "{e}");
+    assert!(
+        e.contains("--microbatch-group-size-per-virtual-pipeline-stage 5"),
+        "{e}"
+    );
 }
 
 /// The flags of an emitted Megatron-LM file (the lines of its array).
@@ -285,6 +341,10 @@ fn megatron_round_trip(p: &Plan) {
     let par = &p.parallelism;
     let counts: Vec<u32> = p.stages.iter().map(|s| s.num_layers).collect();
     assert_eq!(back.stage_layers, counts, "{}", out.text);
+    assert_eq!(
+        back.microbatch_group,
+        p.schedule.microbatch_group.map(u64::from)
+    );
     assert_eq!(
         (back.tp, back.pp, back.chunks),
         (par.tp, par.pp, par.chunks)

@@ -111,6 +111,12 @@ pub(crate) struct ScheduleArgs {
     /// PyTorch's runtime runs them when no OVERLAP_F_B function is registered).
     #[arg(long, value_enum)]
     pub(crate) overlap_f_b: Option<OverlapFB>,
+    /// Interleaved 1F1B: micro-batches a virtual stage runs in a row (Megatron-Core
+    /// --microbatch-group-size-per-virtual-pipeline-stage; default --stages, which needs
+    /// --microbatches divisible by --stages; between --stages and --microbatches, the last
+    /// group empty or at least --stages).
+    #[arg(long, value_parser = positive::<u32>, value_name = "N")]
+    pub(crate) microbatch_group_size_per_virtual_pipeline_stage: Option<u32>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -150,13 +156,24 @@ pub(crate) fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         ));
     }
     let chunks = args.chunks.unwrap_or(1);
-    if name == ScheduleName::Interleaved1F1B && chunks > 1 && p > 0 && m % p != 0 {
-        // The generator could order it, but Megatron-LM refuses it and pplan search and
-        // predict reject it; simulate and generate agree with them.
+    let group = args.microbatch_group_size_per_virtual_pipeline_stage;
+    let interleaved = name == ScheduleName::Interleaved1F1B && chunks > 1;
+    if group.is_some() && !interleaved {
+        return input(
+            "--microbatch-group-size-per-virtual-pipeline-stage applies to --schedule interleaved-1f1b with --chunks > 1",
+        );
+    }
+    if interleaved && group.is_none() && p > 0 && m % p != 0 {
+        // Megatron-Core's default group is p, which needs p to divide m; a larger group runs
+        // any m >= p (the generator checks the group; pplan search and predict agree).
         return input(format!(
-            "--schedule interleaved-1f1b with --chunks {chunks} needs --microbatches divisible by --stages (p = {p}), got --microbatches {m} (Megatron-LM's interleaved schedule requires it; pplan search and predict apply the same rule); valid: --microbatches {}, {}, ..., or --chunks 1",
+            "--schedule interleaved-1f1b with --chunks {chunks} needs --microbatches divisible by --stages (p = {p}) with Megatron-Core's default micro-batch group, got --microbatches {m}; valid: --microbatches {}, {}, ..., {}or --chunks 1",
             p * (m / p).max(1),
-            p * ((m / p).max(1) + 1)
+            p * ((m / p).max(1) + 1),
+            match generators::smallest_group(p, m) {
+                Some(n) => format!("--microbatch-group-size-per-virtual-pipeline-stage {n} (the smallest group Megatron-Core accepts here), "),
+                None => String::new(),
+            }
         ));
     }
     let params = GenParams {
@@ -165,6 +182,7 @@ pub(crate) fn load_schedule(args: &ScheduleArgs) -> Result<Loaded, CliError> {
         chunks,
         steps: args.steps,
         vertical_sync: args.vertical_sync,
+        group,
     };
     let mut schedule =
         generators::generate(name, params).map_err(|e| CliError::Input(e.to_string()))?;
@@ -379,7 +397,9 @@ pub(crate) fn write_plan(
         .map_err(|e: String| CliError::Internal(e))?;
     let schedule = generators::generate(
         name,
-        GenParams::new(pred.pp as u32, pred.microbatches as u32).chunks(pred.chunks as u32),
+        GenParams::new(pred.pp as u32, pred.microbatches as u32)
+            .chunks(pred.chunks as u32)
+            .group(pred.microbatch_group.map(|g| g.min(u32::MAX as u64) as u32)),
     )
     .map_err(|e| CliError::Internal(format!("--output: {e}")))?;
     let mut plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);

@@ -20,6 +20,13 @@ pub(crate) struct EmitArgs {
     /// plan's order (default: beside --output, named OUTPUT_STEM.schedule.csv).
     #[arg(long)]
     pub(crate) schedule_csv: Option<PathBuf>,
+    /// Re-split the plan's stages by this layout (Megatron-Core's
+    /// --pipeline-model-parallel-layout syntax: `E` embedding, `t` transformer layer, `L`
+    /// loss, `|` between stages, `*n` repeats) before writing it: the same p x v stages, the
+    /// layers where the layout puts them. The plan's prediction was for its own split, so it
+    /// is dropped (predict the layout with `pplan predict ... --pipeline-layout`).
+    #[arg(long, value_name = "LAYOUT")]
+    pub(crate) pipeline_layout: Option<String>,
 }
 
 pub(crate) fn cmd_emit(args: EmitArgs) -> Result<(), CliError> {
@@ -28,7 +35,10 @@ pub(crate) fn cmd_emit(args: EmitArgs) -> Result<(), CliError> {
         .target
         .parse()
         .map_err(|e: String| CliError::Input(format!("--target: {e}")))?;
-    let plan = load_plan(&args.plan)?;
+    let mut plan = load_plan(&args.plan)?;
+    if let Some(text) = &args.pipeline_layout {
+        resplit(&mut plan, text)?;
+    }
     let csv_path = args.schedule_csv.clone().or_else(|| {
         args.output
             .as_ref()
@@ -56,4 +66,29 @@ pub(crate) fn cmd_emit(args: EmitArgs) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `--pipeline-layout`: the plan's stages re-split as the layout says, checked against the
+/// plan's model and its p x v stages.
+fn resplit(plan: &mut pplan::plan::plan_file::Plan, text: &str) -> Result<(), CliError> {
+    use pplan::schedule::ir::Placement;
+    let layout = pplan::plan::predict::parse_layout(text)
+        .map_err(|e| CliError::Input(format!("--pipeline-layout '{text}': {e}")))?;
+    let par = &plan.parallelism;
+    layout
+        .check(plan.model.num_layers, 0, par.pp, par.chunks)
+        .map_err(|e| CliError::Input(format!("{e} (plan '{}'; '{text}')", plan.model.name)))?;
+    let placement = match plan.schedule.placement.as_str() {
+        "v" => Placement::V,
+        _ => Placement::Loop,
+    };
+    let changed = layout.layers != plan.stages.iter().map(|s| s.num_layers).collect::<Vec<_>>();
+    plan.stages =
+        pplan::plan::plan_file::stages_from_counts(&layout.layers, placement, par.pp as u32);
+    if changed && plan.predicted.take().is_some() {
+        eprintln!(
+            "note: --pipeline-layout moves layers between stages: the plan's prediction (for its own split) is dropped; pplan predict with --pipeline-layout '{text}' predicts this one"
+        );
+    }
+    Ok(())
 }

@@ -57,6 +57,18 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     let run_request = args.run.parse()?;
     let profile = flags.profile.as_deref().map(load_profile).transpose()?;
     let mut req = flags.request(&model, &hw, profile.as_ref())?;
+    if let (None, pplan::plan::predict::Split::Megatron(rule)) =
+        (flags.split_rule.rule("even")?, req.partition)
+    {
+        eprintln!(
+            "note: --pp {} x --chunks {} = {} stages for {} transformer layers: split as Megatron-Core must split them, with {}",
+            flags.pp,
+            req.chunks,
+            flags.pp * req.chunks,
+            model.num_layers,
+            rule.flags().join(" ")
+        );
+    }
     req.record_timeline = args.trace.is_some() || args.gantt.is_some();
     let phases = 1
         + u64::from(args.trace.is_some())

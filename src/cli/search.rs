@@ -58,6 +58,17 @@ pub(crate) struct PlanSearchArgs {
     /// Pin the chunks per device v.
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) chunks: Option<u64>,
+    /// Pin interleaved 1F1B's micro-batch group per virtual stage (Megatron-Core's
+    /// --microbatch-group-size-per-virtual-pipeline-stage; searches interleaved-1f1b only).
+    /// Unpinned: p where p divides the micro-batches m, else the smallest group Megatron-Core
+    /// accepts.
+    #[arg(long, value_parser = positive::<u64>)]
+    pub(crate) microbatch_group_size_per_virtual_pipeline_stage: Option<u64>,
+    /// Pin every stage's layers, in Megatron-Core's --pipeline-model-parallel-layout syntax
+    /// (`E` embedding, `t` transformer layer, `L` loss, `|` between stages, `*n` repeats):
+    /// only candidates with p x v equal to its stage count are searched.
+    #[arg(long, value_name = "LAYOUT")]
+    pub(crate) pipeline_layout: Option<String>,
     /// Pin recomputation: none, selective or full (searched), torchtitan's selective-op or
     /// selective-layer, or Megatron-Core's selective-norm-act or selective-norm-moe.
     #[arg(long)]
@@ -132,6 +143,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         sequence_parallel: args.sequence_parallel.map(|x| x == OnOff::On),
         zero: zero_stage(args.zero.as_deref(), args.zero1)?,
         dp_replicate: args.dp_replicate,
+        microbatch_group: args.microbatch_group_size_per_virtual_pipeline_stage,
     };
     let mut req = SearchRequest::new(&model, &hw, args.gpus, args.global_batch);
     req.top = args.top;
@@ -148,6 +160,16 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         .parse()
         .map_err(|e: String| CliError::Input(format!("--partition: {e}")))?;
     req.split_rule = args.split_rule.rule(&args.partition)?;
+    if let Some(text) = &args.pipeline_layout {
+        let layout = pplan::plan::predict::parse_layout(text)
+            .map_err(|e| CliError::Input(format!("--pipeline-layout '{text}': {e}")))?;
+        // The stage count is the layout's; the checks that need p and v run per candidate.
+        let stages = layout.layers.len() as u64;
+        layout
+            .check(model.num_layers, 0, stages, 1)
+            .map_err(|e| CliError::Input(format!("{e} ('{text}')")))?;
+        req.layout = Some(layout.layers);
+    }
     // Progress with an estimate of the time left: on a terminal after the first second, or
     // with --progress.
     let progress = Progress::new("search (simulating feasible candidates)", args.progress);

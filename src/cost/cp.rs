@@ -61,6 +61,14 @@ impl CostModel<'_> {
         2.0 * 2.0 * b * s * self.model.num_kv_heads as f64 * dh / t
     }
 
+    /// Whether the context-parallel ring's K/V exchange hides under the attention blocks it
+    /// overlaps, forward and backward (no exposed time in [`CostModel::cp_comm_s`]): where it
+    /// cannot, a ring across NVLink domains only adds time to what a smaller cp runs.
+    pub fn cp_ring_hidden(&self) -> bool {
+        let (fwd, _, bwd, _) = self.cp_comm_s(self.attention_core_s());
+        fwd == 0.0 && bwd == 0.0
+    }
+
     /// Context-parallel K/V exchange of one layer and micro-batch on one rank, as
     /// (forward exposed, forward hidden, backward exposed, backward hidden), given the
     /// attention core's forward and backward times `attn` on this rank. Ring (`p2p`,

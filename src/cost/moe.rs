@@ -33,9 +33,14 @@ pub struct LayerKinds {
 }
 
 impl LayerKinds {
-    /// Costs of layers `[first, first + n)` of `model`.
-    pub fn block(&self, model: &Model, first: usize, n: usize) -> BlockCost {
+    /// How many of layers `[first, first + n)` of `model` are of each kind: dense, MoE,
+    /// dense with sliding-window attention, MoE with sliding-window attention.
+    pub fn kind_counts(model: &Model, first: usize, n: usize) -> [u64; 4] {
         let mut counts = [0u64; 4];
+        if model.moe.is_none() && model.sliding_window.is_none() {
+            counts[0] = n as u64;
+            return counts;
+        }
         for i in first..first + n {
             let sliding = model
                 .sliding_window
@@ -43,6 +48,12 @@ impl LayerKinds {
                 .is_some_and(|w| w.layers.get(i).copied().unwrap_or(false));
             counts[model.is_moe_layer(i) as usize + 2 * sliding as usize] += 1;
         }
+        counts
+    }
+
+    /// Costs of layers `[first, first + n)` of `model`.
+    pub fn block(&self, model: &Model, first: usize, n: usize) -> BlockCost {
+        let counts = Self::kind_counts(model, first, n);
         let kinds = [self.dense, self.moe, self.dense_sliding, self.moe_sliding];
         let mut c = BlockCost::default();
         for (k, &count) in kinds.iter().zip(&counts) {
@@ -56,6 +67,35 @@ impl LayerKinds {
     /// One layer's costs: layer `i` of `model`.
     pub fn of(&self, model: &Model, i: usize) -> BlockCost {
         self.block(model, i, 1)
+    }
+}
+
+/// One layer's parameters by kind: a dense layer's (`dense`), a MoE layer's dense part
+/// (attention, shared experts, router, norms: `moe_dense`), a MoE layer's routed experts on
+/// one rank (`expert_per_layer`); dense parts split over `tp`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerParams {
+    pub dense: u64,
+    pub moe_dense: u64,
+    pub expert_per_layer: f64,
+    pub tp: u64,
+    pub is_moe: bool,
+}
+
+impl LayerParams {
+    /// What one rank holds of `dense` dense layers and `moe_layers` MoE layers.
+    pub fn rank(&self, dense: u64, moe_layers: u64) -> RankParams {
+        let t = self.tp as f64;
+        if !self.is_moe {
+            return RankParams {
+                dense: self.dense as f64 / t * dense as f64,
+                expert: 0.0,
+            };
+        }
+        RankParams {
+            dense: (moe_layers * self.moe_dense + dense * self.dense) as f64 / t,
+            expert: moe_layers as f64 * self.expert_per_layer,
+        }
     }
 }
 
@@ -495,22 +535,41 @@ impl CostModel<'_> {
 
     /// Parameters one rank holds for layers `[first, first + n)`.
     pub fn layers_rank_params(&self, first: usize, n: usize) -> RankParams {
-        let t = self.layout.tp as f64;
+        let k = self
+            .model
+            .moe
+            .as_ref()
+            .map_or(0, |moe| moe.count_in(first, n));
+        self.rank_params_of(n as u64 - k, k)
+    }
+
+    /// Parameters one rank holds for `dense` dense layers and `moe` MoE layers.
+    pub fn rank_params_of(&self, dense: u64, moe_layers: u64) -> RankParams {
+        self.layer_params_per_kind().rank(dense, moe_layers)
+    }
+
+    /// Each kind of layer's parameters, from which [`LayerParams::rank`] sums a run's.
+    pub fn layer_params_per_kind(&self) -> LayerParams {
+        let dense = self.model.params_per_layer();
         let Some(moe) = &self.model.moe else {
-            return RankParams {
-                dense: self.model.params_per_layer() as f64 / t * n as f64,
-                expert: 0.0,
+            return LayerParams {
+                dense,
+                moe_dense: 0,
+                expert_per_layer: 0.0,
+                tp: self.layout.tp,
+                is_moe: false,
             };
         };
-        let k = moe.count_in(first, n);
         let h = self.model.hidden_size;
-        let moe_dense = self.model.attention_params()
-            + moe.shared_params(h, self.model.gated_mlp)
-            + moe.router_params(h)
-            + 4 * h;
-        RankParams {
-            dense: (k * moe_dense + (n as u64 - k) * self.model.params_per_layer()) as f64 / t,
-            expert: k as f64 * self.moe_rank_expert_params_per_layer(),
+        LayerParams {
+            dense,
+            moe_dense: self.model.attention_params()
+                + moe.shared_params(h, self.model.gated_mlp)
+                + moe.router_params(h)
+                + 4 * h,
+            expert_per_layer: self.moe_rank_expert_params_per_layer(),
+            tp: self.layout.tp,
+            is_moe: true,
         }
     }
 

@@ -15,7 +15,7 @@
 
 use crate::cost::CrossEntropyFusion;
 use crate::inputs::model::{megatron_dropout, megatron_rms_norm, megatron_rotary, Model};
-use crate::plan::predict::PipelineSplit;
+use crate::plan::predict::{parse_layout, PipelineSplit};
 use std::collections::BTreeMap;
 
 /// What a Megatron-LM command line trains: the model and the layout, in pplan's terms.
@@ -32,6 +32,9 @@ pub struct MegatronPlan {
     pub global_batch: u64,
     /// Virtual stages per pipeline rank (v).
     pub chunks: u64,
+    /// `--microbatch-group-size-per-virtual-pipeline-stage` (absent: Megatron-Core's default,
+    /// the pipeline size).
+    pub microbatch_group: Option<u64>,
     /// Transformer layers of each stage in stage order (virtual stage `vpp_rank·p + pp_rank`,
     /// pplan's loop placement): `p·v` entries.
     pub stage_layers: Vec<u32>,
@@ -250,6 +253,7 @@ const USED: &[&str] = &[
     "--cp-comm-type",
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
     "--pipeline-model-parallel-layout",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
@@ -318,76 +322,6 @@ const USED: &[&str] = &[
     "--qk-pos-emb-head-dim",
     "--v-head-dim",
 ];
-
-/// Transformer layers per stage of a Megatron-LM layout string (`Et|t*3|(t|)*2tL`: the
-/// grammar of `PipelineParallelLayerLayout.parse_str_to_list`: commas are cosmetic, `(..)*n`
-/// and `x*n` repeat). Only `E`, `t` and `L` are pplan's; anything else is refused.
-pub fn parse_layout(s: &str) -> Result<Vec<u32>, String> {
-    let mut text: String = s.chars().filter(|&c| c != ',').collect();
-    // Unroll `(group)*n`, innermost first, then `x*n`.
-    let repeat = |text: &str, open: usize, close: usize| -> Result<(String, usize), String> {
-        let rest = &text[close + 1..];
-        let Some(digits) = rest.strip_prefix('*') else {
-            return Err(format!("'(' at {open} without '*n' after its ')'"));
-        };
-        let len = digits.chars().take_while(char::is_ascii_digit).count();
-        let n: usize = digits[..len]
-            .parse()
-            .map_err(|_| format!("'*' without a count at {}", close + 1))?;
-        if n > 100_000 {
-            return Err(format!("repeat count {n} is too large"));
-        }
-        Ok((text[open + 1..close].repeat(n), close + 2 + len))
-    };
-    while let Some(close) = text.find(')') {
-        let open = text[..close]
-            .rfind('(')
-            .ok_or_else(|| format!("')' at {close} without '('"))?;
-        let (unrolled, end) = repeat(&text, open, close)?;
-        text = format!("{}{}{}", &text[..open], unrolled, &text[end..]);
-        if text.len() > 10_000_000 {
-            return Err("the unrolled layout is too long".into());
-        }
-    }
-    let mut stages = vec![0u32];
-    let mut chars = text.chars().peekable();
-    let mut last: Option<char> = None;
-    while let Some(c) = chars.next() {
-        match c {
-            '|' => {
-                stages.push(0);
-                last = None;
-            }
-            'E' | 'L' => last = Some(c),
-            't' => {
-                *stages.last_mut().expect("one stage") += 1;
-                last = Some('t');
-            }
-            '*' => {
-                let mut digits = String::new();
-                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-                    digits.push(*d);
-                    chars.next();
-                }
-                let n: u32 = digits
-                    .parse()
-                    .map_err(|_| "'*' without a count".to_string())?;
-                match last {
-                    Some('t') if n >= 1 => *stages.last_mut().expect("one stage") += n - 1,
-                    Some('t') => *stages.last_mut().expect("one stage") -= 1,
-                    _ => return Err(format!("'*{n}' repeats something other than 't'")),
-                }
-            }
-            '(' | ')' => return Err("unbalanced parentheses".into()),
-            other => {
-                return Err(format!(
-                    "layer type '{other}' is not one pplan models (valid: E embedding, t transformer layer, L loss)"
-                ))
-            }
-        }
-    }
-    Ok(stages)
-}
 
 /// Read a Megatron-LM command line (see the module docs); `origin` names it in errors and
 /// becomes the model's name.
@@ -475,8 +409,16 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
     // Layout: the layout string, or the even split of the layers over p·v stages.
     let (chunks, stage_layers) = match flags.str("--pipeline-model-parallel-layout") {
         Some(s) => {
-            let stages = parse_layout(s)
+            let layout = parse_layout(s)
                 .map_err(|e| flags.bad("--pipeline-model-parallel-layout", s, &e))?;
+            if !layout.mtp.is_empty() {
+                return Err(flags.bad(
+                    "--pipeline-model-parallel-layout",
+                    s,
+                    "multi-token prediction layers ('m') are not read from a command line yet",
+                ));
+            }
+            let stages = layout.layers;
             let n = stages.len() as u64;
             if n % pp != 0 {
                 return Err(flags.bad(
@@ -675,6 +617,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         micro_batch,
         global_batch,
         chunks,
+        microbatch_group: flags.num("--microbatch-group-size-per-virtual-pipeline-stage")?,
         stage_layers,
         recompute: recompute.to_string(),
         sequence_parallel: flags.has("--sequence-parallel"),
@@ -784,10 +727,16 @@ mod tests {
 
     #[test]
     fn layouts() {
-        assert_eq!(parse_layout("Et|t*3|t*3|tL").unwrap(), vec![1, 3, 3, 1]);
-        assert_eq!(parse_layout("E|(tt|)*2,L").unwrap(), vec![0, 2, 2, 0]);
-        assert_eq!(parse_layout("Et*0|tL").unwrap(), vec![0, 1]);
-        assert!(parse_layout("Etm|L").unwrap_err().contains("'m'"));
+        assert_eq!(
+            parse_layout("Et|t*3|t*3|tL").unwrap().layers,
+            vec![1, 3, 3, 1]
+        );
+        assert_eq!(
+            parse_layout("E|(tt|)*2,L").unwrap().layers,
+            vec![0, 2, 2, 0]
+        );
+        assert_eq!(parse_layout("Et*0|tL").unwrap().layers, vec![0, 1]);
+        assert!(parse_layout("Etx|L").unwrap_err().contains("'x'"));
         assert!(parse_layout("E(t|").is_err());
     }
 

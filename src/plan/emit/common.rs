@@ -59,7 +59,9 @@ pub(crate) fn torch_class(plan: &Plan) -> Option<&'static str> {
         "gpipe" => Some("GPipe"),
         "1f1b" => Some("1F1B"),
         // PyTorch's rounds equal pplan's only when p divides m (docs/schedules.md).
-        "interleaved-1f1b" if p > 0 && m % p == 0 => Some("Interleaved1F1B"),
+        "interleaved-1f1b" if p > 0 && m % p == 0 && plan.schedule.microbatch_group.is_none() => {
+            Some("Interleaved1F1B")
+        }
         "looped-bfs" => Some("LoopedBFS"),
         "zbv" => Some("ZBVZeroBubble"),
         "dualpipev" => Some("DualPipeV"),

@@ -183,6 +183,12 @@ pub fn megatron(plan: &Plan) -> Emitted {
                 .join(", ")
         ));
     }
+    if let Some(n) = plan.schedule.microbatch_group {
+        flag(
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+            val(n as u64),
+        );
+    }
     match sch {
         "1f1b" | "interleaved-1f1b" => {}
         "gpipe" => notes.push(

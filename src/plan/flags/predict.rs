@@ -10,8 +10,8 @@ use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::inputs::profile::LayerProfile;
 use crate::plan::predict::{
-    best_micro_batch_and_chunks, predict, PipelineSplit, PredictError, PredictRequest, Prediction,
-    Split,
+    best_micro_batch_and_chunks, parse_layout, predict, PipelineSplit, PredictError,
+    PredictRequest, Prediction, Split,
 };
 use crate::schedule::generators::ScheduleName;
 use std::path::PathBuf;
@@ -112,6 +112,12 @@ pub struct PredictFlags {
     /// allows it, as Megatron-LM requires; with --pp 1, one chunk).
     #[arg(long, default_value = "1", value_parser = positive_or_auto)]
     pub chunks: Auto,
+    /// Interleaved 1F1B: micro-batches a virtual stage runs in a row (Megatron-Core
+    /// --microbatch-group-size-per-virtual-pipeline-stage). Default --pp, which needs the
+    /// micro-batch count m divisible by --pp; a larger group runs any m >= --pp (between --pp
+    /// and m, the last group empty or at least --pp).
+    #[arg(long, value_parser = positive::<u64>, value_name = "N")]
+    pub microbatch_group_size_per_virtual_pipeline_stage: Option<u64>,
     /// Activation recomputation: none, selective (Megatron: the attention core), full,
     /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
     /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
@@ -172,6 +178,12 @@ pub struct PredictFlags {
     pub partition: String,
     #[command(flatten)]
     pub split_rule: SplitRuleFlags,
+    /// The layers of each pipeline stage, in Megatron-Core's layout syntax
+    /// (--pipeline-model-parallel-layout): `E` the embedding, `t` a transformer layer, `L` the
+    /// loss, `|` between the --pp x --chunks stages in stage order, `x*n` and `(...)*n`
+    /// repeat; e.g. `Et*7|(t*8|)*14t*7L` for 126 layers on 16 stages.
+    #[arg(long, value_name = "LAYOUT")]
+    pub pipeline_layout: Option<String>,
 }
 
 /// Why a prediction from flags failed: a flag that cannot hold, or the prediction's own error.
@@ -250,6 +262,7 @@ impl PredictFlags {
         req.micro_batch = self.micro_batch.value().unwrap_or(1);
         req.schedule = schedule;
         req.chunks = self.chunks.value().unwrap_or(1);
+        req.microbatch_group = self.microbatch_group_size_per_virtual_pipeline_stage;
         req.recompute = recompute;
         req.sequence_parallel = self.sequence_parallel.is_on();
         let zero =
@@ -279,7 +292,67 @@ impl PredictFlags {
         if let Some(rule) = self.split_rule.rule(&self.partition)? {
             req.partition = Split::Megatron(rule);
         }
+        if let Some(rule) = self.implied_split(model, &req) {
+            req.partition = Split::Megatron(rule);
+        }
+        if let Some(text) = &self.pipeline_layout {
+            if self.split_rule.rule("even")?.is_some() || self.partition != "even" {
+                return Err(FlagError(
+                    "--pipeline-layout fixes every stage's layers: it cannot be combined with --partition balanced or Megatron-Core's split-rule flags; valid: one of them".into(),
+                ));
+            }
+            if self.chunks == Auto::Auto {
+                return Err(FlagError(
+                    "--pipeline-layout fixes the stages: give --chunks N (its stages / --pp), not auto".into(),
+                ));
+            }
+            let layout = parse_layout(text)
+                .map_err(|e| FlagError(format!("--pipeline-layout '{text}': {e}")))?;
+            layout
+                .check(model.num_layers, 0, self.pp, req.chunks)
+                .map_err(|e| FlagError(format!("{e} ('{text}')")))?;
+            req.stage_layers = Some(layout.layers);
+        }
         Ok(req)
+    }
+
+    /// Where the flags give no split and the --pp x --chunks stages outnumber the transformer
+    /// layers, the split Megatron-Core needs to run them: the embedding and the loss counted
+    /// as layers (stages holding only the embedding or the loss), or one of them, the first
+    /// that splits the layers (`--account-for-*-in-pipeline-split`). `None` otherwise.
+    pub fn implied_split(&self, model: &Model, req: &PredictRequest) -> Option<PipelineSplit> {
+        let stages = self.pp.saturating_mul(req.chunks);
+        if stages <= model.num_layers as u64
+            || self.pipeline_layout.is_some()
+            || req.partition != Split::Even
+            || stages > u32::MAX as u64
+        {
+            return None;
+        }
+        let v_placed = req
+            .schedule
+            .is_some_and(|s| s.placement() == crate::schedule::ir::Placement::V);
+        [
+            PipelineSplit::EMBEDDING_AND_LOSS,
+            PipelineSplit {
+                embedding: true,
+                ..PipelineSplit::default()
+            },
+            PipelineSplit {
+                loss: true,
+                ..PipelineSplit::default()
+            },
+        ]
+        .into_iter()
+        .find(|rule| {
+            rule.stage_layers(
+                model.num_layers,
+                self.pp as u32,
+                req.chunks as u32,
+                v_placed,
+            )
+            .is_ok()
+        })
     }
 
     /// Predict `req` (from [`PredictFlags::request`]) as these flags ask: as it is, or with

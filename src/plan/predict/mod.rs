@@ -12,14 +12,21 @@
 //!
 //! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (costs,
 //! simulation), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
-//! rules).
+//! rules), [`layout`] (Megatron-Core's layout strings), [`best`] (`--micro-batch auto`), [`state`] (each stage's layers, parameters and model
+//! state).
 
 pub mod balance;
+pub mod best;
+pub mod layout;
 pub mod pipeline_split;
 pub mod request;
+pub mod state;
 pub mod step;
 
 pub use balance::*;
+pub use best::best_micro_batch_and_chunks;
+pub use layout::{parse_layout, Layout};
 pub use pipeline_split::PipelineSplit;
 pub use request::*;
+pub use state::{model_state_floor, stage_layers_for, stage_params, StageParams};
 pub use step::*;

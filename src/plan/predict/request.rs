@@ -32,6 +32,10 @@ pub struct PredictRequest<'a> {
     /// `None`: `interleaved-1f1b` when `chunks > 1`, else `1f1b`.
     pub schedule: Option<ScheduleName>,
     pub chunks: u64,
+    /// Interleaved 1F1B: Megatron-Core's micro-batch group per virtual stage
+    /// (`--microbatch-group-size-per-virtual-pipeline-stage`); `None`: its default, p, which
+    /// needs p to divide the micro-batch count.
+    pub microbatch_group: Option<u64>,
     pub recompute: Recompute,
     pub sequence_parallel: bool,
     pub stack: Stack,
@@ -118,6 +122,7 @@ impl<'a> PredictRequest<'a> {
             ep: 1,
             etp: 1,
             shared_gpu: false,
+            microbatch_group: None,
         }
     }
 }
@@ -222,6 +227,9 @@ pub struct Prediction {
     pub microbatches: u64,
     pub schedule: String,
     pub chunks: u64,
+    /// Interleaved 1F1B's micro-batch group per virtual stage, when not the default p.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub microbatch_group: Option<u64>,
     pub recompute: String,
     pub sequence_parallel: bool,
     /// Context-parallel size.
@@ -299,7 +307,7 @@ pub enum PredictError {
         per_replica: u64,
         valid: Vec<u64>,
     },
-    #[error("--pp {pp} x --chunks {chunks} = {} stages exceeds the model's {layers} layers; valid: --pp x --chunks <= {layers}", (*pp as u128) * (*chunks as u128))]
+    #[error("--pp {pp} x --chunks {chunks} = {} stages exceeds the model's {layers} layers; valid: --pp x --chunks <= {layers}, or <= {} with --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split (the embedding and the loss each count as a layer)", (*pp as u128) * (*chunks as u128), layers + 2)]
     TooManyStages { pp: u64, chunks: u64, layers: u64 },
     #[error("--schedule/--chunks: {0}")]
     Schedule(String),
@@ -510,7 +518,7 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         Split::Megatron(rule) if req.stage_layers.is_none() => Some(rule),
         _ => None,
     };
-    if stages > m.num_layers as u64 && megatron.is_none() {
+    if stages > m.num_layers as u64 && megatron.is_none() && req.stage_layers.is_none() {
         return Err(PredictError::TooManyStages {
             pp: req.pp,
             chunks: req.chunks,

@@ -1,10 +1,12 @@
 //! The step: per-stage costs of a checked request from the cost model (or a layer profile),
 //! the balanced layer split, the simulation of the whole step and the figures reported from it.
 
-use super::balance::{balanced_split, end_blocks, profiled_block, split_label};
+use super::balance::{end_blocks, profiled_block, split_label};
 use super::request::*;
+use super::state::{stage_layers_for, stage_params, StageParams};
 use crate::cost::compute::sharded_exposure;
 use crate::cost::memory::{self, MemoryBreakdown};
+use crate::cost::moe::LayerKinds;
 use crate::cost::{BlockCost, CostModel, Part, Recompute, Stack};
 use crate::inputs::profile::sum_layers;
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
@@ -30,6 +32,18 @@ pub struct StepCosts {
     pub device_expert_params: Vec<u64>,
 }
 
+/// What makes two stages cost the same: their layers of each kind, and whether they hold the
+/// embedding and the output layer.
+type StageKey = ([u64; 4], bool, bool);
+
+/// One stage's costs, kept for the stages equal to it.
+#[derive(Clone, Copy)]
+struct Memo {
+    stage: StageCost,
+    tp_comm: TpCommNs,
+    unpaired_extra: Option<StageCost>,
+}
+
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
 /// `placement` over `req.pp` devices. The request must have passed [`check`] (which gives `dp`).
 /// Shared by [`predict`] and the planner's search, so both see exactly the same costs.
@@ -43,19 +57,8 @@ pub fn step_costs(
     let p = req.pp;
     let cm = req.cost_model(dp);
     let num_stages = num_stages as u64;
-    let stage_layers: Vec<u32> = match (&req.stage_layers, req.partition) {
-        (Some(c), _) if c.len() as u64 == num_stages => c.clone(),
-        (_, Split::Megatron(rule)) => rule
-            .stage_layers(
-                model.num_layers,
-                p as u32,
-                req.chunks as u32,
-                placement == Placement::V,
-            )
-            .map_err(PredictError::StageLayers)?,
-        (_, Split::Balanced) => balanced_split(req, dp, num_stages as u32, placement)?,
-        _ => crate::inputs::profile::even_split(model.num_layers, num_stages as u32),
-    };
+    let stage_layers = stage_layers_for(req, dp, num_stages as u32, placement)?;
+    let rank_params = stage_params(&cm, &stage_layers);
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
     let dims = cm.act_dims();
@@ -95,7 +98,6 @@ pub fn step_costs(
     let mut first_layer = 0usize;
     let mut stage_output_bytes = Vec::with_capacity(num_stages as usize);
     let params_layer = model.params_per_layer() as f64 / req.tp as f64;
-    let params_embedding = cm.embedding_shard_params();
 
     // Mixture of experts and sliding-window layers: each kind of layer's costs, computed
     // once, and a MoE layer's activations.
@@ -118,22 +120,24 @@ pub fn step_costs(
     let mut too_big = false;
     let mut stages = Vec::with_capacity(num_stages as usize);
     let mut tp_comm = Vec::with_capacity(num_stages as usize);
-    let mut stage_params = Vec::with_capacity(num_stages as usize);
-    // Routed-expert parameters of each stage on one rank (mixture of experts only).
-    let mut stage_expert_params: Vec<f64> = Vec::new();
-    // Dense layers from the cost model: a stage's costs depend only on its layer count and
+    // From the cost model a stage's costs depend only on how many layers of each kind it
+    // holds (`LayerKinds::kind_counts`: dense or MoE, full or sliding-window attention) and
     // whether it holds the embedding or the output layer, so equal stages are costed once.
-    let memoizable = prof.is_none() && model.moe.is_none() && model.sliding_window.is_none();
-    type Memo = ((u64, bool, bool), (StageCost, TpCommNs, f64));
-    let mut memo: Vec<Memo> = Vec::new();
+    let memoizable = prof.is_none();
+    let mut memo: Vec<(StageKey, Memo)> = Vec::new();
     for s in 0..num_stages {
-        let key = (layers_of(s), s == 0, s + 1 == num_stages);
-        if let Some(&(_, (stage, comm, params))) =
-            memo.iter().find(|(k, _)| memoizable && *k == key)
-        {
-            stages.push(stage);
-            tp_comm.push(comm);
-            stage_params.push(params);
+        let key = (
+            LayerKinds::kind_counts(model, first_layer, layers_of(s) as usize),
+            s == 0,
+            s + 1 == num_stages,
+        );
+        if let Some((_, m)) = memo.iter().find(|(k, _)| memoizable && *k == key) {
+            stages.push(m.stage);
+            tp_comm.push(m.tp_comm);
+            if let Some(u) = m.unpaired_extra {
+                unpaired_extra.push(u);
+            }
+            first_layer += layers_of(s) as usize;
             continue;
         }
         let n = layers_of(s) as f64;
@@ -164,6 +168,7 @@ pub fn step_costs(
                 (profiled_block(run), sum.activation_bytes)
             }
         };
+        let mut unpaired = None;
         if let Some(k) = &lone_kinds {
             let lone = k.block(model, first_layer, layers_of(s) as usize);
             let more = |a: &Part, b: &Part| ns((a.total_s() - b.total_s()).max(0.0));
@@ -172,7 +177,7 @@ pub fn step_costs(
                 more(&lone.backward_input, &c.backward_input),
                 more(&lone.backward_weight, &c.backward_weight),
             );
-            unpaired_extra.push(StageCost {
+            unpaired.replace(StageCost {
                 forward_ns: f,
                 backward_ns: i + w,
                 backward_input_ns: i,
@@ -180,20 +185,16 @@ pub fn step_costs(
                 ..StageCost::default()
             });
         }
-        let mut params = params_layer * n;
+        let StageParams {
+            dense: params,
+            expert,
+        } = rank_params[s as usize];
         // A layer's expert parameters on this rank, averaged over the stage's layers.
-        let mut expert_per_layer = 0.0;
-        if model.moe.is_some() {
-            let rp = cm.layers_rank_params(first_layer, layers_of(s) as usize);
-            params = rp.dense;
-            expert_per_layer = rp.expert / n.max(1.0);
-            stage_expert_params.push(rp.expert);
-        }
+        let expert_per_layer = expert / n.max(1.0);
         first_layer += layers_of(s) as usize;
         if s == 0 {
             c = c.plus(embedding);
             act = act.saturating_add(embedding_act);
-            params += params_embedding;
         }
         if s + 1 == num_stages {
             // Deferred output-layer weight gradients leave the micro-batches' backward (the
@@ -204,11 +205,6 @@ pub fn step_costs(
                 ..output
             });
             act = act.saturating_add(output_act);
-            // Untied output weights, or the tied copy Megatron keeps on the last stage when
-            // the first and last stages differ.
-            if !model.tied_embeddings || num_stages > 1 {
-                params += params_embedding;
-            }
         }
         // Sharded data parallelism (ZeRO-2/3): the stage's per-layer gathers and
         // reduce-scatters beside its compute, every micro-batch; a MoE layer's experts over
@@ -276,13 +272,24 @@ pub fn step_costs(
                 + sharded.backward_hidden_s
                 > 0.0,
         };
+        let m = Memo {
+            stage,
+            tp_comm: stage_tp_comm,
+            unpaired_extra: unpaired,
+        };
         if memoizable {
-            memo.push((key, (stage, stage_tp_comm, params)));
+            memo.push((key, m));
         }
-        stages.push(stage);
-        tp_comm.push(stage_tp_comm);
-        stage_params.push(params);
+        stages.push(m.stage);
+        tp_comm.push(m.tp_comm);
+        unpaired_extra.extend(m.unpaired_extra);
     }
+    let stage_params: Vec<f64> = rank_params.iter().map(|r| r.dense).collect();
+    // Routed-expert parameters of each stage on one rank (mixture of experts only).
+    let stage_expert_params: Vec<f64> = match model.moe {
+        Some(_) => rank_params.iter().map(|r| r.expert).collect(),
+        None => Vec::new(),
+    };
     // Without a profile a boundary's transfer depends only on its devices: the first p
     // boundaries give every pair, later ones repeat them.
     let pair_send: Vec<u64> = (0..num_stages.saturating_sub(1).min(p))
@@ -486,17 +493,42 @@ pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
     let dp = check(req)?;
     let microbatches = req.global_batch / dp / req.micro_batch;
     let name = schedule_name(req);
-    if name == ScheduleName::Interleaved1F1B && req.chunks > 1 && microbatches % req.pp != 0 {
-        // Megatron-LM refuses it ("number of microbatches is not divisible by
-        // pipeline-model-parallel-size when using interleaved schedule"); search does too.
+    let interleaved = name == ScheduleName::Interleaved1F1B && req.chunks > 1;
+    if req.microbatch_group.is_some() && !interleaved {
+        return Err(PredictError::Schedule(
+            "--microbatch-group-size-per-virtual-pipeline-stage applies to interleaved-1f1b with --chunks > 1".into(),
+        ));
+    }
+    if interleaved && req.microbatch_group.is_none() && microbatches % req.pp != 0 {
+        // Megatron-Core's default group is p, which needs p to divide m ("number of
+        // microbatches is not divisible by pipeline-model-parallel-size"); a larger group
+        // runs any m >= p.
+        let larger =
+            crate::schedule::generators::smallest_group(req.pp as u32, microbatches as u32);
         return Err(PredictError::Schedule(format!(
-            "interleaved-1f1b with --chunks {} needs the micro-batch count m = --global-batch / (d x --micro-batch) = {microbatches} divisible by --pp {} (Megatron-LM's rule; pplan search applies it too); valid: a global batch or micro-batch that makes m a multiple of {}, or --chunks 1",
-            req.chunks, req.pp, req.pp
+            "interleaved-1f1b with --chunks {} needs the micro-batch count m = --global-batch / (d x --micro-batch) = {microbatches} divisible by --pp {} with Megatron-Core's default micro-batch group; valid: a global batch or micro-batch that makes m a multiple of {}, {}or --chunks 1",
+            req.chunks,
+            req.pp,
+            req.pp,
+            match larger {
+                Some(n) => format!("--microbatch-group-size-per-virtual-pipeline-stage {n} (the smallest group Megatron-Core accepts for m = {microbatches}), "),
+                None => String::new(),
+            }
         )));
     }
+    let group = match req.microbatch_group {
+        Some(n) if n > u32::MAX as u64 => {
+            return Err(PredictError::Schedule(format!(
+                "--microbatch-group-size-per-virtual-pipeline-stage {n}: must be at most the micro-batch count m = {microbatches}"
+            )))
+        }
+        other => other.map(|n| n as u32),
+    };
     let schedule = generate(
         name,
-        GenParams::new(req.pp as u32, microbatches as u32).chunks(req.chunks as u32),
+        GenParams::new(req.pp as u32, microbatches as u32)
+            .chunks(req.chunks as u32)
+            .group(group),
     )
     .map_err(|e| PredictError::Schedule(e.to_string()))?;
     let step = step_costs(req, dp, schedule.num_stages, schedule.placement)?;
@@ -634,6 +666,9 @@ pub fn prediction_from(
         microbatches: step.microbatches,
         schedule: name.as_str().to_string(),
         chunks: req.chunks,
+        microbatch_group: req
+            .microbatch_group
+            .filter(|_| schedule_name(req) == ScheduleName::Interleaved1F1B && req.chunks > 1),
         recompute: req.recompute.as_str().to_string(),
         sequence_parallel: req.sequence_parallel,
         cp: req.cp,
@@ -650,71 +685,11 @@ pub fn prediction_from(
     }
 }
 
-/// The best micro-batch size and chunk count for a fixed (t, p, d): every `b` dividing the
-/// per-replica batch (or only `micro_batch` when given) and, when `p > 1`, every `v` dividing
-/// the layers per device (or only `chunks` when given; interleaved schedule for `v > 1`, which
-/// Megatron-LM runs only when `p` divides the micro-batch count). With `chunks` given the
-/// base request's schedule is kept; otherwise each `v` runs its default schedule
-/// (`--micro-batch auto`, `--chunks auto`). Returns the fitting prediction with the highest
-/// throughput, or `None` if none fits.
-pub fn best_micro_batch_and_chunks(
-    base: &PredictRequest,
-    micro_batch: Option<u64>,
-    chunks: Option<u64>,
-) -> Result<Option<Prediction>, PredictError> {
-    let mut probe = base.clone();
-    probe.micro_batch = 1;
-    probe.chunks = 1;
-    let dp = check(&probe)?;
-    let per_replica = base.global_batch / dp;
-    let layers_per_device = base.model.num_layers as u64 / base.pp;
-    let chunk_options = match chunks {
-        Some(v) => vec![v],
-        None if base.pp > 1 => divisors(layers_per_device.max(1)),
-        None => vec![1],
-    };
-    let batch_options = match micro_batch {
-        Some(b) => vec![b],
-        None => divisors(per_replica),
-    };
-    let mut best: Option<Prediction> = None;
-    for b in batch_options {
-        let m = per_replica / b;
-        for &v in &chunk_options {
-            let interleaved = chunks.is_none()
-                || matches!(base.schedule, None | Some(ScheduleName::Interleaved1F1B));
-            if interleaved && v > 1 && m % base.pp != 0 {
-                continue;
-            }
-            let mut req = base.clone();
-            req.micro_batch = b;
-            req.chunks = v;
-            if chunks.is_none() {
-                req.schedule = None;
-            }
-            req.record_timeline = false;
-            let pred = match predict(&req) {
-                Ok(p) => p,
-                Err(PredictError::TooLarge { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-            if pred.fits
-                && best
-                    .as_ref()
-                    .is_none_or(|x| pred.tflops_per_gpu > x.tflops_per_gpu)
-            {
-                best = Some(pred);
-            }
-        }
-    }
-    Ok(best)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::inputs::{Hardware, Model};
-    use crate::plan::predict::balance::balance_problem;
+    use crate::plan::predict::balance::{balance_problem, balanced_split};
 
     fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
         let mut r = PredictRequest::new(m, hw);

@@ -35,6 +35,9 @@ pub struct Candidate {
     pub ep: u64,
     /// Expert tensor-parallel size (1 for dense models).
     pub etp: u64,
+    /// Interleaved 1F1B's micro-batch group per virtual stage where p does not divide m (the
+    /// smallest Megatron-Core accepts); `None`: the default, p.
+    pub microbatch_group: Option<u64>,
 }
 
 fn schedule_index(s: ScheduleName) -> usize {
@@ -120,6 +123,7 @@ impl Candidate {
             self.pp,
             self.microbatches,
             self.chunks,
+            self.microbatch_group,
         )
     }
 
@@ -145,6 +149,10 @@ impl Candidate {
             ..req.stack
         };
         r.partition = self.split;
+        r.microbatch_group = self.microbatch_group;
+        if let Some(layers) = &req.layout {
+            r.stage_layers = Some(layers.clone());
+        }
         r
     }
 }
@@ -178,8 +186,8 @@ pub(super) type CostKey = (
     bool,
 );
 
-/// (schedule index, p, m, v).
-pub(super) type ScheduleKey = (usize, u64, u64, u64);
+/// (schedule index, p, m, v, micro-batch group).
+pub(super) type ScheduleKey = (usize, u64, u64, u64, Option<u64>);
 
 /// (t, p, d, cp, b, recompute index, sequence parallel, v, V placement, (ep, etp)).
 pub(super) type BalanceKey = (u64, u64, u64, u64, u64, usize, bool, u64, bool, (u64, u64));

@@ -40,16 +40,16 @@ mod schedule_summary;
 mod space;
 
 pub use candidate::*;
+use candidate::{apply_partition, ScheduleKey};
 pub use outcome::*;
+use outcome::{Tally, BATCH};
 pub use request::*;
 pub use result::*;
 pub use schedule_summary::{DeviceSummary, ScheduleSummary};
 pub use space::*;
-use candidate::{apply_partition, ScheduleKey};
-use outcome::{Tally, BATCH};
 use space::{check_inputs, enumerate};
 
-use crate::plan::predict::{check, prediction_from, step_costs};
+use crate::plan::predict::{check, model_state_floor, prediction_from, step_costs};
 use crate::schedule::generators::{generate, GenParams};
 use crate::schedule::ir::Schedule;
 use crate::sim::{simulate, SimOptions};
@@ -71,7 +71,9 @@ struct Feasible {
 fn generate_for(c: &Candidate) -> Result<Schedule, SearchError> {
     generate(
         c.schedule,
-        GenParams::new(c.pp as u32, c.microbatches as u32).chunks(c.chunks as u32),
+        GenParams::new(c.pp as u32, c.microbatches as u32)
+            .chunks(c.chunks as u32)
+            .group(c.microbatch_group.map(|n| n as u32)),
     )
     .map_err(|e| SearchError::Internal(format!("{}: {e}", c.schedule)))
 }
@@ -85,6 +87,14 @@ fn rank_cmp(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
                 .cmp(&b.prediction.peak_memory_bytes),
         )
         .then(a.candidate.tie_key().cmp(&b.candidate.tie_key()))
+}
+
+/// Every structurally valid candidate of `req` (before the memory check), in enumeration
+/// order, with `--partition`'s balanced candidates added: what [`search`] checks and ranks.
+pub fn candidates(req: &SearchRequest) -> Result<Vec<Candidate>, SearchError> {
+    check_inputs(req)?;
+    let (_, _, _, cands) = enumerate(req, &mut Tally::new());
+    Ok(apply_partition(req, cands)?.0)
 }
 
 /// Run the search. `progress(done, total)` is called as feasible candidates are simulated
@@ -131,11 +141,18 @@ pub fn search(
         .map(|group| {
             let r = group[0].request_in(req, &splits);
             let stages = (group[0].pp * group[0].chunks) as u32;
+            let placement = group[0].schedule.placement();
             let step = check(&r)
                 .map_err(|_| Reason::TooLarge)
                 .and_then(|dp| {
-                    step_costs(&r, dp, stages, group[0].schedule.placement())
-                        .map_err(|_| Reason::TooLarge)
+                    // The model state alone, before any stage is costed (a floor of the
+                    // static bytes checked below).
+                    let floor = model_state_floor(&r, dp, stages, placement)
+                        .map_err(|_| Reason::TooLarge)?;
+                    if floor.iter().any(|&b| b > limit) {
+                        return Err(Reason::ModelStateMemory);
+                    }
+                    step_costs(&r, dp, stages, placement).map_err(|_| Reason::TooLarge)
                 })
                 .and_then(|step| {
                     if step.too_big {

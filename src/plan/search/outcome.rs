@@ -24,14 +24,18 @@ pub enum Reason {
     BatchNotDivisible,
     /// The pinned micro-batch does not divide B/d.
     MicroBatchNotDivisible,
+    /// No (ep, etp) pair: the pinned or possible ep x etp does not divide the t x cp x d ranks
+    /// of a stage, or ep the experts.
+    ExpertLayout,
     /// More than one chunk per device needs p ≥ 2.
     ChunksNeedPipeline,
-    /// Interleaved/looped chunks need the layers divisible by p·v (equal chunks).
+    /// The pinned split rule or layout string cannot split the layers into p·v stages.
     LayersNotDivisible,
-    /// Interleaved 1F1B needs m divisible by p (Megatron-LM's rule).
-    MicrobatchesNotMultipleOfP,
-    /// dualpipev needs m ≥ 2p, pipedream-2bw m ≥ p.
+    /// dualpipev needs m ≥ 2p, pipedream-2bw and interleaved 1F1B m ≥ p.
     TooFewMicrobatches,
+    /// The pinned micro-batch group does not hold for m and p (Megatron-Core's rule:
+    /// p ≤ n ≤ m, the last group empty or at least p).
+    MicrobatchGroup,
     /// More actions than `predict` simulates.
     TooLarge,
     /// Weights, gradients and optimizer state (plus recompute working memory) exceed the GPU.
@@ -41,7 +45,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::TpAcrossNodes,
         Reason::TpHeads,
         Reason::CpAcrossNodes,
@@ -49,10 +53,11 @@ impl Reason {
         Reason::TooManyStages,
         Reason::BatchNotDivisible,
         Reason::MicroBatchNotDivisible,
+        Reason::ExpertLayout,
         Reason::ChunksNeedPipeline,
         Reason::LayersNotDivisible,
-        Reason::MicrobatchesNotMultipleOfP,
         Reason::TooFewMicrobatches,
+        Reason::MicrobatchGroup,
         Reason::TooLarge,
         Reason::ModelStateMemory,
         Reason::ActivationMemory,
@@ -66,7 +71,8 @@ impl Reason {
             | Reason::CpAcrossNodes
             | Reason::CpSequence
             | Reason::BatchNotDivisible
-            | Reason::MicroBatchNotDivisible => "layout",
+            | Reason::MicroBatchNotDivisible
+            | Reason::ExpertLayout => "layout",
             _ => "candidate",
         }
     }
@@ -80,10 +86,11 @@ impl Reason {
             Reason::TooManyStages => "too_many_stages",
             Reason::BatchNotDivisible => "batch_not_divisible",
             Reason::MicroBatchNotDivisible => "micro_batch_not_divisible",
+            Reason::ExpertLayout => "expert_layout",
             Reason::ChunksNeedPipeline => "chunks_need_pipeline",
             Reason::LayersNotDivisible => "layers_not_divisible",
-            Reason::MicrobatchesNotMultipleOfP => "microbatches_not_multiple_of_p",
             Reason::TooFewMicrobatches => "too_few_microbatches",
+            Reason::MicrobatchGroup => "microbatch_group",
             Reason::TooLarge => "too_large",
             Reason::ModelStateMemory => "memory_model_state",
             Reason::ActivationMemory => "memory",
@@ -109,7 +116,7 @@ impl Reason {
                 m.num_heads, m.num_kv_heads
             ),
             Reason::CpAcrossNodes => format!(
-                "t x cp must divide the {} GPUs of an NVLink domain (pin --cp to go across)",
+                "t x cp must divide the {} GPUs of an NVLink domain, or t fill it and cp ring across domains (pin --cp for other sizes)",
                 req.hardware.nvlink_domain_gpus()
             ),
             Reason::CpSequence => format!(
@@ -117,31 +124,41 @@ impl Reason {
                 m.seq_len
             ),
             Reason::TooManyStages => format!(
-                "p x v stages must not exceed the {} layers (zbv and dualpipev: 2p)",
-                m.num_layers
+                "p x v stages must not exceed the {} layers, or {} with the embedding and the loss counted as layers (zbv and dualpipev: 2p)",
+                m.num_layers,
+                m.num_layers + 2
             ),
             Reason::BatchNotDivisible => {
                 format!("d must divide the global batch {}", req.global_batch)
             }
             Reason::MicroBatchNotDivisible => "--micro-batch must divide B/d".to_string(),
+            Reason::ExpertLayout => format!(
+                "ep x etp must divide the t x cp x d ranks of a stage (Megatron-Core carves the expert-parallel ranks from them) and ep the {} experts",
+                m.moe.as_ref().map_or(0, |moe| moe.num_experts)
+            ),
             Reason::ChunksNeedPipeline => "v > 1 chunks per device need p >= 2".to_string(),
-            Reason::LayersNotDivisible => match req.split_rule {
-                Some(rule) => format!(
+            Reason::LayersNotDivisible => match (&req.layout, req.split_rule) {
+                (Some(l), _) => format!(
+                    "--pipeline-layout gives {} stages, not p x v",
+                    l.len()
+                ),
+                (None, Some(rule)) => format!(
                     "{} cannot split the {} layers over these p x v stages",
                     rule.flags().join(" "),
                     m.num_layers
                 ),
-                None => format!(
-                    "interleaved and looped chunks need the {} layers divisible by p x v",
+                (None, None) => format!(
+                    "the {} layers do not split into these p x v stages",
                     m.num_layers
                 ),
             },
-            Reason::MicrobatchesNotMultipleOfP => {
-                "interleaved-1f1b needs m = B/(b d) divisible by p".to_string()
-            }
             Reason::TooFewMicrobatches => {
-                "dualpipev needs m >= 2p, pipedream-2bw m >= p".to_string()
+                "dualpipev needs m >= 2p, pipedream-2bw and interleaved-1f1b m >= p (Megatron-Core's micro-batch groups run interleaving with any m >= p)".to_string()
             }
+            Reason::MicrobatchGroup => format!(
+                "--microbatch-group-size-per-virtual-pipeline-stage {} must lie between p and m with the last group empty or at least p, as Megatron-Core requires",
+                req.pins.microbatch_group.unwrap_or(0)
+            ),
             Reason::TooLarge => format!(
                 "more than {MAX_SIMULATED_ACTIONS} actions to simulate (m x p x v too large)"
             ),
@@ -166,6 +183,9 @@ pub struct Rejection {
     pub level: &'static str,
     pub count: u64,
     pub constraint: String,
+    /// The first excluded candidate or layout, with its numbers and what would make it run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub example: Option<String>,
 }
 
 /// Bad input or an empty feasible set; every message names the flag or the constraints.
@@ -201,8 +221,12 @@ pub fn describe_rejections(rejected: &[Rejection]) -> String {
     let parts: Vec<String> = v
         .iter()
         .map(|r| {
+            let example = r
+                .example
+                .as_ref()
+                .map_or(String::new(), |e| format!(" (e.g. {e})"));
             format!(
-                "{} {}{} excluded because {} [{}]",
+                "{} {}{} excluded because {}{example} [{}]",
                 r.count,
                 r.level,
                 if r.count == 1 { "" } else { "s" },
@@ -219,14 +243,25 @@ pub(super) const MAX_GLOBAL_BATCH: u64 = 1 << 32;
 /// Candidates simulated per batch after the first (fixed, so counts do not depend on threads).
 pub(super) const BATCH: usize = 16;
 
-pub(super) struct Tally(pub(super) [u64; Reason::ALL.len()]);
+/// Counts per reason, and each reason's first example (enumeration order: deterministic).
+pub(super) struct Tally(
+    pub(super) [u64; Reason::ALL.len()],
+    [Option<String>; Reason::ALL.len()],
+);
 
 impl Tally {
     pub(super) fn new() -> Self {
-        Tally([0; Reason::ALL.len()])
+        Tally([0; Reason::ALL.len()], Default::default())
     }
     pub(super) fn add(&mut self, r: Reason, n: u64) {
         self.0[r as usize] += n;
+    }
+    /// [`Tally::add`], keeping `example()` if it is the reason's first.
+    pub(super) fn add_example(&mut self, r: Reason, n: u64, example: impl FnOnce() -> String) {
+        self.add(r, n);
+        if n > 0 && self.1[r as usize].is_none() {
+            self.1[r as usize] = Some(example());
+        }
     }
     pub(super) fn list(&self, req: &SearchRequest) -> Vec<Rejection> {
         Reason::ALL
@@ -237,6 +272,7 @@ impl Tally {
                 level: r.level(),
                 count: self.0[r as usize],
                 constraint: r.constraint(req),
+                example: self.1[r as usize].clone(),
             })
             .collect()
     }

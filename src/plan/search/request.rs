@@ -24,6 +24,9 @@ pub struct Pins {
     pub zero: Option<Zero>,
     /// HSDP replicas (unpinned: 1); applied to candidates with ZeRO >= 1 whose d it divides.
     pub dp_replicate: Option<u64>,
+    /// `--microbatch-group-size-per-virtual-pipeline-stage`: interleaved 1F1B's micro-batch
+    /// group (Megatron-Core's; unpinned, p where p divides m, else the smallest it accepts).
+    pub microbatch_group: Option<u64>,
     /// Expert-parallel size (MoE models; unpinned: every ep that divides the expert count and
     /// t x cp x d / etp).
     pub ep: Option<u64>,
@@ -50,6 +53,9 @@ pub struct SearchRequest<'a> {
     /// One of Megatron-Core's split rules for every candidate (with `partition` even): the
     /// chunk counts searched are those the rule can split.
     pub split_rule: Option<PipelineSplit>,
+    /// `--pipeline-layout`: the transformer layers of every stage, checked for the model; only
+    /// candidates with p x v equal to its stage count are searched.
+    pub layout: Option<Vec<u32>>,
 }
 
 /// `--partition`: the even split only, the balanced split only, or both (a balanced split
@@ -89,6 +95,7 @@ impl<'a> SearchRequest<'a> {
             exhaustive: false,
             partition: PartitionMode::default(),
             split_rule: None,
+            layout: None,
         }
     }
 }

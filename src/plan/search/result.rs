@@ -48,4 +48,3 @@ pub struct SearchOutcome {
     pub rejected: Vec<Rejection>,
     pub results: Vec<Ranked>,
 }
-

@@ -4,10 +4,11 @@
 
 use super::candidate::Candidate;
 use super::outcome::{Reason, SearchError, Tally, MAX_GLOBAL_BATCH, MAX_GPUS};
-use super::request::SearchRequest;
+use super::request::{PartitionMode, SearchRequest};
 use crate::cost::{Recompute, Zero};
+use crate::plan::predict::PipelineSplit;
 use crate::plan::predict::{divisors, Split, MAX_SIMULATED_ACTIONS};
-use crate::schedule::generators::ScheduleName;
+use crate::schedule::generators::{check_group, smallest_group, ScheduleName};
 use crate::schedule::ir::Placement;
 
 /// The synchronous schedules searched when `--schedule` is not pinned. The asynchronous
@@ -65,6 +66,10 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
         ("--cp", p.cp),
         ("--ep", p.ep),
         ("--etp", p.etp),
+        (
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+            p.microbatch_group,
+        ),
     ] {
         if value == Some(0) {
             return Err(SearchError::Zero { flag, value: 0 });
@@ -106,6 +111,46 @@ pub(super) fn check_inputs(req: &SearchRequest) -> Result<(), SearchError> {
             "--cp above 1 needs --attention flash (Megatron-Core runs context parallelism inside Transformer Engine's fused attention)".to_string(),
         ));
     }
+    if p.microbatch_group.is_some()
+        && (p
+            .schedule
+            .is_some_and(|s| s != ScheduleName::Interleaved1F1B)
+            || p.chunks == Some(1)
+            || p.pp == Some(1))
+    {
+        return Err(SearchError::Pin(
+            "--microbatch-group-size-per-virtual-pipeline-stage applies to interleaved-1f1b with --chunks > 1 and --pp > 1; valid: leave --schedule, --chunks and --pp unpinned or pin them so".into(),
+        ));
+    }
+    if let Some(layout) = &req.layout {
+        if layout.len() as u64 > u32::MAX as u64 {
+            return Err(SearchError::Pin(
+                "--pipeline-layout: too many stages".into(),
+            ));
+        }
+        let total: u64 = layout.iter().map(|&x| x as u64).sum();
+        if total != req.model.num_layers as u64 {
+            return Err(SearchError::Pin(format!(
+                "--pipeline-layout places {total} transformer layers, but {} has {}",
+                req.model.name, req.model.num_layers
+            )));
+        }
+        if let (Some(pp), Some(v)) = (p.pp, p.chunks) {
+            if pp.saturating_mul(v) != layout.len() as u64 {
+                return Err(SearchError::Pin(format!(
+                    "--pipeline-layout has {} stages, but --pp {pp} x --chunks {v} = {}; valid: --pp x --chunks = {}",
+                    layout.len(),
+                    pp.saturating_mul(v),
+                    layout.len()
+                )));
+            }
+        }
+        if req.split_rule.is_some() || req.partition != PartitionMode::Even {
+            return Err(SearchError::Pin(
+                "--pipeline-layout fixes every stage's layers: it cannot be combined with --partition balanced/both or Megatron-Core's split-rule flags; valid: one of them".into(),
+            ));
+        }
+    }
     if let (Some(s), Some(v)) = (p.schedule, p.chunks) {
         let ok = match s.fixed_chunks() {
             Some(f) => v == f as u64,
@@ -143,6 +188,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
     let mut out = Vec::new();
     let schedules: Vec<ScheduleName> = match pins.schedule {
         Some(s) => vec![s],
+        // A pinned micro-batch group is interleaved 1F1B's.
+        None if pins.microbatch_group.is_some() => vec![ScheduleName::Interleaved1F1B],
         None => SEARCHED_SCHEDULES.to_vec(),
     };
     // Mixture of experts: Megatron-Core's recompute modules too (the ModelZoo recipes'
@@ -157,22 +204,8 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         None => Recompute::ALL.to_vec(),
     };
     let flash = req.stack.attention == crate::cost::Attention::Flash;
-    // With a Megatron-Core split rule, whether it splits `layers` over p x v stages.
-    let rule_splits = |p: u64, v: u64, s: ScheduleName| {
-        req.split_rule.is_none_or(|r| {
-            r.stage_layers(
-                layers as u32,
-                p as u32,
-                v as u32,
-                s.placement() == Placement::V,
-            )
-            .is_ok()
-        })
-    };
-    let even_split = match req.split_rule {
-        Some(rule) => Split::Megatron(rule),
-        None => Split::Even,
-    };
+    // How each (p, v, schedule) splits the layers, or why it cannot.
+    let split_for = |p: u64, v: u64, s: ScheduleName| split_for(req, p, v, s);
     for t in divisors(n) {
         if pins.tp.is_some_and(|x| x != t) {
             continue;
@@ -198,7 +231,11 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     Some(Reason::TpAcrossNodes)
                 } else if model.num_heads % t != 0 || model.num_kv_heads % t != 0 {
                     Some(Reason::TpHeads)
-                } else if c > 1 && pins.cp.is_none() && (tc > domain || domain % tc != 0) {
+                } else if c > 1
+                    && pins.cp.is_none()
+                    && domain % tc != 0
+                    && !(t == domain && tc % domain == 0 && cp_ring_hides(req, t, c, p, d))
+                {
                     Some(Reason::CpAcrossNodes)
                 } else if c > 1 && model.seq_len % (2 * c) != 0 {
                     Some(Reason::CpSequence)
@@ -246,6 +283,12 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                     _ => 1,
                 };
                 let experts = expert_layouts(req, t, c, d);
+                if experts.is_empty() {
+                    tally.add_example(Reason::ExpertLayout, 1, || {
+                        expert_layout_example(req, t, c, d)
+                    });
+                    continue;
+                }
                 let variants = (recomputes.len() * sps.len() * zeros.len() * experts.len()) as u64;
                 let bs = match pins.micro_batch {
                     Some(b) => vec![b],
@@ -263,22 +306,28 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             (Some(f), _) => vec![f as u64],
                             (None, Some(v)) if s.supports_chunks() || v == 1 => vec![v],
                             (None, Some(_)) => continue,
-                            // Every chunk count the rule splits (at most the layers it counts,
-                            // two more than the transformer layers).
-                            (None, None) if s.supports_chunks() && req.split_rule.is_some() => {
-                                if p > 1 {
-                                    (2..=(layers + 2) / p)
-                                        .filter(|&v| rule_splits(p, v, s))
-                                        .collect()
+                            // The chunk count the layout string fixes.
+                            (None, None) if s.supports_chunks() && req.layout.is_some() => {
+                                let stages = req.layout.as_ref().map_or(0, |l| l.len() as u64);
+                                if p > 1 && stages % p == 0 && stages / p > 1 {
+                                    vec![stages / p]
                                 } else {
                                     Vec::new()
                                 }
                             }
+                            // The chunk counts whose stages divide the layers, the layers and
+                            // the embedding or the loss, or all three (Megatron-Core's split
+                            // rules), and the counts Megatron-Core's recipes interleave with
+                            // (UNEVEN_CHUNKS), split by a balanced layout string where nothing
+                            // divides (`split_for`).
                             (None, None) if s.supports_chunks() => {
-                                if p > 1 && layers % p == 0 {
-                                    divisors(layers / p)
-                                        .into_iter()
-                                        .filter(|&v| v > 1)
+                                if p > 1 {
+                                    (2..=(layers + 2) / p)
+                                        .filter(|&v| {
+                                            (0..=2).any(|k| (layers + k) % (p * v) == 0)
+                                                || (s == ScheduleName::Interleaved1F1B
+                                                    && UNEVEN_CHUNKS.contains(&v))
+                                        })
                                         .collect()
                                 } else {
                                     Vec::new()
@@ -290,24 +339,40 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             evaluated += variants;
                             let stages = p.saturating_mul(v);
                             let per_pair = if s.splits_backward() { 3u128 } else { 2 };
+                            let split = split_for(p, v, s);
+                            // Megatron-Core's micro-batch group where p does not divide m: the
+                            // smallest it accepts.
+                            let interleaved = s == ScheduleName::Interleaved1F1B && v > 1;
+                            let m32 = m.min(u32::MAX as u64) as u32;
+                            let group = match pins.microbatch_group {
+                                // The pinned group where Megatron-Core accepts it (p where p
+                                // divides m is its default: no group recorded).
+                                Some(n) if interleaved => Some(
+                                    check_group(p as u32, m32, n.min(u32::MAX as u64) as u32)
+                                        .ok()
+                                        .map(|()| n)
+                                        .filter(|&n| !(n == p && m % p == 0)),
+                                ),
+                                _ if interleaved && m % p != 0 => {
+                                    Some(smallest_group(p as u32, m32).map(u64::from))
+                                }
+                                _ => None,
+                            };
+                            let group_refused = match (pins.microbatch_group, group) {
+                                (Some(n), Some(None)) => !(n == p && m % p == 0),
+                                (_, g) => g == Some(None),
+                            };
                             let reason = if v > 1 && p == 1 {
                                 Some(Reason::ChunksNeedPipeline)
-                            } else if !rule_splits(p, v, s) {
-                                Some(Reason::LayersNotDivisible)
-                            } else if req.split_rule.is_none() && stages > layers {
-                                Some(Reason::TooManyStages)
-                            } else if req.split_rule.is_none()
-                                && v > 1
-                                && s.supports_chunks()
-                                && layers % stages != 0
-                            {
-                                Some(Reason::LayersNotDivisible)
-                            } else if s == ScheduleName::Interleaved1F1B && v > 1 && m % p != 0 {
-                                Some(Reason::MicrobatchesNotMultipleOfP)
+                            } else if let Err(r) = split {
+                                Some(r)
                             } else if (s == ScheduleName::DualPipeV && m < 2 * p)
                                 || (s == ScheduleName::PipeDream2BW && m < p)
+                                || (group_refused && m < p)
                             {
                                 Some(Reason::TooFewMicrobatches)
+                            } else if group_refused {
+                                Some(Reason::MicrobatchGroup)
                             } else if per_pair * m as u128 * stages as u128
                                 > MAX_SIMULATED_ACTIONS as u128
                                 || m > u32::MAX as u64
@@ -317,7 +382,9 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                                 None
                             };
                             if let Some(r) = reason {
-                                tally.add(r, variants);
+                                tally.add_example(r, variants, || {
+                                    candidate_example(req, r, (p, v, m), s)
+                                });
                                 continue;
                             }
                             for &recompute in &recomputes {
@@ -337,9 +404,10 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                                                 sequence_parallel: sp,
                                                 zero: z,
                                                 dp_replicate: replicas(z),
-                                                split: even_split,
+                                                split: split.unwrap_or(Split::Even),
                                                 ep,
                                                 etp,
+                                                microbatch_group: group.flatten(),
                                             });
                                         }
                                     }
@@ -385,4 +453,158 @@ pub(super) fn expert_layouts(req: &SearchRequest, t: u64, c: u64, d: u64) -> Vec
         }
     }
     out
+}
+
+/// Chunk counts searched even where nothing divides the layers into equal stages (then a
+/// balanced layout string splits them): the virtual pipeline sizes Megatron-Bridge's
+/// performance recipes interleave with where the layers do not divide (DeepSeek-V3's 61 layers
+/// at VP 2 and 4, Llama 3.1 405B's 126 at VP 4, 8 and 16).
+pub const UNEVEN_CHUNKS: [u64; 2] = [2, 4];
+
+/// How a candidate with `p` pipeline ranks of `v` chunks under schedule `s` splits the
+/// layers, as Megatron-Core would run it (docs/partition.md, "Megatron-Core's split rules"):
+/// the layout string or the split rule the request pins; else evenly when p x v divides the
+/// layers (or one chunk per rank, the first ranks a layer more); else the embedding and the
+/// loss counted as layers, or one of them, where that divides; else a balanced layout string
+/// (stages a layer apart), where every stage keeps a layer. `Err` names why none holds.
+pub(super) fn split_for(
+    req: &SearchRequest,
+    p: u64,
+    v: u64,
+    s: ScheduleName,
+) -> Result<Split, Reason> {
+    let layers = req.model.num_layers as u64;
+    let stages = p.saturating_mul(v);
+    if let Some(layout) = &req.layout {
+        return if layout.len() as u64 == stages {
+            Ok(Split::Even)
+        } else {
+            Err(Reason::LayersNotDivisible)
+        };
+    }
+    let v_placed = s.placement() == Placement::V;
+    let splits = |rule: &PipelineSplit| {
+        stages <= u32::MAX as u64
+            && rule
+                .stage_layers(layers as u32, p as u32, v as u32, v_placed)
+                .is_ok()
+    };
+    if let Some(rule) = req.split_rule {
+        return if splits(&rule) {
+            Ok(Split::Megatron(rule))
+        } else {
+            Err(Reason::LayersNotDivisible)
+        };
+    }
+    let equal_chunks = v == 1 || !s.supports_chunks();
+    if stages <= layers && (equal_chunks || layers % stages == 0) {
+        return Ok(Split::Even);
+    }
+    let rules = [
+        PipelineSplit::EMBEDDING_AND_LOSS,
+        PipelineSplit {
+            embedding: true,
+            ..PipelineSplit::default()
+        },
+        PipelineSplit {
+            loss: true,
+            ..PipelineSplit::default()
+        },
+    ];
+    if let Some(rule) = rules.into_iter().find(splits) {
+        return Ok(Split::Megatron(rule));
+    }
+    if stages <= layers {
+        Ok(Split::Even)
+    } else {
+        Err(Reason::TooManyStages)
+    }
+}
+
+/// Why a (t, cp, d) layout has no expert layout, with its numbers and the valid ep values.
+fn expert_layout_example(req: &SearchRequest, t: u64, c: u64, d: u64) -> String {
+    let ranks = t * c * d;
+    let experts = req.model.moe.as_ref().map_or(0, |m| m.num_experts);
+    let etp = req.pins.etp.unwrap_or(1);
+    let valid: Vec<String> = divisors(ranks / etp.max(1))
+        .into_iter()
+        .filter(|&e| ranks % etp.max(1) == 0 && experts % e == 0)
+        .map(|e| e.to_string())
+        .collect();
+    format!(
+        "t={t} cp={c} d={d}: ep {} x etp {etp} must divide the {ranks} ranks of a stage; valid --ep: {}, or fewer pipeline stages (--pp) for more ranks a stage",
+        req.pins.ep.map_or("(any)".to_string(), |e| e.to_string()),
+        if valid.is_empty() { "none".to_string() } else { valid.join(", ") }
+    )
+}
+
+/// One excluded candidate in words: its p, v, m and schedule, what failed with the numbers,
+/// and the flag that would make it run.
+fn candidate_example(
+    req: &SearchRequest,
+    r: Reason,
+    (p, v, m): (u64, u64, u64),
+    s: ScheduleName,
+) -> String {
+    let layers = req.model.num_layers as u64;
+    let stages = p.saturating_mul(v);
+    let head = format!("p={p} v={v} m={m} {s}");
+    match r {
+        Reason::TooManyStages => format!(
+            "{head}: {stages} stages for {layers} layers ({} with the embedding and the loss as layers); fewer --chunks or --pp",
+            layers + 2
+        ),
+        Reason::LayersNotDivisible => match (&req.layout, req.split_rule) {
+            (Some(l), _) => format!(
+                "{head}: --pipeline-layout has {} stages, not p x v = {stages}; --pp x --chunks = {}",
+                l.len(),
+                l.len()
+            ),
+            (None, Some(rule)) => {
+                let err = rule
+                    .stage_layers(layers as u32, p as u32, v as u32, s.placement() == Placement::V)
+                    .err()
+                    .unwrap_or_default();
+                format!("{head}: {err}")
+            }
+            (None, None) => format!("{head}: {layers} layers in {stages} stages"),
+        },
+        Reason::TooFewMicrobatches => {
+            let need = if s == ScheduleName::DualPipeV { 2 * p } else { p };
+            format!(
+                "{head}: m = {m} micro-batches, {s} needs m >= {need}; a smaller --micro-batch, a larger --global-batch or a smaller --pp"
+            )
+        }
+        Reason::ChunksNeedPipeline => format!("{head}: --chunks {v} needs --pp 2 or more"),
+        Reason::MicrobatchGroup => {
+            let n = req.pins.microbatch_group.unwrap_or(p);
+            let err = check_group(p as u32, m.min(u32::MAX as u64) as u32, n.min(u32::MAX as u64) as u32)
+                .err()
+                .unwrap_or_default();
+            format!("{head}: {err}")
+        }
+        Reason::TooLarge => format!(
+            "{head}: {} actions to simulate; a larger --micro-batch or fewer --chunks",
+            (if s.splits_backward() { 3u128 } else { 2 }) * m as u128 * stages as u128
+        ),
+        _ => head,
+    }
+}
+
+/// Whether a context-parallel ring of `c` ranks across NVLink domains (t filling each) hides
+/// its K/V exchange over the network under the attention it overlaps, one micro-batch of one
+/// sequence (`CostModel::cp_ring_hidden`; the ratio of attention time to K/V bytes does not
+/// depend on the micro-batch). Where it cannot, the ring only adds exposed network time, so
+/// unpinned search leaves such rings out (Llama 3.1 405B at 8k on H100: TP 8 x CP 2 hides;
+/// GPT-3-style 2k sequences with full multi-head K/V do not).
+fn cp_ring_hides(req: &SearchRequest, t: u64, c: u64, p: u64, d: u64) -> bool {
+    let mut r = crate::plan::predict::PredictRequest::new(req.model, req.hardware);
+    r.gpus = req.gpus;
+    r.tp = t;
+    r.cp = c;
+    r.pp = p;
+    r.dp = Some(d);
+    r.global_batch = req.global_batch;
+    r.stack = req.stack;
+    r.cost_model(d).cp_ring_hidden()
 }
