@@ -11,8 +11,9 @@
 //! Python frames, flows) is skipped as it streams past, so memory grows with the GPU events
 //! kept, not with the file.
 
-use super::classify::{action_from_range, attribute, collective, kernel_class, LayoutSizes};
+use super::classify::{action_from_range, attribute, collective, LayoutSizes};
 use super::json_stream;
+use super::kernels::kernel_class;
 use super::pplan_trace::PplanEvent;
 use super::timeline::{
     ActionSpan, Collective, Kernel, KernelClass, MeasuredError, RankTrace, StepWindow,

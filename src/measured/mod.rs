@@ -8,6 +8,7 @@
 pub mod breakdown;
 pub mod classify;
 pub mod json_stream;
+pub mod kernels;
 pub mod kineto;
 pub mod load;
 pub mod logs;

@@ -13,7 +13,6 @@
 //! - `CUPTI_ACTIVITY_KIND_RUNTIME` when present: `globalTid`, `start`, `correlationId`, to tie
 //!   each kernel to the CPU thread and time of its launch.
 
-use super::classify;
 use super::timeline::{ActionSpan, Kernel, KernelClass, MeasuredError, RankTrace, StepWindow};
 use crate::schedule::ir::Action;
 use rusqlite::types::ValueRef;
@@ -499,7 +498,7 @@ impl Db<'_> {
                         Some(Cell::Int(n)) => Some(*n),
                         _ => None,
                     },
-                    class: classify::kernel_class(&name),
+                    class: super::kernels::kernel_class(&name),
                     name,
                 });
                 Ok(())
