@@ -7,6 +7,7 @@
 pub mod dense_presets;
 pub mod families;
 pub mod hardware;
+pub mod hardware_check;
 pub mod json_path;
 pub mod model;
 pub mod moe;

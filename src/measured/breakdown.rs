@@ -473,6 +473,7 @@ mod tests {
             files: vec!["x".into()],
             ranks: vec![r],
             iterations: vec![],
+            flagged: Default::default(),
         };
         let b = breakdown(&m, None).unwrap();
         assert_eq!(

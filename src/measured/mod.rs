@@ -6,6 +6,7 @@
 //! Imports only `schedule` (for the action syntax `0F1`).
 
 pub mod breakdown;
+pub mod checks;
 pub mod classify;
 pub mod json_stream;
 pub mod kernels;

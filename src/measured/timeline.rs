@@ -43,6 +43,8 @@ pub struct Measured {
     pub ranks: Vec<RankTrace>,
     /// A log's iterations in file order; empty for a trace.
     pub iterations: Vec<LogIteration>,
+    /// What the readers kept but counted as suspect (super::checks).
+    pub flagged: super::checks::Flagged,
 }
 
 /// One rank's GPU timeline.
