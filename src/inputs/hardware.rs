@@ -394,6 +394,10 @@ impl Hardware {
 
     /// Parse and check a profile; `origin` names it in errors.
     pub fn from_json(text: &str, origin: &str) -> Result<Hardware, HardwareError> {
+        let text = super::json_strict::prepare(text).map_err(|reason| HardwareError::Parse {
+            path: origin.to_string(),
+            reason,
+        })?;
         let hw: Hardware = serde_json::from_str(text).map_err(|e| HardwareError::Parse {
             path: origin.to_string(),
             reason: crate::inputs::json_path::describe(text, &e),

@@ -301,6 +301,16 @@ impl Hardware {
                 ));
             }
         }
+        if self.network.oversubscription < 1.0 {
+            return Err(invalid(
+                "network.oversubscription",
+                format!(
+                    "{} is below 1: it is the leaf's downlink over uplink bandwidth, 1 for a \
+                     non-blocking fabric, 2 for 2:1 (valid: 1 to 64)",
+                    self.network.oversubscription
+                ),
+            ));
+        }
         // Physical ranges: a profile's numbers describe a machine that exists. The bounds are
         // wide (a CPU run's profile at the low end, ten times today's largest GPU and links at
         // the top, docs/inputs.md "Ranges") so that a typo of a few powers of ten, or a fitted
@@ -315,16 +325,6 @@ impl Hardware {
             if !(v.is_finite() && v >= lo && v <= hi) {
                 return Err(invalid(field, format!("{v} is out of range: valid {what}")));
             }
-        }
-        if self.network.oversubscription < 1.0 {
-            return Err(invalid(
-                "network.oversubscription",
-                format!(
-                    "{} is below 1: it is the leaf's downlink over uplink bandwidth, 1 for a \
-                     non-blocking fabric, 2 for 2:1 (valid: 1 to 64)",
-                    self.network.oversubscription
-                ),
-            ));
         }
         if self.node.gpus_per_node == 0 || self.node.nics_per_node == 0 {
             return Err(invalid(

@@ -21,6 +21,7 @@ pub mod emit;
 pub mod flags;
 pub mod megatron_args;
 pub mod partition;
+pub mod plan_check;
 pub mod plan_file;
 pub mod predict;
 pub mod profiled;
