@@ -367,3 +367,19 @@ fn impossible_log_values_are_refused() {
         refused(&[&f], &[], &["line 2", "field 'max reserved'", "1 PiB"]);
     }
 }
+
+#[test]
+fn a_log_beyond_the_size_bound_is_refused_before_it_is_read() {
+    // A sparse file of 1 GiB + 1 byte: the bound is checked on the size, nothing is read.
+    let p = scratch("huge.log");
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(pplan::measured::load::LOG_BYTES_MAX + 1).unwrap();
+    drop(f);
+    let name = p.display().to_string();
+    refused(
+        &[&name],
+        &[],
+        &["more than the 1073741824 (1 GiB) a training log is read up to"],
+    );
+    std::fs::remove_file(&p).unwrap();
+}

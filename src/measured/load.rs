@@ -24,6 +24,9 @@ enum Format {
 
 const READ_BUFFER: usize = 1 << 20;
 
+/// Largest training log read (bytes); see `read_one`.
+pub const LOG_BYTES_MAX: u64 = 1 << 30;
+
 fn sniff(path: &Path, file: &str) -> Result<Format, MeasuredError> {
     let mut head = [0u8; 256];
     let mut f = std::fs::File::open(path)
@@ -92,6 +95,22 @@ fn read_one(path: &Path, file: &str, layout: Option<LayoutSizes>) -> Result<Read
         ))),
         Format::Sqlite => Ok(Read1::Nsys(nsys::read(path, file)?)),
         Format::Text => {
+            // A log is read whole (its lines are matched in memory, about 1.4 times its size):
+            // bound it so that memory stays bounded. A log of 1 GiB holds 2.5 million
+            // Megatron-LM iteration lines, decades of training at one line a step.
+            let size = std::fs::metadata(path)
+                .map_err(|e| MeasuredError::new(file, format!("cannot read: {e}")))?
+                .len();
+            if size > LOG_BYTES_MAX {
+                return Err(MeasuredError::new(
+                    file,
+                    format!(
+                        "a text file of {size} bytes, more than the {LOG_BYTES_MAX} (1 GiB) a \
+                         training log is read up to; keep the iteration lines \
+                         (grep 'elapsed time per iteration' or grep 'step:')"
+                    ),
+                ));
+            }
             let bytes = std::fs::read(path)
                 .map_err(|e| MeasuredError::new(file, format!("cannot read: {e}")))?;
             let text = String::from_utf8_lossy(&bytes);
