@@ -115,7 +115,7 @@ pub fn check_rank(r: &RankTrace) -> Result<Flagged, MeasuredError> {
     Ok(flagged)
 }
 
-/// A warning line for what was flagged in `files`, `None` when nothing was.
+/// The warning lines for what was flagged in `files`; none when nothing was.
 pub fn warnings(f: &Flagged, files: &str) -> Vec<String> {
     let mut out = Vec::new();
     if f.overlapping_kernels > 0 {

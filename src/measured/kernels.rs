@@ -29,7 +29,12 @@ fn any(n: &str, fragments: &[&str]) -> bool {
 /// reduction, `for` foreach, `tem` a template: matmul, convolution or flex attention) followed by
 /// the ATen ops fused (`triton_poi_fused_add_cos_sin_0`).
 fn triton(n: &str, kinds: &[&str]) -> bool {
-    kinds.iter().any(|k| n.contains(&format!("triton_{k}_")))
+    n.match_indices("triton_").any(|(at, _)| {
+        let rest = &n[at + "triton_".len()..];
+        kinds
+            .iter()
+            .any(|k| rest.starts_with(k) && rest[k.len()..].starts_with('_'))
+    })
 }
 
 /// Inductor's RMSNorm and LayerNorm as fused reductions: the ATen ops in the name
@@ -255,7 +260,13 @@ pub static FAMILIES: &[Family] = &[
         library: "cuBLAS, cuBLASLt, CUTLASS, cuDNN convolutions, Triton matmuls",
         class: KernelClass::Gemm,
         rule: "`gemm` (not the `gemm` of `fbgemm`), `gemv`, `nvjet`, `xmma`, `splitKreduce`, `cublasLt`, `Cijk_` (Tensile), `cutlass`, `s1688`/`s16816`/`s884`, `wgmma`, `hmma`, cuDNN convolutions (`scudnn`, `winograd`, `fft2d_`, `wgrad_alg`, `dgrad_engine`), `matmul`",
-        matches: |n| any(&n.replace("fbgemm", ""), GEMM),
+        matches: |n| {
+            if n.contains("fbgemm") {
+                any(&n.replace("fbgemm", ""), GEMM)
+            } else {
+                any(n, GEMM)
+            }
+        },
     },
     Family {
         library: "PyTorch, vLLM, Transformer Engine, cuDNN, FBGEMM elementwise",

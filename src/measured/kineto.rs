@@ -235,6 +235,8 @@ struct Collect {
     pplan: Vec<PplanEvent>,
     names: Vec<String>,
     name_ids: HashMap<String, u32>,
+    /// Each kernel name's class, by name id, once computed.
+    classes: Vec<Option<KernelClass>>,
 }
 
 impl Collect {
@@ -309,7 +311,13 @@ impl Collect {
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" => {
                 let class = if cat == "kernel" {
-                    kernel_class(name)
+                    // Once per distinct name: a trace repeats a few hundred names millions of
+                    // times, and the family rules allocate.
+                    let id = self.intern(name) as usize;
+                    if self.classes.len() <= id {
+                        self.classes.resize(id + 1, None);
+                    }
+                    *self.classes[id].get_or_insert_with(|| kernel_class(name))
                 } else {
                     KernelClass::Memory
                 };

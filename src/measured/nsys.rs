@@ -502,6 +502,8 @@ impl Db<'_> {
             ));
         }
         let mut out = Vec::new();
+        // Classes by name, computed once per distinct name (exports repeat a few hundred names).
+        let mut classes: HashMap<String, KernelClass> = HashMap::new();
         self.select(
             KERNEL,
             &["start", "end", "deviceId", "streamId"],
@@ -530,7 +532,9 @@ impl Db<'_> {
                         Some(Cell::Int(n)) => Some(*n),
                         _ => None,
                     },
-                    class: super::kernels::kernel_class(&name),
+                    class: *classes
+                        .entry(name.clone())
+                        .or_insert_with(|| super::kernels::kernel_class(&name)),
                     name,
                 });
                 Ok(())
