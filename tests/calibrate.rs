@@ -643,3 +643,66 @@ fn calibrated_from_kineto_traces_predicts_within_5_percent() {
         "calibrated {p} s vs measured {m} s"
     );
 }
+
+/// Issue #42: a fit is checked like any profile before it is written. Transfers 10^6 times
+/// longer (a trace whose receives include waiting) gave an NVLink efficiency of 3.5e-8;
+/// forward actions of 0 ms gave a layer profile of 0 ms.
+#[test]
+fn implausible_fits_are_refused_naming_the_measurement() {
+    let text = data_text("1f1b.measured.json");
+    let edit = |f: &dyn Fn(&mut Value)| {
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        for e in v["traceEvents"].as_array_mut().unwrap() {
+            f(e);
+        }
+        v.to_string()
+    };
+    let slow = tmp("slow-recv.json");
+    std::fs::write(
+        &slow,
+        edit(&|e| {
+            if e["name"].as_str().unwrap().contains("RECV") {
+                e["dur"] = Value::from(e["dur"].as_f64().unwrap() * 1e6);
+            }
+        }),
+    )
+    .unwrap();
+    let hw = tmp("slow.hw.json");
+    let err = calibrate_err(&[
+        "--trace",
+        s(&slow),
+        "--plan",
+        &format!("{DATA}/1f1b.plan.json"),
+        "--out-hardware",
+        s(&hw),
+    ]);
+    assert!(
+        err.contains("the fitted hardware profile is out of range")
+            && err.contains("node.nvlink_efficiency")
+            && err.contains("valid 0.01 to 1")
+            && err.contains("median pipeline transfer"),
+        "{err}"
+    );
+    assert!(!hw.exists());
+    let zero = tmp("zero-forward.json");
+    std::fs::write(
+        &zero,
+        edit(&|e| {
+            let n = e["name"].as_str().unwrap().to_string();
+            if n.starts_with("0F") {
+                e["dur"] = Value::from(0.0);
+            }
+        }),
+    )
+    .unwrap();
+    let err = calibrate_err(&[
+        "--trace",
+        s(&zero),
+        "--plan",
+        &format!("{DATA}/1f1b.plan.json"),
+    ]);
+    assert!(
+        err.contains("stage 0's forward actions last 0 ms in the trace"),
+        "{err}"
+    );
+}

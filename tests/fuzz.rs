@@ -222,7 +222,10 @@ fn every_generator_round_trips_through_csv() {
 /// Seeded fuzzing of every file reader and of the flag sets, through the library readers and the
 /// binary: no panic, no hang, exit 0 or 2. `PPLAN_FUZZ_CASES` (default 40) sets the number of
 /// cases and `PPLAN_FUZZ_SEED` the seed (printed on failure), e.g.
-/// `PPLAN_FUZZ_CASES=5000 cargo test --release --test fuzz seeded`.
+/// `PPLAN_FUZZ_CASES=5000 cargo test --release --test fuzz seeded`. The measured-run readers
+/// (Kineto traces, Nsight exports, Megatron-LM and torchtitan logs) and plan files are mutated
+/// from real files too (`seeded_measured_readers_*`, `seeded_plan_files_*`); a run of the binary
+/// that outlives [`CASE_SECONDS_MAX`] fails the test as a hang, naming the seed and case.
 mod seeded {
     use serde_json::Value;
     use std::time::{Duration, Instant};
@@ -294,6 +297,303 @@ mod seeded {
 
     fn read(path: &str) -> String {
         std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    /// A bound on one case run through the binary: every accepted input finishes in seconds
+    /// (docs/performance.md, "Bounded commands"), so a case past it is a hang. A watchdog, not a
+    /// speed assertion: it is far above any case's time.
+    pub const CASE_SECONDS_MAX: u64 = 60;
+
+    /// Run `pplan args`; exit 0 or 2 within [`CASE_SECONDS_MAX`], never a panic.
+    fn run_bounded(args: &[&str], what: &str) {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pplan"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(CASE_SECONDS_MAX) {
+                child.kill().ok();
+                panic!("{what}: pplan {args:?} ran past {CASE_SECONDS_MAX} s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).ok();
+        assert!(
+            matches!(status.code(), Some(0 | 2)) && !err.contains("panicked"),
+            "{what}: pplan {args:?}: {status:?} {err}"
+        );
+    }
+
+    fn gunzip(path: &str) -> String {
+        let f = std::fs::File::open(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(f), &mut text).unwrap();
+        text
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("pplan-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    /// Read a measured file the whole way (sniffing, the reader, the physical checks, the
+    /// breakdown or the log summary): a result or an error naming the file, never a panic.
+    fn measure(path: &std::path::Path) {
+        use pplan::measured::breakdown::{breakdown, log_summary};
+        let file = path.display().to_string();
+        match pplan::measured::load::load(&[path.to_path_buf()], None) {
+            Ok(m) if m.ranks.is_empty() => {
+                let _ = log_summary(&m, None);
+            }
+            Ok(m) => {
+                let _ = breakdown(&m, None);
+            }
+            Err(e) => assert!(e.to_string().starts_with(&file), "{e}"),
+        }
+    }
+
+    /// Junk for a text field: numbers at and past every bound, signs, words.
+    const TEXT_JUNK: [&str; 12] = [
+        "-1",
+        "0",
+        "1e308",
+        "-0.5",
+        "nan",
+        "inf",
+        "x",
+        "",
+        "300%",
+        "18446744073709551616",
+        "9223372036854775807",
+        "1,2,3",
+    ];
+
+    /// Mutate log text: replace a whitespace-separated token with junk, or drop, duplicate or
+    /// cut a line.
+    fn mutate_text(text: &str, r: &mut Rng) -> String {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let i = (r.next() % lines.len() as u64) as usize;
+        match r.next() % 5 {
+            0 => {
+                lines.remove(i);
+            }
+            1 => {
+                let l = lines[i].clone();
+                lines.insert(i, l);
+            }
+            2 => {
+                let cut = (r.next() % (lines[i].len() as u64 + 1)) as usize;
+                let cut = (0..=cut)
+                    .rev()
+                    .find(|&c| lines[i].is_char_boundary(c))
+                    .unwrap_or(0);
+                lines[i].truncate(cut);
+            }
+            _ => {
+                let mut words: Vec<String> = lines[i].split(' ').map(str::to_string).collect();
+                let w = (r.next() % words.len() as u64) as usize;
+                words[w] = r.pick(&TEXT_JUNK).to_string();
+                lines[i] = words.join(" ");
+            }
+        }
+        lines.join("\n")
+    }
+
+    #[test]
+    fn seeded_measured_readers_never_panic() {
+        let (seed, cases) = settings();
+        let mut r = Rng(seed | 1);
+        // Kineto: a real rank of HTA's TorchRec trace and a pplan-executor run written by
+        // the profiler's format (tests/data/measured/), mutated as JSON.
+        let traces = [
+            gunzip("tests/data/measured/kineto/hta-sampled-rank-0.json.gz"),
+            gunzip("tests/data/measured/cpu-exec/1f1b-kineto/rank-0.json.gz"),
+        ];
+        let traces: Vec<Value> = traces
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
+        let logs = [
+            read("tests/data/measured/logs/megatron_ling_v2.log"),
+            read("tests/data/measured/logs/megatron_issue60_v100.log"),
+            read("tests/data/measured/logs/torchtitan_pr2389.log"),
+            read("tests/data/measured/logs/torchtitan_pr364_wps.log"),
+        ];
+        let sql = read("tests/data/measured/nsys/synthetic_pipeline.sql");
+        let columns = [
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "start"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "end"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"),
+            ("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"),
+            ("CUPTI_ACTIVITY_KIND_MEMCPY", "end"),
+            ("NVTX_EVENTS", "start"),
+            ("NVTX_EVENTS", "end"),
+            ("NVTX_EVENTS", "textId"),
+            ("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"),
+            ("StringIds", "value"),
+        ];
+        let sql_junk = [
+            "NULL",
+            "-1",
+            "0",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "'x'",
+            "1e300",
+            "X'00'",
+            "start",
+            "end + 1000000000000",
+        ];
+        for case in 0..cases {
+            let what = format!("seed {seed} case {case}");
+            // One trace, one log and one export per case.
+            let mut v = traces[(case % 2) as usize].clone();
+            for _ in 0..=r.next() % 3 {
+                mutate(&mut v["traceEvents"], &mut r);
+            }
+            if r.next() % 4 == 0 {
+                mutate(&mut v, &mut r);
+            }
+            let p = scratch("trace.json");
+            std::fs::write(&p, v.to_string()).unwrap();
+            let ok = std::panic::catch_unwind(|| measure(&p));
+            assert!(
+                ok.is_ok(),
+                "{what}: the Kineto reader panicked on {}",
+                p.display()
+            );
+
+            let base: String = r.pick::<String>(&logs).clone();
+            let log = mutate_text(&base, &mut r);
+            let p = scratch("run.log");
+            std::fs::write(&p, &log).unwrap();
+            let ok = std::panic::catch_unwind(|| measure(&p));
+            assert!(ok.is_ok(), "{what}: the log reader panicked on {log}");
+
+            let p = scratch("export.sqlite");
+            let _ = std::fs::remove_file(&p);
+            let c = rusqlite::Connection::open(&p).unwrap();
+            c.execute_batch(&sql).unwrap();
+            let mut edits = Vec::new();
+            for _ in 0..=r.next() % 2 {
+                let (table, column) = r.pick(&columns);
+                let edit = format!(
+                    "UPDATE {table} SET \"{column}\" = {} WHERE rowid = {};",
+                    r.pick(&sql_junk),
+                    1 + r.next() % 4
+                );
+                // NOT NULL columns refuse some junk: such an edit is simply not made.
+                if c.execute_batch(&edit).is_ok() {
+                    edits.push(edit);
+                }
+            }
+            drop(c);
+            let ok = std::panic::catch_unwind(|| measure(&p));
+            assert!(
+                ok.is_ok(),
+                "{what}: the Nsight reader panicked after {edits:?}"
+            );
+        }
+        // Through the binary, with the time bound: a quarter as many cases.
+        for case in 0..cases.div_ceil(4) {
+            let what = format!("seed {seed} binary case {case}");
+            let mut v = traces[(case % 2) as usize].clone();
+            mutate(&mut v["traceEvents"], &mut r);
+            let p = scratch("bin-trace.json");
+            std::fs::write(&p, v.to_string()).unwrap();
+            let plan = "tests/data/measured/cpu-exec/1f1b.plan.json";
+            let path = p.display().to_string();
+            run_bounded(
+                &["validate", "--measured", &path, "--format", "json"],
+                &what,
+            );
+            run_bounded(&["validate", "--measured", &path, "--plan", plan], &what);
+            let p = scratch("bin.log");
+            let base: String = r.pick::<String>(&logs).clone();
+            std::fs::write(&p, mutate_text(&base, &mut r)).unwrap();
+            run_bounded(
+                &[
+                    "validate",
+                    "--measured",
+                    &p.display().to_string(),
+                    "--plan",
+                    plan,
+                ],
+                &what,
+            );
+        }
+    }
+
+    #[test]
+    fn seeded_plan_files_never_panic() {
+        let (seed, cases) = settings();
+        let mut r = Rng(seed | 1);
+        use pplan::plan::emit::{emit, Target};
+        use pplan::plan::plan_file::Plan;
+        let plans = [
+            read("tests/data/measured/cpu-exec/1f1b.plan.json"),
+            read("tests/data/measured/cpu-exec/interleaved-1f1b.plan.json"),
+            read("tests/data/measured/cpu-exec/zb-h1.plan.json"),
+        ];
+        for case in 0..cases {
+            let what = format!("seed {seed} case {case}");
+            let mut v: Value = serde_json::from_str(r.pick::<String>(&plans)).unwrap();
+            for _ in 0..=r.next() % 3 {
+                mutate(&mut v, &mut r);
+            }
+            let text = v.to_string();
+            let ok = std::panic::catch_unwind(|| {
+                if let Ok(plan) = Plan::from_json(&text, "plan.json") {
+                    for t in [
+                        Target::Executor,
+                        Target::Megatron,
+                        Target::Torchtitan,
+                        Target::TorchtitanV02,
+                        Target::Csv,
+                    ] {
+                        let _ = emit(&plan, t, None);
+                    }
+                }
+            });
+            assert!(
+                ok.is_ok(),
+                "{what}: a plan file panicked the reader or an emitter: {text}"
+            );
+        }
+        for case in 0..cases.div_ceil(4) {
+            let mut v: Value = serde_json::from_str(r.pick::<String>(&plans)).unwrap();
+            mutate(&mut v, &mut r);
+            let p = scratch("plan.json");
+            std::fs::write(&p, v.to_string()).unwrap();
+            let path = p.display().to_string();
+            let what = format!("seed {seed} binary case {case}");
+            run_bounded(&["emit", "--plan", &path, "--target", "megatron"], &what);
+            run_bounded(
+                &[
+                    "validate",
+                    "--measured",
+                    "tests/data/measured/cpu-exec/1f1b.measured.json",
+                    "--plan",
+                    &path,
+                ],
+                &what,
+            );
+        }
     }
 
     #[test]

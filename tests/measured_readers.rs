@@ -140,7 +140,8 @@ fn synthetic_pipeline_export() {
             (3900, 4200, 20, comm(Collective::SendRecv), 0),
             (4300, 5000, 7, KernelClass::Gemm, 0),
             (5000, 6000, 21, comm(Collective::AllReduce), 0),
-            (12000, 12500, 7, KernelClass::OtherCompute, 1),
+            // PyTorch's `vectorized_elementwise_kernel`: the elementwise family.
+            (12000, 12500, 7, KernelClass::Elementwise, 1),
         ]
     );
     // Steps: the GPU extent of what each ProfilerStep range launched.

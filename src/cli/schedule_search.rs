@@ -33,9 +33,10 @@ pub(crate) struct SearchArgs {
     /// Seed of the local-improvement moves (same seed, same result).
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Local-improvement moves to try.
-    #[arg(long, default_value_t = 4000)]
-    pub(crate) iterations: u32,
+    /// Local-improvement moves to try (default 4000, fewer for large schedules: at most
+    /// 100,000,000 action simulations, about 7 s).
+    #[arg(long)]
+    pub(crate) iterations: Option<u32>,
     /// Write the schedule found here (PyTorch compute_only CSV).
     #[arg(long, short)]
     pub(crate) output: Option<PathBuf>,
@@ -78,7 +79,9 @@ pub(crate) fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
         p2p_ns: units_to_ns("--p2p", args.p2p, scale)?,
         memory_limit: limit,
         seed: args.seed,
-        iterations: args.iterations,
+        iterations: args.iterations.unwrap_or_else(|| {
+            pplan::plan::schedule_search::default_iterations(args.stages, args.microbatches)
+        }),
     };
     let progress = Progress::new("schedule-search", args.progress);
     let found = search_with_progress(&params, Some(&|done, total| progress.update(done, total)));
@@ -86,7 +89,8 @@ pub(crate) fn cmd_schedule_search(args: SearchArgs) -> Result<(), CliError> {
     let found = found.map_err(|e| match e {
         SearchError::Zero { .. }
         | SearchError::TooLarge { .. }
-        | SearchError::TooManyIterations { .. } => CliError::Input(e.to_string()),
+        | SearchError::TooManyIterations { .. }
+        | SearchError::TooMuchWork { .. } => CliError::Input(e.to_string()),
         e => CliError::Internal(e.to_string()),
     })?;
     let zb = generators::zb_h1(args.stages, args.microbatches);

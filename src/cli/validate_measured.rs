@@ -120,11 +120,14 @@ fn fmt_opt(v: Option<f64>, scale: f64, prec: usize) -> String {
 
 fn print_figures_row(label: &str, f: &Figures) {
     println!(
-        "{label:<8} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>7.4}",
+        "{label:<8} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>7.4}",
         f.step_time_s,
         f.compute_s,
         f.gemm_s,
         f.attention_s,
+        f.norm_s,
+        f.elementwise_s,
+        f.embedding_s,
         f.other_compute_s,
         f.comm_s,
         f.comm_exposed_s,
@@ -149,12 +152,15 @@ fn print_report(r: &ValidateReport) {
         );
         println!();
         println!(
-            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
+            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
             "rank",
             "step_s",
             "compute_s",
             "gemm_s",
             "attn_s",
+            "norm_s",
+            "elemwise_s",
+            "embed_s",
             "other_s",
             "comm_s",
             "exposed_s",
@@ -166,6 +172,12 @@ fn print_report(r: &ValidateReport) {
         }
         if b.per_rank.len() > 1 {
             print_figures_row("mean", &b.mean);
+        }
+        if b.source != Source::Pplan {
+            println!(
+                "kernels of no known family (other_s): {:.1}% of compute kernel time (mean rank); docs/validate.md lists the families",
+                b.mean.other_compute_share * 100.0
+            );
         }
         if !b.mean.comm.is_empty() {
             println!();

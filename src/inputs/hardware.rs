@@ -394,6 +394,10 @@ impl Hardware {
 
     /// Parse and check a profile; `origin` names it in errors.
     pub fn from_json(text: &str, origin: &str) -> Result<Hardware, HardwareError> {
+        let text = super::json_strict::prepare(text).map_err(|reason| HardwareError::Parse {
+            path: origin.to_string(),
+            reason,
+        })?;
         let hw: Hardware = serde_json::from_str(text).map_err(|e| HardwareError::Parse {
             path: origin.to_string(),
             reason: crate::inputs::json_path::describe(text, &e),
@@ -418,195 +422,6 @@ impl Hardware {
                 reason: e.to_string(),
             }),
         }
-    }
-
-    fn check(&self, origin: &str) -> Result<(), HardwareError> {
-        let invalid = |field: &'static str, reason: String| HardwareError::Invalid {
-            name: self.name.clone(),
-            origin: origin.to_string(),
-            field,
-            reason,
-        };
-        let positive = [
-            ("gpu.peak_flops_per_s", self.gpu.peak_flops_per_s),
-            (
-                "gpu.hbm_bandwidth_bytes_per_s",
-                self.gpu.hbm_bandwidth_bytes_per_s,
-            ),
-            ("gpu.gemm_half_dim", self.gpu.gemm_half_dim + 1.0),
-            (
-                "node.nvlink_bandwidth_bytes_per_s",
-                self.node.nvlink_bandwidth_bytes_per_s,
-            ),
-            (
-                "node.nic_bandwidth_bytes_per_s",
-                self.node.nic_bandwidth_bytes_per_s,
-            ),
-            ("network.oversubscription", self.network.oversubscription),
-            ("gpu.memory_bytes", self.gpu.memory_bytes as f64),
-        ];
-        for (field, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(invalid(
-                    field,
-                    format!("must be a positive number (got {v})"),
-                ));
-            }
-        }
-        let fractions = [
-            ("gpu.hbm_efficiency", self.gpu.hbm_efficiency),
-            ("gpu.gemm_efficiency_max", self.gpu.gemm_efficiency_max),
-            ("node.nvlink_efficiency", self.node.nvlink_efficiency),
-            ("node.nic_efficiency", self.node.nic_efficiency),
-        ];
-        let optional = [
-            ("gpu.gemm_training_factor", self.gpu.gemm_training_factor),
-            (
-                "gpu.cross_entropy_hbm_efficiency",
-                self.gpu.cross_entropy_hbm_efficiency,
-            ),
-            (
-                "gpu.attention_efficiency_forward",
-                self.gpu.attention_efficiency_forward,
-            ),
-            (
-                "gpu.attention_efficiency_backward",
-                self.gpu.attention_efficiency_backward,
-            ),
-            (
-                "gpu.attention_noncausal_efficiency_forward",
-                self.gpu.attention_noncausal_efficiency_forward,
-            ),
-            (
-                "gpu.attention_noncausal_efficiency_backward",
-                self.gpu.attention_noncausal_efficiency_backward,
-            ),
-        ];
-        for (field, v) in fractions
-            .into_iter()
-            .chain(optional.into_iter().filter_map(|(f, v)| Some((f, v?))))
-        {
-            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-                return Err(invalid(field, format!("must be in (0, 1] (got {v})")));
-            }
-        }
-        for (field, v) in [
-            (
-                "gpu.attention_half_seq_forward",
-                self.gpu.attention_half_seq_forward,
-            ),
-            (
-                "gpu.attention_half_seq_backward",
-                self.gpu.attention_half_seq_backward,
-            ),
-            ("gpu.attention_half_heads", self.gpu.attention_half_heads),
-            ("gpu.attention_half_work", self.gpu.attention_half_work),
-            (
-                "gpu.attention_noncausal_half_seq_forward",
-                self.gpu.attention_noncausal_half_seq_forward,
-            ),
-            (
-                "gpu.attention_noncausal_half_seq_backward",
-                self.gpu.attention_noncausal_half_seq_backward,
-            ),
-        ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(invalid(
-                        field,
-                        format!("must be a number of tokens or heads, 0 or more (got {v})"),
-                    ));
-                }
-            }
-        }
-        if self.gpu.attention_half_heads.is_some() && self.gpu.attention_half_work.is_some() {
-            return Err(invalid(
-                "gpu.attention_half_work",
-                "give either it (heads x tokens) or gpu.attention_half_heads (heads), not both"
-                    .to_string(),
-            ));
-        }
-        for (field, v) in [
-            ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
-            ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),
-        ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && (0.0..1.0).contains(&v)) {
-                    return Err(invalid(
-                        field,
-                        format!("must be a number of seconds from 0 to 1 (got {v})"),
-                    ));
-                }
-            }
-        }
-        if let Some(v) = self.gpu.fp8_split_accumulator_slowdown {
-            if !(v.is_finite() && v >= 1.0) {
-                return Err(invalid(
-                    "gpu.fp8_split_accumulator_slowdown",
-                    format!("must be a number >= 1 (got {v})"),
-                ));
-            }
-        }
-        for (field, v) in [
-            ("node.nvlink_latency_s", self.node.nvlink_latency_s),
-            ("node.nic_latency_s", self.node.nic_latency_s),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(invalid(field, format!("must be >= 0 (got {v})")));
-            }
-        }
-        for (field, v, what) in [
-            (
-                "gpu.peak_fp8_flops_per_s",
-                self.gpu.peak_fp8_flops_per_s,
-                "FP8",
-            ),
-            (
-                "gpu.peak_fp4_flops_per_s",
-                self.gpu.peak_fp4_flops_per_s,
-                "FP4",
-            ),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(invalid(
-                    field,
-                    format!("must be a positive number, or 0 for no {what} tensor cores (got {v})"),
-                ));
-            }
-        }
-        if self.node.gpus_per_node == 0 || self.node.nics_per_node == 0 {
-            return Err(invalid(
-                "node.gpus_per_node/nics_per_node",
-                "must be at least 1".to_string(),
-            ));
-        }
-        if let Some(domain) = self.node.nvlink_domain_gpus {
-            let gpn = self.node.gpus_per_node;
-            if domain == 0 || domain % gpn != 0 {
-                return Err(invalid(
-                    "node.nvlink_domain_gpus",
-                    format!(
-                        "must be a whole number of nodes: a multiple of node.gpus_per_node ({gpn}) (got {domain})"
-                    ),
-                ));
-            }
-        }
-        if self.network.nodes_per_leaf_switch == 0 {
-            return Err(invalid(
-                "network.nodes_per_leaf_switch",
-                "must be at least 1".to_string(),
-            ));
-        }
-        if self.network.topology != "fat-tree" {
-            return Err(invalid(
-                "network.topology",
-                format!(
-                    "'{}' is not modelled (valid: fat-tree)",
-                    self.network.topology
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// GPUs on one NVLink fabric: `node.nvlink_domain_gpus`, or the node when absent.
@@ -674,7 +489,8 @@ impl Hardware {
         let per_nic = self.node.nic_bandwidth_bytes_per_s * self.node.nic_efficiency;
         let bw = per_gpu.min(per_nic);
         if leaves_leaf_switch {
-            bw / self.network.oversubscription.max(1.0)
+            // At least 1: checked when the profile is read.
+            bw / self.network.oversubscription
         } else {
             bw
         }

@@ -7,7 +7,9 @@
 pub mod dense_presets;
 pub mod families;
 pub mod hardware;
+pub mod hardware_check;
 pub mod json_path;
+pub mod json_strict;
 pub mod model;
 pub mod moe;
 pub mod moe_presets;

@@ -100,6 +100,8 @@ pub enum ModelError {
     Read { path: String, reason: String },
     #[error("--model: '{path}' is not JSON: {reason}")]
     NotJson { path: String, reason: String },
+    #[error("--model: '{path}': {reason}")]
+    Duplicate { path: String, reason: String },
     #[error("--model: '{path}' is neither a Hugging Face config.json (needs num_hidden_layers) nor Megatron-style JSON (needs num_layers)")]
     UnknownFormat { path: String },
     #[error("--model: '{path}' ({format}) is missing field '{field}' (a positive integer)")]
@@ -460,6 +462,12 @@ impl Model {
 
     /// Parse a Hugging Face `config.json` or Megatron-style JSON; `path` names it in errors.
     pub fn from_json(text: &str, path: &str) -> Result<Model, ModelError> {
+        // A byte-order mark is skipped (Windows editors write one); a key given twice is
+        // refused, naming it (serde_json would keep the last silently).
+        let text = super::json_strict::prepare(text).map_err(|reason| ModelError::Duplicate {
+            path: path.to_string(),
+            reason,
+        })?;
         let v: Value = serde_json::from_str(text).map_err(|e| ModelError::NotJson {
             path: path.to_string(),
             reason: e.to_string(),
@@ -903,11 +911,13 @@ mod tests {
             let e = hf(extra).unwrap_err().to_string();
             assert!(e.contains(&format!("'{key}'")) && e.contains("not"), "{e}");
         }
-        // Zero or null expert counts and attention-only layer types stay dense.
-        assert!(hf(r#", "num_experts": 0, "moe_intermediate_size": null"#)
-            .unwrap()
-            .moe
-            .is_none());
+        // A zero expert count is refused naming the key (a dense config has no expert keys);
+        // a null one and attention-only layer types stay dense.
+        let e = hf(r#", "num_experts": 0, "moe_intermediate_size": null"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("num_experts") && e.contains("positive"), "{e}");
+        assert!(hf(r#", "num_experts": null"#).unwrap().moe.is_none());
         hf(r#", "layer_types": ["sliding_attention", "full_attention"]"#).unwrap();
     }
 }

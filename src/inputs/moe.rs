@@ -287,14 +287,32 @@ impl SlidingWindow {
 /// Mixture of experts in a Hugging Face config.json of `layers` layers (None: dense).
 pub fn moe_from_hf(v: &Value, layers: u32) -> Result<Option<Moe>, FieldError> {
     let experts = first_u64(v, &["num_local_experts", "num_experts", "n_routed_experts"])?;
-    let Some((_, num_experts)) = experts.filter(|(_, n)| *n > 0) else {
+    let Some((experts_key, num_experts)) = experts else {
         return Ok(None);
     };
+    // An expert count of 0 is not a dense model written another way: a dense config has no
+    // expert keys (Llama, Qwen2), and planning a MoE config as dense would be silently wrong.
+    if num_experts == 0 {
+        return Err(bad(
+            &experts_key,
+            &Value::from(0),
+            "a positive number of experts (omit the key for a dense model)",
+        ));
+    }
     let top_k = required(
         v,
         &["num_experts_per_tok", "experts_per_token"],
         "a positive integer (experts per token)",
     )?;
+    if top_k > num_experts {
+        let key = first_u64(v, &["num_experts_per_tok", "experts_per_token"])?
+            .map_or("num_experts_per_tok".to_string(), |(k, _)| k);
+        return Err(FieldError {
+            field: key,
+            got: top_k.to_string(),
+            expected: "at most the expert count (a token is routed to that many distinct experts)",
+        });
+    }
     // Mixtral and GPT-OSS experts are intermediate_size wide; Qwen-MoE and DeepSeek give
     // moe_intermediate_size.
     let expert_ffn = required(
@@ -309,13 +327,36 @@ pub fn moe_from_hf(v: &Value, layers: u32) -> Result<Option<Moe>, FieldError> {
     let n = layers as usize;
     let mut pattern = vec![true; n];
     if let Some(k) = opt_u64(v, "first_k_dense_replace")? {
-        let freq = opt_u64(v, "moe_layer_freq")?.unwrap_or(1).max(1) as usize;
+        if k >= u64::from(layers) {
+            return Err(bad(
+                "first_k_dense_replace",
+                &Value::from(k),
+                "fewer dense layers than num_hidden_layers (else no layer has experts)",
+            ));
+        }
+        let freq = match opt_u64(v, "moe_layer_freq")? {
+            Some(0) => {
+                return Err(bad(
+                    "moe_layer_freq",
+                    &Value::from(0),
+                    "a positive layer interval (1: every layer after first_k_dense_replace)",
+                ))
+            }
+            f => f.unwrap_or(1) as usize,
+        };
         for (i, x) in pattern.iter_mut().enumerate() {
             *x = i >= k as usize && i % freq == 0;
         }
     }
     if let Some(step) = opt_u64(v, "decoder_sparse_step")? {
-        let step = step.max(1) as usize;
+        if step == 0 {
+            return Err(bad(
+                "decoder_sparse_step",
+                &Value::from(0),
+                "a positive layer interval (1: every layer is MoE)",
+            ));
+        }
+        let step = step as usize;
         for (i, x) in pattern.iter_mut().enumerate() {
             *x = *x && (i + 1) % step == 0;
         }
@@ -354,7 +395,14 @@ pub fn moe_from_hf(v: &Value, layers: u32) -> Result<Option<Moe>, FieldError> {
 /// Multi-head latent attention in a Hugging Face config (DeepSeek-V2/V3): `kv_lora_rank`.
 pub fn mla_from_hf(v: &Value) -> Result<Option<Mla>, FieldError> {
     match opt_u64(v, "kv_lora_rank")? {
-        None | Some(0) => Ok(None),
+        None => Ok(None),
+        // DeepSeek's latent attention compresses keys and values to this rank: 0 would be no
+        // keys at all, not standard attention (which has no `kv_lora_rank`).
+        Some(0) => Err(bad(
+            "kv_lora_rank",
+            &Value::from(0),
+            "a positive rank (omit the key for standard attention)",
+        )),
         Some(kv) => Ok(Some(Mla {
             q_lora_rank: opt_u64(v, "q_lora_rank")?.unwrap_or(0),
             kv_lora_rank: kv,
@@ -369,10 +417,32 @@ pub fn mla_from_hf(v: &Value) -> Result<Option<Mla>, FieldError> {
 /// naming which layers use it (GPT-OSS, newer Gemma configs). Without `layer_types` the window
 /// is not applied (Mistral 7B's 4096-token window equals its training length).
 pub fn sliding_from_hf(v: &Value, layers: u32) -> Result<Option<SlidingWindow>, FieldError> {
-    let Some(window) = opt_u64(v, "sliding_window")?.filter(|&w| w > 0) else {
+    // `layer_types`, when given, names every layer: a shorter or longer list leaves layers
+    // unnamed or names layers that do not exist.
+    let types = match v.get("layer_types") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(t)) if t.len() == layers as usize => Some(t),
+        Some(Value::Array(t)) => {
+            return Err(FieldError {
+                field: "layer_types".to_string(),
+                got: format!("{} entries", t.len()),
+                expected: "one entry per layer (num_hidden_layers)",
+            })
+        }
+        Some(x) => return Err(bad("layer_types", x, "a list of layer types")),
+    };
+    let Some(window) = opt_u64(v, "sliding_window")? else {
         return Ok(None);
     };
-    let Some(Value::Array(types)) = v.get("layer_types") else {
+    if window == 0 {
+        // A window of 0 keys attends to nothing; no-window configs write null or omit it.
+        return Err(bad(
+            "sliding_window",
+            &Value::from(0),
+            "a positive number of tokens (null or absent: no window)",
+        ));
+    }
+    let Some(types) = types else {
         return Ok(None);
     };
     let pattern: Vec<bool> = (0..layers as usize)
@@ -395,9 +465,16 @@ pub fn sliding_from_hf(v: &Value, layers: u32) -> Result<Option<SlidingWindow>, 
 /// list, default 1), `moe_router_num_groups` with `moe_router_group_topk` (group-limited
 /// routing).
 pub fn moe_from_megatron(v: &Value, layers: u32, ffn: u64) -> Result<Option<Moe>, FieldError> {
-    let Some(num_experts) = opt_u64(v, "num_experts")?.filter(|&n| n > 0) else {
+    let Some(num_experts) = opt_u64(v, "num_experts")? else {
         return Ok(None);
     };
+    if num_experts == 0 {
+        return Err(bad(
+            "num_experts",
+            &Value::from(0),
+            "a positive number of experts (omit the key, or null, for a dense model)",
+        ));
+    }
     let top_k = opt_u64(v, "moe_router_topk")?.unwrap_or(2);
     if top_k == 0 || top_k > num_experts {
         return Err(bad(

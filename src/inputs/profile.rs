@@ -66,6 +66,7 @@ impl LayerProfile {
             origin: origin.to_string(),
             reason,
         };
+        let text = super::json_strict::prepare(text).map_err(err)?;
         let p: LayerProfile = serde_json::from_str(text).map_err(|e| {
             let e = crate::inputs::json_path::describe(text, &e);
             err(format!(

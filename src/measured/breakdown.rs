@@ -24,10 +24,18 @@ pub struct Figures {
     pub step_time_s: f64,
     /// Union of compute kernels (GEMM, attention, other).
     pub compute_s: f64,
-    /// Kernel time of each compute class (sums: concurrent kernels on two streams both count).
+    /// Kernel time of each compute class (sums: concurrent kernels on two streams both count;
+    /// classes by kernel family, docs/validate.md "Kernel classes").
     pub gemm_s: f64,
     pub attention_s: f64,
+    pub norm_s: f64,
+    pub elementwise_s: f64,
+    pub embedding_s: f64,
+    /// Compute kernels of no known family (and pplan's own compute actions).
     pub other_compute_s: f64,
+    /// `other_compute_s` over the sum of the compute classes: how much of the compute the
+    /// classes above do not explain (0 when there is no compute).
+    pub other_compute_share: f64,
     /// Union of copies and memsets.
     pub memory_s: f64,
     /// Union of all communication kernels, and its part not under compute.
@@ -168,6 +176,16 @@ fn step_figures(r: &RankTrace, step: u32) -> Figures {
             + 0.0
     };
     let compute = iv(&|c| c.is_compute());
+    let classes = [
+        KernelClass::Gemm,
+        KernelClass::Attention,
+        KernelClass::Norm,
+        KernelClass::Elementwise,
+        KernelClass::Embedding,
+        KernelClass::OtherCompute,
+    ];
+    let compute_sum: f64 = classes.iter().map(|&c| sum(c)).sum();
+    let other = sum(KernelClass::OtherCompute);
     let compute_len = union_len(compute.clone());
     let exposed = |comm: Vec<(i64, i64)>| -> (i64, i64) {
         let total = union_len(comm.clone());
@@ -210,7 +228,15 @@ fn step_figures(r: &RankTrace, step: u32) -> Figures {
         compute_s: compute_len as f64 * ns,
         gemm_s: sum(KernelClass::Gemm),
         attention_s: sum(KernelClass::Attention),
-        other_compute_s: sum(KernelClass::OtherCompute),
+        norm_s: sum(KernelClass::Norm),
+        elementwise_s: sum(KernelClass::Elementwise),
+        embedding_s: sum(KernelClass::Embedding),
+        other_compute_s: other,
+        other_compute_share: if compute_sum > 0.0 {
+            other / compute_sum
+        } else {
+            0.0
+        },
         memory_s: union_len(iv(&|c| c == KernelClass::Memory)) as f64 * ns,
         comm_s: comm_total as f64 * ns,
         comm_exposed_s: comm_exposed as f64 * ns,
@@ -245,7 +271,11 @@ fn combine(figs: &[Figures], how: fn(Vec<f64>) -> f64) -> Figures {
         compute_s: f(|x| x.compute_s),
         gemm_s: f(|x| x.gemm_s),
         attention_s: f(|x| x.attention_s),
+        norm_s: f(|x| x.norm_s),
+        elementwise_s: f(|x| x.elementwise_s),
+        embedding_s: f(|x| x.embedding_s),
         other_compute_s: f(|x| x.other_compute_s),
+        other_compute_share: f(|x| x.other_compute_share),
         memory_s: f(|x| x.memory_s),
         comm_s: f(|x| x.comm_s),
         comm_exposed_s: f(|x| x.comm_exposed_s),
@@ -443,6 +473,7 @@ mod tests {
             files: vec!["x".into()],
             ranks: vec![r],
             iterations: vec![],
+            flagged: Default::default(),
         };
         let b = breakdown(&m, None).unwrap();
         assert_eq!(

@@ -1,50 +1,9 @@
-//! A GPU kernel's name → what it does; a process group's description or size → the parallel
-//! dimension it serves. The rules are in docs/validate.md ("Kernel classes").
+//! A profiler range's name → the pipeline action it runs; a collective's name → its operation; a
+//! process group's description or size → the parallel dimension it serves (docs/validate.md,
+//! "Kernel classes"). Kernel names → classes are `kernels`.
 
-use super::timeline::{Collective, Dim, KernelClass, STAGE_OF_RANK};
+use super::timeline::{Collective, Dim, STAGE_OF_RANK};
 use crate::schedule::ir::{Action, Kind};
-
-/// Classify a GPU kernel by its (demangled) name. Communication kernels get
-/// [`Dim::Unattributed`]; [`attribute`] decides the dimension with what else is known.
-pub fn kernel_class(name: &str) -> KernelClass {
-    let n = name.to_ascii_lowercase();
-    if n.contains("nccl") {
-        return KernelClass::Comm(collective(&n), Dim::Unattributed);
-    }
-    // Attention first: FlashAttention and cuDNN's fused attention are built from CUTLASS.
-    const ATTENTION: &[&str] = &[
-        "flash",
-        "fmha",
-        "attn",
-        "attention",
-        "sdpa",
-        "_mha_",
-        "mha_fwd",
-        "mha_bwd",
-    ];
-    if ATTENTION.iter().any(|k| n.contains(k)) {
-        return KernelClass::Attention;
-    }
-    const GEMM: &[&str] = &[
-        "gemm",
-        "cutlass",
-        "cublas",
-        "xmma",
-        "nvjet",
-        "matmul",
-        "hmma",
-        "wgmma",
-        "s1688",
-        "h1688",
-        "s16816",
-        "h16816",
-        "splitkreduce",
-    ];
-    if GEMM.iter().any(|k| n.contains(k)) {
-        return KernelClass::Gemm;
-    }
-    KernelClass::OtherCompute
-}
 
 /// The pipeline action a profiler or NVTX range names: `PP:0F1` (PyTorch's
 /// `_PipelineScheduleRuntime`), `0F1`, or PyTorch's single-stage schedules' `Forward 3` /
@@ -187,47 +146,6 @@ pub fn attribute(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernels_by_name() {
-        // Names as they appear in public Kineto traces (HolisticTraceAnalysis test data) and in
-        // cuBLAS / FlashAttention / NCCL.
-        assert_eq!(
-            kernel_class("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long)"),
-            KernelClass::Comm(Collective::SendRecv, Dim::Unattributed)
-        );
-        assert_eq!(
-            kernel_class("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
-            KernelClass::Comm(Collective::AllGather, Dim::Unattributed)
-        );
-        assert_eq!(
-            kernel_class(
-                "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(Params)"
-            ),
-            KernelClass::Gemm
-        );
-        assert_eq!(
-            kernel_class("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT"),
-            KernelClass::Gemm
-        );
-        assert_eq!(kernel_class("volta_sgemm_64x64_nt"), KernelClass::Gemm);
-        assert_eq!(
-            kernel_class(
-                "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Params)"
-            ),
-            KernelClass::Attention
-        );
-        assert_eq!(
-            kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3"),
-            KernelClass::Attention
-        );
-        assert_eq!(
-            kernel_class(
-                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
-            ),
-            KernelClass::OtherCompute
-        );
-    }
 
     #[test]
     fn actions_from_range_names() {

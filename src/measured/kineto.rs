@@ -11,8 +11,9 @@
 //! Python frames, flows) is skipped as it streams past, so memory grows with the GPU events
 //! kept, not with the file.
 
-use super::classify::{action_from_range, attribute, collective, kernel_class, LayoutSizes};
+use super::classify::{action_from_range, attribute, collective, LayoutSizes};
 use super::json_stream;
+use super::kernels::kernel_class;
 use super::pplan_trace::PplanEvent;
 use super::timeline::{
     ActionSpan, Collective, Kernel, KernelClass, MeasuredError, RankTrace, StepWindow,
@@ -26,8 +27,14 @@ use std::io::BufRead;
 /// What a JSON trace file held.
 #[derive(Debug)]
 pub enum JsonTrace {
-    /// A Kineto trace; `rank` is `distributedInfo.rank` when the file has it.
-    Kineto { trace: RankTrace, rank: Option<u32> },
+    /// A Kineto trace; `rank` and `world_size` are `distributedInfo`'s when the file has them;
+    /// `flagged`: what was kept but counted (kernels launched outside every step).
+    Kineto {
+        trace: RankTrace,
+        rank: Option<u32>,
+        world_size: Option<u32>,
+        flagged: super::checks::Flagged,
+    },
     /// pplan's own trace events (no `cat` field), in file order.
     Pplan(Vec<PplanEvent>),
 }
@@ -130,6 +137,8 @@ struct RawArgs<'a> {
 
 /// A GPU activity as read, before steps and annotations are applied.
 struct Gpu {
+    /// Its position in `traceEvents`, for messages.
+    index: usize,
     start_ns: i64,
     end_ns: i64,
     stream: u32,
@@ -155,14 +164,23 @@ enum Annotated {
     Collective(Collective),
 }
 
-fn annotated(name: &str) -> Option<Annotated> {
+/// What a `record_function` range names; `Err` (the reason) for a `ProfilerStep#` whose
+/// number is not one: PyTorch's profiler writes `ProfilerStep#<step_num>`, a non-negative
+/// integer, and a step read as some other number would put kernels in the wrong step.
+fn annotated(name: &str) -> Result<Option<Annotated>, String> {
     if let Some(n) = name.strip_prefix("ProfilerStep#") {
-        return n.trim().parse().ok().map(Annotated::Step);
+        return match n.trim().parse::<u64>() {
+            Ok(id) => Ok(Some(Annotated::Step(id))),
+            Err(_) => Err(format!(
+                "step number '{n}' is not a non-negative integer below 2^64 (PyTorch writes \
+                 ProfilerStep#<step>)"
+            )),
+        };
     }
     if let Some(c) = name.strip_prefix("nccl:") {
-        return Some(Annotated::Collective(collective(c)));
+        return Ok(Some(Annotated::Collective(collective(c))));
     }
-    action_from_range(name).map(Annotated::Action)
+    Ok(action_from_range(name).map(Annotated::Action))
 }
 
 /// Microseconds (Chrome trace units) → integer nanoseconds, refusing what is not a time. The
@@ -211,11 +229,14 @@ fn quick_cat(bytes: &[u8]) -> Option<&[u8]> {
 struct Collect {
     kineto_events: usize,
     gpu: Vec<Gpu>,
-    runtime: HashMap<i64, i64>,
+    /// Correlation id → (event index, launch time).
+    runtime: HashMap<i64, (usize, i64)>,
     annotations: Vec<Annotation>,
     pplan: Vec<PplanEvent>,
     names: Vec<String>,
     name_ids: HashMap<String, u32>,
+    /// Each kernel name's class, by name id, once computed.
+    classes: Vec<Option<KernelClass>>,
 }
 
 impl Collect {
@@ -290,7 +311,13 @@ impl Collect {
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" => {
                 let class = if cat == "kernel" {
-                    kernel_class(name)
+                    // Once per distinct name: a trace repeats a few hundred names millions of
+                    // times, and the family rules allocate.
+                    let id = self.intern(name) as usize;
+                    if self.classes.len() <= id {
+                        self.classes.resize(id + 1, None);
+                    }
+                    *self.classes[id].get_or_insert_with(|| kernel_class(name))
                 } else {
                     KernelClass::Memory
                 };
@@ -317,6 +344,7 @@ impl Collect {
                 let name_id = self.intern(name);
                 let group = group.map(|g| self.intern(&g));
                 self.gpu.push(Gpu {
+                    index,
                     start_ns,
                     end_ns: start_ns + dur_ns,
                     stream: e.tid.unwrap_or(0.0) as u32,
@@ -329,11 +357,22 @@ impl Collect {
             }
             "cuda_runtime" | "cuda_driver" => {
                 if let Some(c) = args.correlation {
-                    self.runtime.insert(c as i64, start_ns);
+                    // CUPTI gives every API call its own correlation id; two launches sharing
+                    // one would tie their kernels to the wrong step and range.
+                    if let Some((first, t)) = self.runtime.insert(c as i64, (index, start_ns)) {
+                        if t != start_ns {
+                            return Err(bad(&format!(
+                                "correlation id {c} is also the id of traceEvents[{first}], \
+                                 another CUDA launch: each launch has its own id, so kernels \
+                                 cannot be tied to their launches"
+                            )));
+                        }
+                        self.runtime.insert(c as i64, (first, t));
+                    }
                 }
             }
             "user_annotation" | "gpu_user_annotation" => {
-                if let Some(what) = annotated(name) {
+                if let Some(what) = annotated(name).map_err(|e| bad(&e))? {
                     self.annotations.push(Annotation {
                         start_ns,
                         end_ns: start_ns + dur_ns,
@@ -366,15 +405,63 @@ pub fn read(
         }
         return Ok(JsonTrace::Pplan(c.pplan));
     }
-    let rank = top
-        .fields
-        .iter()
-        .find(|(k, _)| k == "distributedInfo")
-        .and_then(|(_, v)| serde_json::from_slice::<serde_json::Value>(v).ok())
-        .and_then(|v| v.get("rank").and_then(|r| r.as_u64()))
-        .map(|r| r as u32);
-    let trace = build(c, file, layout)?;
-    Ok(JsonTrace::Kineto { trace, rank })
+    let (rank, world_size) = distributed_info(&top.fields, file)?;
+    let (trace, outside) = build(c, file, layout)?;
+    Ok(JsonTrace::Kineto {
+        trace,
+        rank,
+        world_size,
+        flagged: super::checks::Flagged {
+            kernels_outside_steps: outside,
+            ..Default::default()
+        },
+    })
+}
+
+/// `distributedInfo.rank` and `.world_size` (Kineto's `distributedInfo`, written by PyTorch's
+/// profiler when torch.distributed is initialised). Absent fields are `None`; a present one must
+/// be an integer in range, and the rank below the world size: a rank read wrongly would put a
+/// trace on another GPU of the plan.
+fn distributed_info(
+    fields: &[(String, Vec<u8>)],
+    file: &str,
+) -> Result<(Option<u32>, Option<u32>), MeasuredError> {
+    let Some((_, raw)) = fields.iter().find(|(k, _)| k == "distributedInfo") else {
+        return Ok((None, None));
+    };
+    let bad = |what: String| MeasuredError::new(file, format!("distributedInfo.{what}"));
+    let v: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| bad(format!(" is not a JSON object: {e}")))?;
+    if !v.is_object() {
+        return Err(bad(format!(
+            " is {v}, not an object with `rank` and `world_size`"
+        )));
+    }
+    let int = |key: &str, min: u64| -> Result<Option<u32>, MeasuredError> {
+        match v.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(x) => x
+                .as_u64()
+                .filter(|&n| n >= min && n <= u64::from(u32::MAX))
+                .map(|n| Some(n as u32))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{key} is {x}: expected an integer from {min} to {}",
+                        u32::MAX
+                    ))
+                }),
+        }
+    };
+    let rank = int("rank", 0)?;
+    let world = int("world_size", 1)?;
+    if let (Some(r), Some(w)) = (rank, world) {
+        if r >= w {
+            return Err(bad(format!(
+                "rank is {r} but world_size is {w}: a rank is 0 to world_size - 1"
+            )));
+        }
+    }
+    Ok((rank, world))
 }
 
 /// Index of the window containing `t` (windows sorted by start), if any.
@@ -383,7 +470,12 @@ fn window_of(windows: &[StepWindow], t: i64) -> Option<usize> {
     (i > 0 && t <= windows[i - 1].end_ns).then(|| i - 1)
 }
 
-fn build(c: Collect, file: &str, layout: Option<LayoutSizes>) -> Result<RankTrace, MeasuredError> {
+/// The rank's timeline, and how many kernels were launched outside every step window.
+fn build(
+    c: Collect,
+    file: &str,
+    layout: Option<LayoutSizes>,
+) -> Result<(RankTrace, usize), MeasuredError> {
     let Collect {
         gpu,
         runtime,
@@ -417,10 +509,11 @@ fn build(c: Collect, file: &str, layout: Option<LayoutSizes>) -> Result<RankTrac
     // was launched in (NCCL runs all_to_all as SendRecv kernels).
     let mut kernels = Vec::with_capacity(gpu.len());
     let mut launches = Vec::with_capacity(gpu.len());
+    let mut outside = 0;
     for g in &gpu {
         let launch = g
             .correlation
-            .and_then(|c| runtime.get(&c).copied())
+            .and_then(|c| runtime.get(&c).map(|&(_, t)| t))
             .unwrap_or(g.start_ns);
         let step = if steps.is_empty() {
             0
@@ -429,7 +522,10 @@ fn build(c: Collect, file: &str, layout: Option<LayoutSizes>) -> Result<RankTrac
                 Some(s) => s as u32,
                 // Launched outside every step window (before the first profiled step, or
                 // profiler warm-up): not part of any step.
-                None => continue,
+                None => {
+                    outside += 1;
+                    continue;
+                }
             }
         };
         let class = match g.class {
@@ -499,6 +595,24 @@ fn build(c: Collect, file: &str, layout: Option<LayoutSizes>) -> Result<RankTrac
             step,
         });
     }
+    if kernels.is_empty() && actions.is_empty() && !gpu.is_empty() {
+        let first = &steps[0];
+        return Err(MeasuredError::new(
+            file,
+            format!(
+                "{} GPU kernels, none launched inside a ProfilerStep window (the first, \
+                 ProfilerStep#{}, runs from {:.6} s to {:.6} s; the first kernel, \
+                 traceEvents[{}], starts at {:.6} s): no step to break down; profile with \
+                 torch.profiler.schedule(active=N) and call prof.step() each iteration",
+                gpu.len(),
+                first.id,
+                first.start_ns as f64 * 1e-9,
+                first.end_ns as f64 * 1e-9,
+                gpu[0].index,
+                gpu[0].start_ns as f64 * 1e-9
+            ),
+        ));
+    }
     if kernels.is_empty() && actions.is_empty() {
         return Err(MeasuredError::new(
             file,
@@ -508,14 +622,17 @@ fn build(c: Collect, file: &str, layout: Option<LayoutSizes>) -> Result<RankTrac
     }
     kernels.sort_by_key(|k| (k.start_ns, k.end_ns, k.stream, k.name));
     actions.sort_by_key(|a| (a.start_ns, a.end_ns, a.action));
-    Ok(RankTrace {
-        rank: 0,
-        file: file.to_string(),
-        kernels,
-        actions,
-        steps,
-        names,
-    })
+    Ok((
+        RankTrace {
+            rank: 0,
+            file: file.to_string(),
+            kernels,
+            actions,
+            steps,
+            names,
+        },
+        outside,
+    ))
 }
 
 #[cfg(test)]
@@ -549,7 +666,7 @@ mod tests {
 
     #[test]
     fn reads_kernels_steps_actions_and_collectives() {
-        let JsonTrace::Kineto { trace, rank } = read_str(TRACE).unwrap() else {
+        let JsonTrace::Kineto { trace, rank, .. } = read_str(TRACE).unwrap() else {
             panic!("not read as Kineto")
         };
         assert_eq!(rank, Some(5));

@@ -2,6 +2,7 @@
 //! it with its reader and put the ranks together. A directory stands for the trace files in it
 //! (`*.json`, `*.json.gz`, `*.sqlite`), in name order.
 
+use super::checks::{check_rank, Flagged};
 use super::classify::LayoutSizes;
 use super::kineto::{self, JsonTrace};
 use super::logs;
@@ -22,6 +23,9 @@ enum Format {
 }
 
 const READ_BUFFER: usize = 1 << 20;
+
+/// Largest training log read (bytes); see `read_one`.
+pub const LOG_BYTES_MAX: u64 = 1 << 30;
 
 fn sniff(path: &Path, file: &str) -> Result<Format, MeasuredError> {
     let mut head = [0u8; 256];
@@ -61,7 +65,8 @@ fn sniff(path: &Path, file: &str) -> Result<Format, MeasuredError> {
 
 /// One file's contents.
 enum Read1 {
-    Kineto(RankTrace, Option<u32>),
+    /// A Kineto trace, its `distributedInfo` rank and world size, what was flagged.
+    Kineto(RankTrace, Option<u32>, Option<u32>, Flagged),
     Pplan(Vec<RankTrace>),
     Nsys(Vec<RankTrace>),
     Log(Source, Vec<super::timeline::LogIteration>),
@@ -73,7 +78,12 @@ fn read_one(path: &Path, file: &str, layout: Option<LayoutSizes>) -> Result<Read
     };
     let json = |r: Box<dyn BufRead>| -> Result<Read1, MeasuredError> {
         Ok(match kineto::read(r, file, layout)? {
-            JsonTrace::Kineto { trace, rank } => Read1::Kineto(trace, rank),
+            JsonTrace::Kineto {
+                trace,
+                rank,
+                world_size,
+                flagged,
+            } => Read1::Kineto(trace, rank, world_size, flagged),
             JsonTrace::Pplan(ev) => Read1::Pplan(pplan_trace::build(ev, file)?),
         })
     };
@@ -85,6 +95,22 @@ fn read_one(path: &Path, file: &str, layout: Option<LayoutSizes>) -> Result<Read
         ))),
         Format::Sqlite => Ok(Read1::Nsys(nsys::read(path, file)?)),
         Format::Text => {
+            // A log is read whole (its lines are matched in memory, about 1.4 times its size):
+            // bound it so that memory stays bounded. A log of 1 GiB holds 2.5 million
+            // Megatron-LM iteration lines, decades of training at one line a step.
+            let size = std::fs::metadata(path)
+                .map_err(|e| MeasuredError::new(file, format!("cannot read: {e}")))?
+                .len();
+            if size > LOG_BYTES_MAX {
+                return Err(MeasuredError::new(
+                    file,
+                    format!(
+                        "a text file of {size} bytes, more than the {LOG_BYTES_MAX} (1 GiB) a \
+                         training log is read up to; keep the iteration lines \
+                         (grep 'elapsed time per iteration' or grep 'step:')"
+                    ),
+                ));
+            }
             let bytes = std::fs::read(path)
                 .map_err(|e| MeasuredError::new(file, format!("cannot read: {e}")))?;
             let text = String::from_utf8_lossy(&bytes);
@@ -151,6 +177,9 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
     let mut source: Option<(Source, String)> = None;
     let mut ranks: BTreeMap<u32, RankTrace> = BTreeMap::new();
     let mut iterations = Vec::new();
+    let mut flagged = Flagged::default();
+    // The world size the traces state (Kineto's distributedInfo.world_size) and its file.
+    let mut world: Option<(u32, String)> = None;
     let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
     for (i, (path, file)) in files.iter().zip(&names).enumerate() {
         let got = read_one(path, file, layout)?;
@@ -202,11 +231,36 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
             Ok(())
         };
         match got {
-            Read1::Kineto(t, rank) => {
+            Read1::Kineto(mut t, rank, world_size, f) => {
+                flagged.add(f);
+                if let Some(w) = world_size {
+                    match &world {
+                        Some((w0, f0)) if *w0 != w => {
+                            return Err(MeasuredError::new(
+                                file,
+                                format!(
+                                    "distributedInfo.world_size is {w}, but {f0} says {w0}: \
+                                     give the traces of one run"
+                                ),
+                            ))
+                        }
+                        Some(_) => {}
+                        None => world = Some((w, file.clone())),
+                    }
+                }
                 let rank = rank.or_else(|| rank_in_name(file)).unwrap_or(i as u32);
+                t.rank = rank;
+                flagged.add(check_rank(&t)?);
                 put(t, rank)?;
             }
-            Read1::Pplan(ts) | Read1::Nsys(ts) => {
+            Read1::Nsys(ts) => {
+                for t in ts {
+                    flagged.add(check_rank(&t)?);
+                    let r = t.rank;
+                    put(t, r)?;
+                }
+            }
+            Read1::Pplan(ts) => {
                 for t in ts {
                     let r = t.rank;
                     put(t, r)?;
@@ -218,6 +272,9 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
     let Some((source, _)) = source else {
         return Err(MeasuredError::new("--measured", "no file given"));
     };
+    if let Some(l) = layout.filter(|_| matches!(source, Source::Kineto | Source::Nsys)) {
+        check_world(l, world.as_ref(), &ranks)?;
+    }
     // Actions named without a stage (single-stage schedules) run the rank's pipeline stage:
     // with a plan, ⌊rank / (t·cp·d)⌋ mod p (pipeline outermost, as Megatron-LM and torchtitan
     // order ranks); without one, the rank's position among the ranks given.
@@ -255,7 +312,46 @@ pub fn load(paths: &[PathBuf], layout: Option<LayoutSizes>) -> Result<Measured, 
         files: names,
         ranks: ranks.into_values().collect(),
         iterations,
+        flagged,
     })
+}
+
+/// The traces beside a plan must come from a run of the plan's size: a world size other than
+/// the plan's GPUs (t·cp·p·d), or a rank beyond it, is another run, and comparing it would
+/// print a plausible error for the wrong job.
+fn check_world(
+    l: LayoutSizes,
+    world: Option<&(u32, String)>,
+    ranks: &BTreeMap<u32, RankTrace>,
+) -> Result<(), MeasuredError> {
+    let gpus = u64::from(l.tp) * u64::from(l.cp) * u64::from(l.pp) * u64::from(l.dp);
+    let layout = format!(
+        "the plan's {gpus} GPUs (tp {} x cp {} x pp {} x dp {})",
+        l.tp, l.cp, l.pp, l.dp
+    );
+    if let Some((w, file)) = world {
+        if u64::from(*w) != gpus {
+            return Err(MeasuredError::new(
+                file,
+                format!(
+                    "distributedInfo.world_size is {w}, not {layout}: the traces are of another \
+                     run; give the plan the run was made with"
+                ),
+            ));
+        }
+    }
+    if let Some(r) = ranks.values().find(|r| u64::from(r.rank) >= gpus) {
+        return Err(MeasuredError::new(
+            &r.file,
+            format!(
+                "rank {} is beyond {layout} (ranks 0 to {}): the traces are of another run; \
+                 give the plan the run was made with",
+                r.rank,
+                gpus.saturating_sub(1)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -22,6 +22,21 @@
 //! (Megatron's `validation loss at iteration N`, torchtitan's `validate step: N`).
 
 use super::timeline::{LogIteration, MeasuredError, Source};
+use std::collections::HashMap;
+
+/// The physical ranges of a log's figures. A value outside is a damaged or hostile line, not a
+/// slow run: refused with the line, the field and the range.
+///
+/// An iteration takes more than 0 ms and less than a day (86,400,000 ms).
+const STEP_MS_MAX: f64 = 86_400_000.0;
+/// Throughput per GPU below 100,000 TFLOP/s: ten times the dense FP4 peak of any GPU shipped
+/// (B300: 15 PFLOP/s, hardware/b300.json).
+const TFLOPS_MAX: f64 = 100_000.0;
+/// Tokens per second per GPU below 10^9 (a GPU of 10^16 FLOP/s on a model of 10^6 parameters
+/// does 10^9 tokens/s at 6 FLOPs per parameter and token).
+const TOKENS_PER_S_MAX: f64 = 1e9;
+/// Memory below 1 PiB per GPU.
+const MEMORY_BYTES_MAX: f64 = (1u64 << 50) as f64;
 
 const NOTHING_FOUND: &str = "no Megatron-LM iteration lines ('iteration N/M | ... | elapsed time \
      per iteration (ms): T | ...') nor torchtitan step lines ('step: N  loss: L  ...  tps: T  ...') \
@@ -65,6 +80,9 @@ pub fn read(text: &str, file: &str) -> Result<(Source, Vec<LogIteration>), Measu
     };
     let mut source: Option<Source> = None;
     let mut iterations: Vec<LogIteration> = Vec::new();
+    // Iteration number → its index in `iterations`: a log of a million lines is read in
+    // linear time (a search per line made 200k lines take a minute).
+    let mut seen: HashMap<u64, usize> = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
         let line = strip_ansi(raw);
@@ -72,16 +90,22 @@ pub fn read(text: &str, file: &str) -> Result<(Source, Vec<LogIteration>), Measu
             if let Some(fields) = megatron_iteration(&line) {
                 source = Some(Source::MegatronLog);
                 let it = megatron_fields(&fields).map_err(|(f, v, e)| err(line_no, f, v, e))?;
-                push_new(&mut iterations, it);
+                push_new(&mut iterations, &mut seen, it);
                 continue;
             }
             if source == Some(Source::MegatronLog) {
                 if let Some((after, reserved)) = megatron_memory(&line) {
-                    let mib = reserved
-                        .map_err(|v| err(line_no, "max reserved", v, "a number of megabytes"))?;
+                    let mib = reserved.map_err(|v| {
+                        err(
+                            line_no,
+                            "max reserved",
+                            v,
+                            "a number of megabytes from 0 to 2^30 (1 PiB)",
+                        )
+                    })?;
                     let bytes = (mib * 1024.0 * 1024.0).round() as u64;
                     let target = after
-                        .and_then(|n| iterations.iter().rposition(|it| it.iteration == n))
+                        .and_then(|n| seen.get(&n).copied())
                         .or_else(|| iterations.len().checked_sub(1));
                     if let Some(t) = target {
                         let m = &mut iterations[t].memory_bytes;
@@ -95,7 +119,7 @@ pub fn read(text: &str, file: &str) -> Result<(Source, Vec<LogIteration>), Measu
             if let Some(fields) = titan_step(&line) {
                 source = Some(Source::TorchtitanLog);
                 let it = titan_fields(&fields).map_err(|(f, v, e)| err(line_no, f, v, e))?;
-                push_new(&mut iterations, it);
+                push_new(&mut iterations, &mut seen, it);
             }
         }
     }
@@ -105,16 +129,17 @@ pub fn read(text: &str, file: &str) -> Result<(Source, Vec<LogIteration>), Measu
     }
 }
 
-fn push_new(iterations: &mut Vec<LogIteration>, it: LogIteration) {
-    if !iterations.iter().any(|old| old.iteration == it.iteration) {
+fn push_new(iterations: &mut Vec<LogIteration>, seen: &mut HashMap<u64, usize>, it: LogIteration) {
+    if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(it.iteration) {
+        e.insert(iterations.len());
         iterations.push(it);
     }
 }
 
 /// The line without ANSI escape sequences (`ESC [ ... final-byte`, and lone `ESC x`).
-fn strip_ansi(line: &str) -> String {
+fn strip_ansi(line: &str) -> std::borrow::Cow<'_, str> {
     if !line.contains('\x1b') {
-        return line.to_string();
+        return std::borrow::Cow::Borrowed(line);
     }
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
@@ -135,7 +160,7 @@ fn strip_ansi(line: &str) -> String {
             chars.next();
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// A field that could not be read: (field name, text, what was expected).
@@ -176,9 +201,33 @@ fn megatron_fields<'a>(fields: &[(&'a str, &'a str)]) -> Result<LogIteration, Fi
     for &(key, value) in fields {
         match key {
             "iteration" => it.iteration = int(key, value)?,
-            ELAPSED => elapsed = Some(float(key, value)?),
-            "throughput per GPU (TFLOP/s/GPU)" => it.tflops_per_gpu = Some(float(key, value)?),
-            "global batch size" => it.global_batch = Some(int(key, value)?),
+            ELAPSED => {
+                elapsed = Some(ranged(
+                    key,
+                    value,
+                    0.0,
+                    STEP_MS_MAX,
+                    false,
+                    "a number of milliseconds above 0 and below 86,400,000 (a day)",
+                )?)
+            }
+            "throughput per GPU (TFLOP/s/GPU)" => {
+                it.tflops_per_gpu = Some(ranged(
+                    key,
+                    value,
+                    0.0,
+                    TFLOPS_MAX,
+                    true,
+                    "a number of TFLOP/s from 0 to 100,000 (ten times any GPU's peak)",
+                )?)
+            }
+            "global batch size" => {
+                let b = int(key, value)?;
+                if b == 0 {
+                    return Err((key, value, "a positive integer"));
+                }
+                it.global_batch = Some(b)
+            }
             "lm loss" => it.loss = Some(float(key, value)?),
             _ => {}
         }
@@ -203,7 +252,7 @@ fn megatron_memory(line: &str) -> Option<(Option<u64>, Result<f64, &str>)> {
     let value = reserved
         .parse::<f64>()
         .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
+        .filter(|v| v.is_finite() && *v >= 0.0 && v * 1024.0 * 1024.0 < MEMORY_BYTES_MAX)
         .ok_or(reserved);
     Some((after, value))
 }
@@ -239,14 +288,32 @@ fn titan_fields<'a>(fields: &[(&'a str, &'a str)]) -> Result<LogIteration, Field
             "loss" => it.loss = Some(float(key, value)?),
             "tps" | "wps" => {
                 it.tokens_per_s_per_gpu = Some(
-                    float(key, &value.replace(',', ""))
-                        .map_err(|_| (key, value, "a number of tokens per second (e.g. 6,123)"))?,
+                    in_range(
+                        float(key, &value.replace(',', "")),
+                        0.0,
+                        TOKENS_PER_S_MAX,
+                        true,
+                    )
+                    .map_err(|_| {
+                        (
+                            key,
+                            value,
+                            "a number of tokens per second from 0 to 10^9 (e.g. 6,123)",
+                        )
+                    })?,
                 )
             }
             "tflops" => {
                 it.tflops_per_gpu = Some(
-                    float(key, &value.replace(',', ""))
-                        .map_err(|_| (key, value, "a number of TFLOP/s (e.g. 354.56)"))?,
+                    in_range(float(key, &value.replace(',', "")), 0.0, TFLOPS_MAX, true).map_err(
+                        |_| {
+                            (
+                                key,
+                                value,
+                                "a number of TFLOP/s from 0 to 100,000 (e.g. 354.56)",
+                            )
+                        },
+                    )?,
                 )
             }
             "mfu" if value == "N/A" => {}
@@ -256,8 +323,10 @@ fn titan_fields<'a>(fields: &[(&'a str, &'a str)]) -> Result<LogIteration, Field
                     value,
                     "a percentage (e.g. 35.85%) or N/A",
                 ))?;
+                // Model FLOPs utilisation is achieved over peak FLOP/s: 0 to 100 %.
                 it.mfu = Some(
-                    float(key, pct).map_err(|_| (key, value, "a percentage (e.g. 35.85%)"))?
+                    in_range(float(key, pct), 0.0, 100.0, true)
+                        .map_err(|_| (key, value, "a percentage from 0% to 100% (e.g. 35.85%)"))?
                         / 100.0,
                 );
             }
@@ -268,8 +337,19 @@ fn titan_fields<'a>(fields: &[(&'a str, &'a str)]) -> Result<LogIteration, Field
                     value,
                     "a size in GiB (e.g. 35.21GiB(37.05%))",
                 ))?;
-                let gib = float(key, gib)
-                    .map_err(|_| (key, value, "a size in GiB (e.g. 35.21GiB(37.05%))"))?;
+                let gib = in_range(
+                    float(key, gib),
+                    0.0,
+                    MEMORY_BYTES_MAX / (1u64 << 30) as f64,
+                    true,
+                )
+                .map_err(|_| {
+                    (
+                        key,
+                        value,
+                        "a size in GiB from 0 to 1 PiB (e.g. 35.21GiB(37.05%))",
+                    )
+                })?;
                 it.memory_bytes = Some((gib * (1u64 << 30) as f64).round() as u64);
             }
             _ => {}
@@ -284,6 +364,34 @@ fn float<'a>(key: &'a str, value: &'a str) -> Result<f64, FieldError<'a>> {
         .ok()
         .filter(|v| v.is_finite())
         .ok_or((key, value, "a number"))
+}
+
+/// A parsed number within [lo, hi] (lo itself allowed when `lo_ok`, else excluded).
+fn in_range<'a>(
+    v: Result<f64, FieldError<'a>>,
+    lo: f64,
+    hi: f64,
+    lo_ok: bool,
+) -> Result<f64, FieldError<'a>> {
+    let v = v?;
+    let above = if lo_ok { v >= lo } else { v > lo };
+    if above && v <= hi {
+        Ok(v)
+    } else {
+        Err(("", "", ""))
+    }
+}
+
+/// A number of `key` within its range, `expected` naming the range in the error.
+fn ranged<'a>(
+    key: &'a str,
+    value: &'a str,
+    lo: f64,
+    hi: f64,
+    lo_ok: bool,
+    expected: &'static str,
+) -> Result<f64, FieldError<'a>> {
+    in_range(float(key, value), lo, hi, lo_ok).map_err(|_| (key, value, expected))
 }
 
 fn int<'a>(key: &'a str, value: &'a str) -> Result<u64, FieldError<'a>> {

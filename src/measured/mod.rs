@@ -6,8 +6,10 @@
 //! Imports only `schedule` (for the action syntax `0F1`).
 
 pub mod breakdown;
+pub mod checks;
 pub mod classify;
 pub mod json_stream;
+pub mod kernels;
 pub mod kineto;
 pub mod load;
 pub mod logs;

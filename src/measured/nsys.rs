@@ -13,7 +13,6 @@
 //! - `CUPTI_ACTIVITY_KIND_RUNTIME` when present: `globalTid`, `start`, `correlationId`, to tie
 //!   each kernel to the CPU thread and time of its launch.
 
-use super::classify;
 use super::timeline::{ActionSpan, Kernel, KernelClass, MeasuredError, RankTrace, StepWindow};
 use crate::schedule::ir::Action;
 use rusqlite::types::ValueRef;
@@ -59,8 +58,10 @@ pub fn read(path: &Path, file: &str) -> Result<Vec<RankTrace>, MeasuredError> {
         conn,
         file,
         has_pid: false,
+        has_strings: false,
     };
     let tables = db.tables()?;
+    db.has_strings = tables.contains(STRINGS);
     if !tables.contains(KERNEL) {
         return Err(fail(format!(
             "not an Nsight Systems export: no table {KERNEL}; export the report with \
@@ -283,6 +284,8 @@ struct Db<'a> {
     file: &'a str,
     /// Whether the kernel table has `globalPid` (processes can be told apart).
     has_pid: bool,
+    /// Whether the export has the `StringIds` table names are looked up in.
+    has_strings: bool,
 }
 
 impl Db<'_> {
@@ -420,6 +423,34 @@ impl Db<'_> {
         }
     }
 
+    /// A row's times: an activity ends at or after it starts (CUPTI writes an unfinished
+    /// record's end as 0 or before its start; counting it would drop or invert its time).
+    fn times(&self, table: &str, name: &str, start: i64, end: i64) -> Result<(), MeasuredError> {
+        if end < start {
+            return Err(MeasuredError::new(
+                self.file,
+                format!(
+                    "table {table}: '{name}' ends (end {end} ns) before it starts (start {start} \
+                     ns): an unfinished or damaged record; export the report again after the \
+                     profiled process has finished"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A CUDA device id: 0 or more (CUPTI numbers devices from 0).
+    fn device(&self, table: &str, cell: &Option<Cell>) -> Result<i64, MeasuredError> {
+        let d = self.int(table, "deviceId", cell)?;
+        if !(0..=i64::from(u32::MAX)).contains(&d) {
+            return Err(MeasuredError::new(
+                self.file,
+                format!("table {table} column deviceId: {d} is not a device number (0 or more)"),
+            ));
+        }
+        Ok(d)
+    }
+
     fn stream(&self, table: &str, cell: &Option<Cell>) -> Result<u32, MeasuredError> {
         let s = self.int(table, "streamId", cell)?;
         u32::try_from(s).map_err(|_| {
@@ -442,13 +473,15 @@ impl Db<'_> {
             None => Ok(None),
             Some(Cell::Text(t)) => Ok(Some(t.clone())),
             Some(Cell::Int(id)) => strings.get(id).cloned().map(Some).ok_or_else(|| {
-                MeasuredError::new(
-                    self.file,
+                let why = if self.has_strings {
+                    format!("string id {id} is not in table {STRINGS} (id, value)")
+                } else {
                     format!(
-                        "table {table} column {col}: string id {id} is not in table {STRINGS} \
-                         (id, value)"
-                    ),
-                )
+                        "string id {id}, but the export has no table {STRINGS} (id, value) to \
+                         look names up in: export it again with `nsys export --type sqlite`"
+                    )
+                };
+                MeasuredError::new(self.file, format!("table {table} column {col}: {why}"))
             }),
         }
     }
@@ -469,6 +502,8 @@ impl Db<'_> {
             ));
         }
         let mut out = Vec::new();
+        // Classes by name, computed once per distinct name (exports repeat a few hundred names).
+        let mut classes: HashMap<String, KernelClass> = HashMap::new();
         self.select(
             KERNEL,
             &["start", "end", "deviceId", "streamId"],
@@ -477,19 +512,17 @@ impl Db<'_> {
             |c| {
                 let start = self.int(KERNEL, "start", &c[0])?;
                 let end = self.int(KERNEL, "end", &c[1])?;
-                if end < start {
-                    return Ok(()); // An unfinished kernel: no duration to account.
-                }
                 let name = match self.name(strings, KERNEL, "demangledName", &c[4])? {
                     Some(n) if !n.is_empty() => n,
                     _ => self
                         .name(strings, KERNEL, "shortName", &c[5])?
                         .unwrap_or_else(|| "(unnamed kernel)".to_string()),
                 };
+                self.times(KERNEL, &name, start, end)?;
                 out.push(Activity {
                     start,
                     end,
-                    device: self.int(KERNEL, "deviceId", &c[2])?,
+                    device: self.device(KERNEL, &c[2])?,
                     stream: self.stream(KERNEL, &c[3])?,
                     pid: match &c[7] {
                         Some(Cell::Int(p)) => *p,
@@ -499,7 +532,9 @@ impl Db<'_> {
                         Some(Cell::Int(n)) => Some(*n),
                         _ => None,
                     },
-                    class: classify::kernel_class(&name),
+                    class: *classes
+                        .entry(name.clone())
+                        .or_insert_with(|| super::kernels::kernel_class(&name)),
                     name,
                 });
                 Ok(())
@@ -519,9 +554,7 @@ impl Db<'_> {
             |c| {
                 let start = self.int(table, "start", &c[0])?;
                 let end = self.int(table, "end", &c[1])?;
-                if end < start {
-                    return Ok(());
-                }
+                self.times(table, if memset { "Memset" } else { "Memcpy" }, start, end)?;
                 let name = if memset {
                     "Memset".to_string()
                 } else {
@@ -539,7 +572,7 @@ impl Db<'_> {
                 out.push(Activity {
                     start,
                     end,
-                    device: self.int(table, "deviceId", &c[2])?,
+                    device: self.device(table, &c[2])?,
                     stream: self.stream(table, &c[3])?,
                     pid: match &c[6] {
                         Some(Cell::Int(p)) if self.has_pid => *p,
@@ -573,10 +606,12 @@ impl Db<'_> {
                     Some(t) => Some(t),
                     None => self.name(strings, NVTX, "textId", &c[3])?,
                 };
-                let (Some(text), true) = (text, end >= start) else {
+                let Some(text) = text else {
                     return Ok(());
                 };
                 if let Some(what) = named(&text) {
+                    // A range the breakdown uses (an action, a step) must be a range.
+                    self.times(NVTX, &text, start, end)?;
                     out.push(Range {
                         start,
                         end,

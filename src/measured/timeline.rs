@@ -43,6 +43,8 @@ pub struct Measured {
     pub ranks: Vec<RankTrace>,
     /// A log's iterations in file order; empty for a trace.
     pub iterations: Vec<LogIteration>,
+    /// What the readers kept but counted as suspect (super::checks).
+    pub flagged: super::checks::Flagged,
 }
 
 /// One rank's GPU timeline.
@@ -91,11 +93,18 @@ impl Kernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelClass {
-    /// Matrix multiplies (cuBLAS, CUTLASS, nvjet, Transformer Engine GEMMs).
+    /// Matrix multiplies (cuBLAS, CUTLASS, nvjet, cuDNN convolutions, Triton templates).
     Gemm,
-    /// Attention kernels (flash, fused multi-head attention, cuDNN SDPA).
+    /// Attention kernels (FlashAttention, fused multi-head attention, cuDNN SDPA).
     Attention,
-    /// Every other compute kernel (elementwise, norms, optimizer, pplan's own compute actions).
+    /// Normalisation layers (LayerNorm, RMSNorm, batch norm).
+    Norm,
+    /// Elementwise and data-movement kernels (activations, casts, transposes, optimizers'
+    /// multi-tensor kernels, concatenation, rotary embeddings).
+    Elementwise,
+    /// Embedding-table lookups and their sparse-feature kernels (FBGEMM, TorchRec).
+    Embedding,
+    /// A compute kernel of no known family (`other`), and pplan's own compute actions.
     OtherCompute,
     /// Copies and memsets.
     Memory,
@@ -107,7 +116,12 @@ impl KernelClass {
     pub fn is_compute(self) -> bool {
         matches!(
             self,
-            KernelClass::Gemm | KernelClass::Attention | KernelClass::OtherCompute
+            KernelClass::Gemm
+                | KernelClass::Attention
+                | KernelClass::Norm
+                | KernelClass::Elementwise
+                | KernelClass::Embedding
+                | KernelClass::OtherCompute
         )
     }
 }

@@ -121,6 +121,18 @@ pub enum CalibrateError {
     Profile { profile: String, reason: String },
     #[error("--plan '{plan}': {reason}")]
     Plan { plan: String, reason: String },
+    #[error("{files}: stage {stage}'s {what} actions last 0 ms in the trace: a layer profile of 0 ms would predict a free stage; the actions must span their kernels")]
+    ZeroTime {
+        files: String,
+        stage: u32,
+        what: &'static str,
+    },
+    #[error("{files}: the fitted hardware profile is out of range: {reason} (fitted from {from}); the trace's measurements do not describe the plan's hardware (transfers that include waiting, another run's trace)")]
+    Fit {
+        files: String,
+        reason: String,
+        from: String,
+    },
 }
 
 fn list(v: &[u32]) -> String {
@@ -388,6 +400,15 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
             .iter()
             .find(|x| x.stage == s.stage)
             .expect("checked above");
+        for (what, ms) in [("forward", st.forward_ms), ("backward", st.backward_ms)] {
+            if ms.is_nan() || ms <= 0.0 {
+                return Err(CalibrateError::ZeroTime {
+                    files,
+                    stage: s.stage,
+                    what,
+                });
+            }
+        }
         // Units: entry indices in `out` (embedding 0, layer i at i + 1, output L + 1).
         let mut units: Vec<usize> = Vec::new();
         if s.embedding {
@@ -696,6 +717,26 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
         h.name = format!("{}-calibrated", hw.name);
         h
     });
+    // The written profile is read back by predict: it must pass the same checks as any
+    // profile (an efficiency of 3.5e-8 from a transfer that includes waiting is refused here,
+    // naming the measurement, rather than written).
+    if let Some(h) = &hardware {
+        if let Err(e) = h.check(&h.name) {
+            let field = match &e {
+                crate::inputs::hardware::HardwareError::Invalid { field, .. } => *field,
+                _ => "",
+            };
+            let from = terms
+                .iter()
+                .find(|t| t.field == field)
+                .map_or_else(|| "the prior profile".to_string(), |t| t.from.clone());
+            return Err(CalibrateError::Fit {
+                files,
+                reason: e.to_string(),
+                from,
+            });
+        }
+    }
     if input.hardware.is_none() {
         notes.push(
             "no hardware profile (--hardware, or the plan's `hardware`): hardware terms not fitted"

@@ -85,6 +85,15 @@ pub enum SearchError {
     Zero { param: &'static str, value: u32 },
     #[error("--iterations {iterations} exceeds the limit of {limit} local moves")]
     TooManyIterations { iterations: u32, limit: u32 },
+    #[error("--iterations {iterations}: {iterations} moves of {actions} actions each is more than the {limit} action simulations one search may run (about 7 s); valid: --iterations at most {max_iterations} for --stages {devices} --microbatches {microbatches}")]
+    TooMuchWork {
+        iterations: u32,
+        actions: u64,
+        limit: u64,
+        max_iterations: u64,
+        devices: u32,
+        microbatches: u32,
+    },
     #[error("search too large: {devices} devices x {microbatches} micro-batches exceeds the limit of {limit} actions")]
     TooLarge {
         devices: u32,
@@ -114,6 +123,17 @@ pub struct SearchResult {
 pub const MAX_SEARCH_ACTIONS: u64 = 200_000;
 /// Most local moves one search may try.
 pub const MAX_SEARCH_ITERATIONS: u32 = 1_000_000;
+/// Most action simulations (moves x actions) one search may run: each move simulates the whole
+/// schedule once, about 70 ns an action on the 2-core development machine, so this keeps a
+/// search near 7 s (`benches/bounded.sh`; `--stages 64 --microbatches 512` with 4,000 moves
+/// took 28 s).
+pub const MAX_SEARCH_WORK: u64 = 100_000_000;
+/// Local moves tried when none are asked for: 4,000, fewer for large schedules so that the
+/// search stays within [`MAX_SEARCH_WORK`].
+pub fn default_iterations(devices: u32, microbatches: u32) -> u32 {
+    let actions = (3 * devices as u64 * microbatches as u64).max(1);
+    (MAX_SEARCH_WORK / actions).min(4000) as u32
+}
 
 fn evaluate(s: &Schedule, costs: &Costs, limit: u32) -> Option<SimResult> {
     let r = simulate(
@@ -193,6 +213,17 @@ pub fn search_with_progress(
             devices: p,
             microbatches: m,
             limit: MAX_SEARCH_ACTIONS,
+        });
+    }
+    let actions = 3 * p as u64 * m as u64;
+    if params.iterations as u64 * actions > MAX_SEARCH_WORK {
+        return Err(SearchError::TooMuchWork {
+            iterations: params.iterations,
+            actions,
+            limit: MAX_SEARCH_WORK,
+            max_iterations: MAX_SEARCH_WORK / actions,
+            devices: p,
+            microbatches: m,
         });
     }
     let costs = params.costs();

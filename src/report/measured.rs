@@ -91,6 +91,9 @@ pub struct ValidateReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actions: Option<Comparison>,
     pub warnings: Vec<String>,
+    /// What the readers kept but counted as suspect (docs/validate.md, "What is refused, what
+    /// is flagged").
+    pub flagged: crate::measured::checks::Flagged,
 }
 
 /// The measured ranks' actions as pplan trace events, one pipeline device per rank: with a
@@ -175,7 +178,8 @@ pub fn validate_measured(
         metrics: Vec::new(),
         stages: Vec::new(),
         actions: None,
-        warnings: Vec::new(),
+        warnings: crate::measured::checks::warnings(&measured.flagged, &measured.files.join(", ")),
+        flagged: measured.flagged,
     };
     // Disjoint fields: the measurement is read while metrics and stages are written.
     let (mb, lg) = (&report.breakdown, &report.log);

@@ -151,7 +151,11 @@ impl RunsFile {
 
     /// Parse a runs file's text; `origin` names it in errors and gives the group.
     pub fn parse(text: &str, origin: &str) -> Result<RunsFile, RunsFileError> {
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let text =
+            crate::inputs::json_strict::prepare(text).map_err(|what| RunsFileError::Shape {
+                path: origin.to_string(),
+                what,
+            })?;
         let v: Value = serde_json::from_str(text).map_err(|e| RunsFileError::NotJson {
             path: origin.to_string(),
             reason: e.to_string(),

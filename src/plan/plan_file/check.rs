@@ -1,6 +1,16 @@
-//! [`Plan::from_json`]'s checks: everything a consumer of a plan relies on.
+//! What a plan file's fields mean, checked as strictly as the flags that made it: a plan is
+//! read by `emit`, `simulate --plan`, `predict --plan` and the executor, and a value the flags
+//! would refuse (an expert-parallel size that does not divide the experts, top-k above the
+//! expert count, a schedule named `gpipe` whose action lists are 1F1B's) would otherwise be
+//! written into a Megatron-LM command line or run as something it is not. Split from
+//! `plan_file` (the format) to keep files short. No IO.
 
-use super::*;
+use super::{field, Plan, PlanError};
+use crate::cost::{CrossEntropyFusion, Stack};
+use crate::inputs::hardware::valid_names;
+use crate::inputs::model::{megatron_rms_norm, megatron_rotary};
+use crate::schedule::generators::{generate, GenParams, ScheduleName};
+use crate::schedule::ir::{Placement, Schedule};
 
 impl Plan {
     pub(super) fn check(&self, origin: &str) -> Result<(), PlanError> {
@@ -284,7 +294,215 @@ impl Plan {
                 ));
             }
         }
-        self.schedule_ir_at(origin)?;
+        self.check_experts(origin)?;
+        let schedule = self.schedule_ir_at(origin)?;
+        self.check_schedule_name(origin, &schedule)?;
         Ok(())
+    }
+
+    /// Mixture of experts and latent attention as Megatron-LM's flags take them (the same
+    /// rules `pplan predict` applies to `--ep`/`--etp` and model files apply to their keys).
+    fn check_experts(&self, origin: &str) -> Result<(), PlanError> {
+        let par = &self.parallelism;
+        let m = &self.model;
+        let Some(moe) = &m.moe else {
+            for (name, v) in [("parallelism.ep", par.ep), ("parallelism.etp", par.etp)] {
+                if v != 1 {
+                    return Err(field(
+                        origin,
+                        name,
+                        format!("is {v} but the model has no experts (model.moe); valid: 1"),
+                    ));
+                }
+            }
+            return self.check_mla(origin);
+        };
+        let e = moe.num_experts;
+        if e == 0 || e > 1 << 16 {
+            return Err(field(
+                origin,
+                "model.moe.num_experts",
+                format!("is {e}; valid: 1 to 65536 (omit model.moe for a dense model)"),
+            ));
+        }
+        if moe.moe_router_topk == 0 || moe.moe_router_topk > e {
+            return Err(field(
+                origin,
+                "model.moe.moe_router_topk",
+                format!(
+                    "is {}; valid: 1 to model.moe.num_experts = {e} (a token is routed to that many distinct experts)",
+                    moe.moe_router_topk
+                ),
+            ));
+        }
+        if moe.moe_ffn_hidden_size == 0 {
+            return Err(field(
+                origin,
+                "model.moe.moe_ffn_hidden_size",
+                "must be at least 1",
+            ));
+        }
+        let pattern = &moe.moe_layer_pattern;
+        if pattern.len() != m.num_layers as usize || pattern.iter().any(|&b| b > 1) {
+            return Err(field(
+                origin,
+                "model.moe.moe_layer_pattern",
+                format!(
+                    "has {} entries; valid: one 0 or 1 per layer (model.num_layers = {})",
+                    pattern.len(),
+                    m.num_layers
+                ),
+            ));
+        }
+        if !pattern.contains(&1) {
+            return Err(field(
+                origin,
+                "model.moe.moe_layer_pattern",
+                "has no MoE layer (no 1); omit model.moe for a dense model",
+            ));
+        }
+        let (g, gk) = (moe.moe_router_num_groups, moe.moe_router_group_topk);
+        if (g == 0) != (gk == 0)
+            || (g > 0 && (e % g != 0 || gk > g || moe.moe_router_topk % gk != 0))
+        {
+            return Err(field(
+                origin,
+                "model.moe.moe_router_num_groups",
+                format!(
+                    "{g} groups choosing {gk} (moe_router_group_topk): valid when both are 0, or the groups divide the {e} experts and the chosen groups are 1 to the groups and divide moe_router_topk {} (Megatron-Core's rule)",
+                    moe.moe_router_topk
+                ),
+            ));
+        }
+        if par.ep == 0 || e % par.ep != 0 {
+            let valid: Vec<String> = (1..=e)
+                .filter(|d| e % d == 0)
+                .map(|d| d.to_string())
+                .collect();
+            return Err(field(
+                origin,
+                "parallelism.ep",
+                format!(
+                    "is {} but must divide model.moe.num_experts = {e}; valid: {}",
+                    par.ep,
+                    valid.join(", ")
+                ),
+            ));
+        }
+        if par.etp != 1 && par.etp != par.tp {
+            return Err(field(
+                origin,
+                "parallelism.etp",
+                format!("is {}; valid: 1 or parallelism.tp = {}", par.etp, par.tp),
+            ));
+        }
+        let ranks = u128::from(par.tp) * u128::from(par.cp) * u128::from(par.dp);
+        if ranks % (u128::from(par.ep) * u128::from(par.etp)) != 0 {
+            return Err(field(
+                origin,
+                "parallelism.ep",
+                format!(
+                    "ep x etp = {} x {} must divide tp x cp x dp = {ranks} (expert-parallel ranks are carved from them, as in Megatron-Core)",
+                    par.ep, par.etp
+                ),
+            ));
+        }
+        self.check_mla(origin)
+    }
+
+    fn check_mla(&self, origin: &str) -> Result<(), PlanError> {
+        let Some(mla) = &self.model.mla else {
+            return Ok(());
+        };
+        for (name, v) in [
+            ("model.mla.kv_lora_rank", mla.kv_lora_rank),
+            ("model.mla.qk_head_dim", mla.qk_head_dim),
+            ("model.mla.qk_pos_emb_head_dim", mla.qk_pos_emb_head_dim),
+            ("model.mla.v_head_dim", mla.v_head_dim),
+        ] {
+            if v == 0 || v > 1 << 16 {
+                return Err(field(origin, name, format!("is {v}; valid: 1 to 65536")));
+            }
+        }
+        if mla.q_lora_rank > 1 << 16 {
+            return Err(field(
+                origin,
+                "model.mla.q_lora_rank",
+                format!("is {}; valid: 0 (none) to 65536", mla.q_lora_rank),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A schedule named after a built-in one must be that schedule: the generator's action
+    /// lists for the plan's devices, micro-batches and chunks (what `predict --output` and
+    /// `search --output` write). A custom order keeps any other name.
+    fn check_schedule_name(&self, origin: &str, schedule: &Schedule) -> Result<(), PlanError> {
+        let sch = &self.schedule;
+        let Ok(name) = sch.name.parse::<ScheduleName>() else {
+            return Ok(());
+        };
+        let per_step = sch.microbatches_per_step.max(1);
+        let params = GenParams::new(self.parallelism.pp as u32, per_step)
+            .chunks(self.parallelism.chunks as u32)
+            .group(sch.microbatch_group)
+            .steps((sch.microbatches / per_step).max(1));
+        // PipeDream's vertical sync changes the weight versions, not the order: both match.
+        let candidates = [false, true].map(|vertical_sync| {
+            generate(
+                name,
+                GenParams {
+                    vertical_sync,
+                    ..params
+                },
+            )
+        });
+        let custom = "keep the order under another name (any name but the built-in ones) for a custom schedule";
+        let expected = match &candidates[0] {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(field(
+                    origin,
+                    "schedule.name",
+                    format!(
+                        "'{}' cannot be generated for this plan ({e}); {custom}",
+                        sch.name
+                    ),
+                ))
+            }
+        };
+        if candidates
+            .iter()
+            .flatten()
+            .any(|g| g.devices == schedule.devices)
+        {
+            return Ok(());
+        }
+        // The first place the plan's order leaves the generator's.
+        let (device, position, got, want) = expected
+            .devices
+            .iter()
+            .zip(&schedule.devices)
+            .enumerate()
+            .find_map(|(d, (w, g))| {
+                let at = w
+                    .iter()
+                    .zip(g)
+                    .position(|(a, b)| a != b)
+                    .or_else(|| (w.len() != g.len()).then(|| w.len().min(g.len())))?;
+                let show = |v: &[crate::schedule::ir::Action]| {
+                    v.get(at).map_or("(end)".to_string(), |a| a.to_string())
+                };
+                Some((d, at, show(g), show(w)))
+            })
+            .unwrap_or((0, 0, "?".into(), "?".into()));
+        Err(field(
+            origin,
+            "schedule.name",
+            format!(
+                "'{}' but schedule.devices is not its order for pp {}, {} micro-batches, chunks {}: device {device} position {position} is {got}, {} has {want}; {custom}",
+                sch.name, self.parallelism.pp, sch.microbatches, self.parallelism.chunks, sch.name
+            ),
+        ))
     }
 }

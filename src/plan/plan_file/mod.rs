@@ -12,11 +12,9 @@
 //! so that the executor never starts a run that cannot finish. No IO here.
 
 use crate::cost::optimizer::OptimizerStateError;
-use crate::cost::{CrossEntropyFusion, OptimizerState, Stack};
-use crate::inputs::hardware::valid_names;
+use crate::cost::OptimizerState;
 use crate::inputs::model::{megatron_rms_norm, megatron_rotary, Model};
 use crate::inputs::profile::even_split;
-use crate::schedule::generators::ScheduleName;
 use crate::schedule::ir::{Action, Placement, Schedule, WeightUpdate};
 use crate::schedule::validate::validate;
 use serde::{Deserialize, Serialize};
@@ -694,6 +692,10 @@ impl Plan {
     pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
         // Check format and version first, so that a future version gets the right message
         // rather than a complaint about a field this build does not know.
+        let text = crate::inputs::json_strict::prepare(text).map_err(|reason| PlanError::Json {
+            origin: origin.to_string(),
+            reason,
+        })?;
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| PlanError::Json {
             origin: origin.to_string(),
             reason: e.to_string(),

@@ -317,6 +317,8 @@ pub enum PredictError {
     Recompute { recompute: String, reason: String },
     #[error("--gpus {gpus}: this configuration is too large to simulate ({what})")]
     TooLarge { gpus: u64, what: String },
+    #[error("--global-batch {global_batch}: {what}")]
+    TooManyMicrobatches { global_batch: u64, what: String },
     #[error("--attention flash: hardware profile '{hardware}' has no measured attention efficiency (gpu.attention_efficiency_forward/backward); valid: --attention unfused, or a profile that has them (e.g. a100-80gb, h100-80gb)")]
     NoAttentionEfficiency { hardware: String },
     #[error("--precision: {0}")]
@@ -528,10 +530,16 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
     let microbatches = per_replica / req.micro_batch;
     let actions = 2u128 * microbatches as u128 * stages as u128;
     if actions > MAX_SIMULATED_ACTIONS as u128 || req.pp > u32::MAX as u64 {
-        return Err(PredictError::TooLarge {
-            gpus: req.gpus,
+        // The micro-batch count is --global-batch / (d x --micro-batch): name the batch that
+        // made it, with the largest one that fits at this micro-batch and layout.
+        let max_mb = MAX_SIMULATED_ACTIONS / 2 / stages.max(1);
+        let max_batch =
+            (max_mb as u128 * dp as u128 * req.micro_batch as u128).min(u64::MAX as u128);
+        return Err(PredictError::TooManyMicrobatches {
+            global_batch: req.global_batch,
             what: format!(
-                "{microbatches} micro-batches x {stages} stages; at most {MAX_SIMULATED_ACTIONS} actions: raise --micro-batch"
+                "{microbatches} micro-batches (--global-batch / (dp {dp} x --micro-batch {})) x {stages} stages is more than the {MAX_SIMULATED_ACTIONS} actions pplan simulates; valid: --global-batch at most {max_batch} at this --micro-batch and layout, or a larger --micro-batch",
+                req.micro_batch
             ),
         });
     }
