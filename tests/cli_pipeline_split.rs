@@ -190,3 +190,103 @@ fn search_keeps_to_the_rule() {
         assert_eq!((counts[0], counts[25]), (0, 0));
     }
 }
+
+/// docs/partition.md's layout string: DeepSeek-V3's 61 layers on PP 4 x VP 4, predicted with the
+/// string's stages, written to the plan file and emitted back as the same stage counts.
+#[test]
+fn a_layout_string_is_predicted_and_emitted_as_given() {
+    let layout = "Et*3|(t*4|)*13t*3|t*3L";
+    let dir = std::env::temp_dir().join(format!("pplan-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let (code, out, err) = pplan(&[
+        "predict",
+        "--model",
+        "deepseek-v3",
+        "--hardware",
+        "gb200-nvl72",
+        "--gpus",
+        "256",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--chunks",
+        "4",
+        "--ep",
+        "64",
+        "--global-batch",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--precision",
+        "mxfp8",
+        "--pipeline-layout",
+        layout,
+        "--format",
+        "json",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let counts: Vec<u32> = serde_json::from_value(v["stage_layers"].clone()).unwrap();
+    let mut want = vec![3];
+    want.extend([4; 13]);
+    want.extend([3, 3]);
+    assert_eq!(counts, want);
+    assert!(v["step_time_s"].as_f64().unwrap() > 0.0);
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("--pipeline-model-parallel-layout"))
+        .unwrap_or_else(|| panic!("no layout flag:\n{out}"));
+    // Megatron-Core's parser reads the emitted string back to the same stages.
+    let emitted = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .trim_matches(|c| c == '"' || c == '\'');
+    let parsed = pplan::plan::predict::layout::parse_layout(emitted).unwrap();
+    assert_eq!(parsed.layers, want, "{line}");
+}
+
+/// Layout strings Megatron-Core refuses are refused with the flag and what is wrong.
+#[test]
+fn bad_layout_strings_exit_2_naming_the_flag() {
+    let base = [
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "4",
+        "--pp",
+        "4",
+        "--global-batch",
+        "8",
+        "--pipeline-layout",
+    ];
+    for (layout, chunks, want) in [
+        ("t*6|t*6|t*6|t*6L", "1", "embedding"),
+        ("Et*6|t*6|t*6|t*6", "1", "loss"),
+        ("Et*6|t*6|t*6|t*5L", "1", "23"),
+        ("Et*8|t*8|t*8L", "1", "3 stages"),
+        ("Et*6|t*6|(t*6|t*6L", "1", "parenthes"),
+        ("Et*3|(t*3|)*6t*3L", "1", "--chunks"),
+        ("Et*6|t*6|t*6|t*6mL", "1", "--mtp-num-layers"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend([layout, "--chunks", chunks]);
+        let (code, _, err) = pplan(&args);
+        assert_eq!(code, 2, "{layout}: {err}");
+        assert!(err.contains("--pipeline-layout"), "{layout}: {err}");
+        assert!(err.contains(want), "{layout}: want '{want}' in {err}");
+    }
+}
