@@ -212,3 +212,186 @@ fn auto_micro_batch_and_chunks_pick_the_fastest_that_fits() {
         "{err}"
     );
 }
+
+/// Qwen3-30B-A3B on 8 B200 with EP 8, as Megatron-Bridge's recipes run it.
+const MOE: [&str; 22] = [
+    "--model",
+    "qwen3-30b-a3b",
+    "--hardware",
+    "b200",
+    "--gpus",
+    "8",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--ep",
+    "8",
+    "--global-batch",
+    "64",
+    "--micro-batch",
+    "1",
+    "--seq-len",
+    "4096",
+    "--recompute",
+    "none",
+    "--precision",
+    "mxfp8",
+];
+
+/// The dispatcher, capacity and CUDA-graph switches reach the prediction, the plan file and
+/// the emitted Megatron-LM flags, and Megatron-LM's flags read back to the same switches.
+#[test]
+fn moe_recipe_switches_are_predicted_written_and_read_back() {
+    let base = step(&predict(&MOE));
+    let mut padded = MOE.to_vec();
+    padded.extend([
+        "--moe-expert-capacity-factor",
+        "1.0",
+        "--moe-pad-expert-input-to-capacity",
+    ]);
+    let pad = step(&predict(&padded));
+    let mut graphed = padded.clone();
+    graphed.extend(["--cuda-graph-impl", "local", "--moe-dispatcher", "hybridep"]);
+    let graph = step(&predict(&graphed));
+    // Padding removes the wait for the token counts; a whole-layer graph the host time.
+    assert!(pad < base && graph < pad, "{base} {pad} {graph}");
+
+    let dir = std::env::temp_dir().join(format!("pplan-recipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let mut args = vec!["predict"];
+    args.extend(&graphed);
+    args.extend(["--output", plan.to_str().unwrap()]);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let par = &p["parallelism"];
+    assert_eq!(par["moe_dispatcher"], "hybridep");
+    assert_eq!(par["moe_expert_capacity_factor"], 1.0);
+    assert_eq!(par["moe_pad_expert_input_to_capacity"], true);
+    assert_eq!(par["cuda_graph_impl"], "local");
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for f in [
+        "--moe-token-dispatcher-type flex",
+        "--moe-flex-dispatcher-backend hybridep",
+        "--moe-expert-capacity-factor 1",
+        "--moe-pad-expert-input-to-capacity",
+        "--cuda-graph-impl local",
+    ] {
+        assert!(out.contains(f), "{f}\n{out}");
+    }
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert_eq!(back.moe_dispatcher, "hybridep");
+    assert_eq!(back.moe_expert_capacity_factor, Some(1.0));
+    assert!(back.moe_pad_expert_input_to_capacity);
+    assert_eq!(back.cuda_graph_impl, "local");
+    assert!(back.cuda_graph_modules.is_empty());
+
+    // Partial graphs are written as separate words and read back.
+    let mut partial = MOE.to_vec();
+    partial.extend([
+        "--cuda-graph-impl",
+        "transformer_engine",
+        "--cuda-graph-modules",
+        "attn",
+        "moe_router",
+        "moe_preprocess",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    let mut args = vec!["predict"];
+    args.extend(&partial);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert!(
+        out.contains("--cuda-graph-modules attn moe_router moe_preprocess"),
+        "{out}"
+    );
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert_eq!(
+        back.cuda_graph_modules,
+        ["attn", "moe_router", "moe_preprocess"]
+    );
+}
+
+/// Megatron-Core's rules for these switches, each refused with the flag and what would run.
+#[test]
+fn moe_recipe_switches_megatron_core_refuses_exit_2() {
+    for (extra, want) in [
+        (
+            &["--cuda-graph-impl", "local"][..],
+            "--moe-pad-expert-input-to-capacity",
+        ),
+        (&["--cuda-graph-impl", "full_iteration"][..], "hybridep"),
+        (
+            &["--moe-pad-expert-input-to-capacity"][..],
+            "--moe-expert-capacity-factor",
+        ),
+        (
+            &[
+                "--moe-dispatcher",
+                "deepep",
+                "--moe-expert-capacity-factor",
+                "1",
+                "--moe-pad-expert-input-to-capacity",
+            ][..],
+            "DeepEP",
+        ),
+        (&["--moe-expert-capacity-factor", "0"][..], "positive"),
+        (&["--moe-dispatcher", "allgather"][..], "hybridep"),
+        (&["--cuda-graph-modules", "attn"][..], "--cuda-graph-impl"),
+        (
+            &["--cuda-graph-impl", "local", "--cuda-graph-modules", "mlp"][..],
+            "no dense MLP",
+        ),
+        (
+            &[
+                "--cuda-graph-impl",
+                "local",
+                "--cuda-graph-modules",
+                "bogus",
+            ][..],
+            "moe_router",
+        ),
+        (&["--moe-token-drop-policy", "random"][..], "position"),
+    ] {
+        let mut args = vec!["predict"];
+        args.extend(MOE);
+        args.extend(extra);
+        let (code, _, err) = pplan(&args);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: want '{want}' in {err}");
+    }
+    // Per-layer graphs with full recomputation (dense model).
+    let (code, _, err) = pplan(&[
+        "predict",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--recompute",
+        "full",
+        "--cuda-graph-impl",
+        "local",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("full_iteration"), "{err}");
+}

@@ -112,6 +112,8 @@ fn plan(
             }
             .into(),
             exp_avg_sq_dtype: if variant % 4 == 1 { "bf16" } else { "fp32" }.into(),
+            // The dispatcher, capacity and CUDA graphs: tests/cli_recipe_flags.rs.
+            ..Parallelism::stack_defaults()
         },
         dtype: if variant == 3 { "f32" } else { "bf16" }.into(),
         stages: stages_from_counts(&counts, name.placement(), p),

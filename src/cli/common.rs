@@ -383,13 +383,14 @@ pub(crate) fn load_profile(path: &Path) -> Result<pplan::inputs::profile::LayerP
 }
 
 /// Write `pred` as a plan file; the schedule is regenerated from its name, p, m and v.
-/// `cp_comm` is the context-parallel exchange the prediction assumed (recorded when cp > 1).
+/// `stack` is what the prediction assumed: its context-parallel exchange (recorded when
+/// cp > 1), dispatcher, capacity and CUDA graphs.
 pub(crate) fn write_plan(
     path: &Path,
     model: &pplan::inputs::model::Model,
     hardware: &str,
     pred: &pplan::plan::predict::Prediction,
-    cp_comm: pplan::cost::CpComm,
+    stack: &pplan::cost::Stack,
 ) -> Result<(), CliError> {
     let name: ScheduleName = pred
         .schedule
@@ -404,8 +405,9 @@ pub(crate) fn write_plan(
     .map_err(|e| CliError::Internal(format!("--output: {e}")))?;
     let mut plan = pplan::plan::plan_file::plan_from_prediction(model, hardware, pred, &schedule);
     if pred.cp > 1 {
-        plan.parallelism.cp_comm = cp_comm.as_str().to_string();
+        plan.parallelism.cp_comm = stack.cp_comm.as_str().to_string();
     }
+    plan.parallelism.set_recipe(stack);
     write_output(path, "--output", plan.to_json().as_bytes())
 }
 

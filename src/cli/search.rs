@@ -155,6 +155,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         args.overlap_grad_reduce,
         &hw,
     )?;
+    pplan::plan::flags::check_recipe(&req.stack, &model, req.pins.recompute)?;
     req.partition = args
         .partition
         .parse()
@@ -181,13 +182,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     })?;
     let elapsed_s = started.elapsed().as_secs_f64();
     if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
-        write_plan(
-            path,
-            &model,
-            &args.hardware,
-            &best.prediction,
-            req.stack.cp_comm,
-        )?;
+        write_plan(path, &model, &args.hardware, &best.prediction, &req.stack)?;
     }
     // The run each result implies (--tokens), in result order.
     let runs: Vec<pplan::plan::run_cost::RunCost> = match run_request {

@@ -603,6 +603,7 @@ impl CostModel<'_> {
         }
         .add(recompute);
         // Accumulating into the fp32 main gradient.
+        let kernels = self.layer_kernels();
         let backward_weight = Part {
             gemm_s: bwd_weight_gemm,
             memory_s: self.weight_grad_accumulation_s(params, bwd_weight_gemm),
@@ -613,7 +614,7 @@ impl CostModel<'_> {
             backward_input,
             backward_weight,
         }
-        .floored(self.layer_kernels(), self.hw)
+        .floored_launching(kernels, self.layer_launches(kernels), self.hw)
     }
 
     /// Accumulating `params` weight gradients of one micro-batch into their fp32 main

@@ -30,6 +30,32 @@ impl Kernels {
             backward_weight: self.backward_weight + o.backward_weight,
         }
     }
+
+    pub fn scaled(self, f: f64) -> Kernels {
+        Kernels {
+            forward: self.forward * f,
+            backward_input: self.backward_input * f,
+            backward_weight: self.backward_weight * f,
+        }
+    }
+
+    pub fn total(self) -> f64 {
+        self.forward + self.backward_input + self.backward_weight
+    }
+
+    /// What the host launches one by one when a CUDA graph runs `captured` of these kernels:
+    /// the others, and one graph launch for each part that has captured kernels.
+    pub fn launched_with_graph(self, captured: Kernels) -> Kernels {
+        let one = |all: f64, c: f64| {
+            let c = c.min(all);
+            all - c + if c > 0.0 { 1.0 } else { 0.0 }
+        };
+        Kernels {
+            forward: one(self.forward, captured.forward),
+            backward_input: one(self.backward_input, captured.backward_input),
+            backward_weight: one(self.backward_weight, captured.backward_weight),
+        }
+    }
 }
 
 impl Part {
@@ -38,9 +64,15 @@ impl Part {
     /// takes longer, for the host's `launch_s` a launch: `max(n launch, busy + n gap) - busy`
     /// (any earlier value is replaced, so flooring twice is flooring once).
     pub fn floored(self, kernels: f64, launch_s: f64, gap_s: f64) -> Part {
+        self.floored_launching(kernels, kernels, launch_s, gap_s)
+    }
+
+    /// [`Part::floored`] where the host launches only `launched` of the `kernels` one by one
+    /// (the rest run from a CUDA graph): `max(launched launch, busy + kernels gap) - busy`.
+    pub fn floored_launching(self, kernels: f64, launched: f64, launch_s: f64, gap_s: f64) -> Part {
         let busy = self.gemm_s + self.memory_s + self.tp_comm_s + self.cp_comm_s;
         Part {
-            launch_s: (kernels * launch_s).max(busy + kernels * gap_s) - busy,
+            launch_s: (launched * launch_s).max(busy + kernels * gap_s) - busy,
             ..self
         }
     }
@@ -49,11 +81,29 @@ impl Part {
 impl BlockCost {
     /// Each part floored by its kernels ([`Part::floored`]) on `hw`'s launch time and gap.
     pub fn floored(self, k: Kernels, hw: &Hardware) -> BlockCost {
+        self.floored_launching(k, k, hw)
+    }
+
+    /// [`BlockCost::floored`] with only `launched` of the kernels launched one by one
+    /// ([`Part::floored_launching`]).
+    pub fn floored_launching(self, k: Kernels, launched: Kernels, hw: &Hardware) -> BlockCost {
         let (launch, gap) = (hw.kernel_launch_s(), hw.kernel_gap_s());
         BlockCost {
-            forward: self.forward.floored(k.forward, launch, gap),
-            backward_input: self.backward_input.floored(k.backward_input, launch, gap),
-            backward_weight: self.backward_weight.floored(k.backward_weight, launch, gap),
+            forward: self
+                .forward
+                .floored_launching(k.forward, launched.forward, launch, gap),
+            backward_input: self.backward_input.floored_launching(
+                k.backward_input,
+                launched.backward_input,
+                launch,
+                gap,
+            ),
+            backward_weight: self.backward_weight.floored_launching(
+                k.backward_weight,
+                launched.backward_weight,
+                launch,
+                gap,
+            ),
         }
     }
 }
@@ -134,6 +184,51 @@ impl CostModel<'_> {
             backward_input: backward + recompute,
             backward_weight: weight,
         }
+    }
+
+    /// What the host launches one by one of a dense layer's `kernels` (docs/cost-model.md,
+    /// "CUDA graphs"): a graph of the attention block or of the MLP block takes about half of
+    /// them each (fused forward: norm, 2 GEMMs, the core, the residual add against norm,
+    /// 2 GEMMs, the activation, the residual add), and is launched once.
+    pub fn layer_launches(&self, kernels: Kernels) -> Kernels {
+        let c = self.stack.cuda_graphs.captured(false);
+        let share = 0.5 * f64::from(u8::from(c.attention)) + 0.5 * f64::from(u8::from(c.mlp));
+        kernels.launched_with_graph(kernels.scaled(share))
+    }
+
+    /// The kernels of a MoE layer (`dense` its attention block and shared experts, `moe` the
+    /// rest, [`CostModel::moe_kernels`]) that its CUDA graphs capture: the attention block
+    /// (all of `dense`, or half with shared experts); the router (3 kernels forward and
+    /// backward, its weight gradient) with the shared experts (Megatron-Core's `moe_router`
+    /// region holds them when they are not overlapped); the dispatch, permutation, experts and
+    /// combine (`moe`, padded layers only). The preprocessing region launches no kernel pplan
+    /// counts: what capturing it removes is the host's work, counted with the router's.
+    pub fn moe_captured_kernels(&self, dense: Kernels, moe: Kernels, shared: bool) -> Kernels {
+        let c = self.stack.cuda_graphs.captured(true);
+        let mut out = Kernels::default();
+        let attn_share = if shared { 0.5 } else { 1.0 };
+        if c.attention {
+            out = out.plus(dense.scaled(attn_share));
+        }
+        let router = Kernels {
+            forward: 3.0,
+            backward_input: 3.0,
+            backward_weight: 1.0,
+        };
+        if c.router {
+            out = out.plus(router);
+            if shared {
+                out = out.plus(dense.scaled(0.5));
+            }
+        }
+        if c.experts {
+            out = out.plus(Kernels {
+                forward: moe.forward - router.forward,
+                backward_input: moe.backward_input - router.backward_input,
+                backward_weight: moe.backward_weight - router.backward_weight,
+            });
+        }
+        out
     }
 
     /// The kernels a MoE layer launches beyond its dense part: the router (GEMM, softmax

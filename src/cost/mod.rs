@@ -28,6 +28,7 @@ pub mod memory;
 pub mod moe;
 pub mod network;
 pub mod optimizer;
+pub mod recipe;
 pub mod stack;
 pub mod tp;
 

@@ -145,36 +145,45 @@ impl CostModel<'_> {
             / ep
     }
 
-    /// Time of one all-to-all of the busiest rank (its bytes scaled by `moe_imbalance`): the
-    /// share of peers in the rank's NVLink domain over NVLink, the rest over the GPU's share
-    /// of the node's NICs, both at once; plus one latency. With `moe_node_dedup` (DeepEP,
-    /// DeepSeek-V3's dispatch kernels) a token crosses the fabric once per remote domain that
-    /// holds one of its experts and is forwarded to the others there over NVLink
-    /// ([`CostModel::moe_remote_domains_per_token`]).
+    /// Time of one all-to-all of the busiest rank (its bytes scaled by the busiest expert's
+    /// load, [`CostModel::moe_busiest_load`]): the share of peers in the rank's NVLink domain
+    /// over NVLink, the rest over the GPU's share of the node's NICs, both at once; plus one
+    /// latency. With a deduplicating dispatcher (DeepEP, HybridEP) a token crosses the fabric
+    /// once per remote domain that holds one of its experts and reaches each other GPU that
+    /// holds one once, over NVLink (forwarded inside the domain)
+    /// ([`CostModel::moe_remote_domains_per_token`] with domains and with GPUs).
     pub fn moe_a2a_s(&self) -> f64 {
         let ep = self.ep();
         if ep <= 1 || self.model.moe.is_none() {
             return 0.0;
         }
         let etp = self.etp();
-        let rho = self.stack.moe_imbalance;
+        let rho = self.moe_busiest_load();
         // Bytes to each peer.
         let bytes = self.moe_a2a_bytes() * rho / ((ep - 1) as f64);
         let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
         let local = (per_domain / etp).clamp(1, ep);
         let remote = ep - local;
         if remote == 0 {
-            return bytes * (local - 1) as f64 / self.hw.nvlink_bytes_per_s()
-                + self.hw.node.nvlink_latency_s;
+            let nvl_bytes = if self.stack.moe_dispatcher.deduplicates() {
+                self.moe_tokens_per_rank()
+                    * 2.0
+                    * self.model.hidden_size as f64
+                    * rho
+                    * self.moe_remote_domains_per_token(ep)
+            } else {
+                bytes * (local - 1) as f64
+            };
+            return nvl_bytes / self.hw.nvlink_bytes_per_s() + self.hw.node.nvlink_latency_s;
         }
         let span_nodes = (ep * etp).div_ceil(self.hw.node.gpus_per_node as u64);
         let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
         let nic_bw = self.hw.nic_bytes_per_s_per_gpu(leaves);
-        let (nvl_bytes, nic_bytes) = if self.stack.moe_node_dedup {
+        let (nvl_bytes, nic_bytes) = if self.stack.moe_dispatcher.deduplicates() {
             let token = 2.0 * self.model.hidden_size as f64 * rho;
             let n = self.moe_tokens_per_rank();
             (
-                bytes * (ep - 1) as f64,
+                n * token * self.moe_remote_domains_per_token(ep),
                 n * token * self.moe_remote_domains_per_token(ep.div_ceil(local)),
             )
         } else {
@@ -239,7 +248,7 @@ impl CostModel<'_> {
             * self.model.hidden_size as f64
             * 2.0
             * etp as f64
-            * self.stack.moe_imbalance;
+            * self.moe_busiest_load();
         let (bw, lat) = if etp <= ranks_per_nvlink_domain(self.hw, self.layout.tp) {
             (self.hw.nvlink_bytes_per_s(), self.hw.node.nvlink_latency_s)
         } else {
@@ -251,14 +260,22 @@ impl CostModel<'_> {
         all_gather_s(bytes, etp, bw, lat)
     }
 
-    /// Rows each local expert multiplies on the busiest rank: `n k etp ep / E x imbalance`.
+    /// Rows on the busiest expert over the mean: `--moe-imbalance` when dropless, capped at
+    /// the capacity factor when tokens are dropped, the capacity factor itself when padded
+    /// ([`MoeCapacity::busiest_load`](super::recipe::MoeCapacity::busiest_load)).
+    pub fn moe_busiest_load(&self) -> f64 {
+        super::recipe::busiest_load(self.stack.moe_capacity, self.stack.moe_imbalance)
+    }
+
+    /// Rows each local expert multiplies on the busiest rank: `n k etp ep / E x load`
+    /// ([`CostModel::moe_busiest_load`]).
     pub fn moe_rows_per_expert(&self) -> f64 {
         let Some(moe) = &self.model.moe else {
             return 0.0;
         };
         self.moe_tokens_per_rank() * moe.top_k as f64 * (self.etp() * self.ep()) as f64
             / moe.num_experts as f64
-            * self.stack.moe_imbalance
+            * self.moe_busiest_load()
     }
 
     /// The grouped GEMMs of the routed experts on one rank, forward: `E/ep` experts, each
@@ -346,17 +363,14 @@ impl CostModel<'_> {
         // (`MoEAlltoAllTokenDispatcher`) permutes the rows for the all-to-all, and with more
         // than one local expert sorts the received rows by expert and back again
         // (`sort_chunks_by_idxs`, "Permutation 2"): two passes each way. DeepEP's dispatch
-        // gathers its send buffer inside the communication kernel: one.
+        // gathers its send buffer inside the communication kernel: one. HybridEP fuses both
+        // into its dispatch and combine kernels: none.
         let (act_f, act_b) = if self.model.gated_mlp {
             (6.0, 10.0)
         } else {
             (4.0, 6.0)
         };
-        let passes = if !self.stack.moe_node_dedup && up.batch > 1.0 {
-            2.0
-        } else {
-            1.0
-        };
+        let passes = self.stack.moe_dispatcher.permute_passes(up.batch);
         let permute = passes * 2.0 * 4.0 * rows * h;
         let fwd_mem = permute + act_f * rows * f + router_bytes;
         let bwd_mem = permute + act_b * rows * f + router_bytes;
@@ -421,14 +435,17 @@ impl CostModel<'_> {
         };
         // The launches of the whole layer, dense part and experts, bound it from below.
         let local_experts = (moe.num_experts / self.ep()).max(1) as f64;
-        let kernels = dense_kernels.plus(self.moe_kernels(local_experts));
+        let moe_kernels = self.moe_kernels(local_experts);
+        let kernels = dense_kernels.plus(moe_kernels);
+        // CUDA graphs launch what they capture at once (docs/cost-model.md, "CUDA graphs").
+        let captured = self.moe_captured_kernels(dense_kernels, moe_kernels, moe.shared_ffn > 0);
         let layer = dense
             .plus(BlockCost {
                 forward,
                 backward_input,
                 backward_weight,
             })
-            .floored(kernels, self.hw);
+            .floored_launching(kernels, kernels.launched_with_graph(captured), self.hw);
         if self.stack.moe_layer_host_s <= 0.0 {
             return layer;
         }
@@ -437,18 +454,33 @@ impl CostModel<'_> {
             recompute: Recompute::None,
             ..self.layout
         };
+        // The run the host time was read off graphed its routers and preprocessing
+        // (`--cuda-graph-impl transformer_engine --cuda-graph-modules moe_router
+        // moe_preprocess`): the time is that of the other kernels, launched one by one.
         let base = CostModel { layout, ..dense_cm }
             .layer_kernels()
             .plus(CostModel { layout, ..*self }.moe_kernels(local_experts));
-        self.with_moe_host_time(layer, kernels, base)
+        let base = Kernels {
+            forward: base.forward - 3.0,
+            backward_input: base.backward_input - 3.0,
+            backward_weight: base.backward_weight - 1.0,
+        };
+        let host_kernels = Kernels {
+            forward: kernels.forward - captured.forward,
+            backward_input: kernels.backward_input - captured.backward_input,
+            backward_weight: kernels.backward_weight - captured.backward_weight,
+        };
+        self.with_moe_host_time(layer, host_kernels, base)
     }
 
     /// `layer` with the framework's host time for it ([`Stack::moe_layer_host_s`] for the
-    /// layer's `base` kernels, scaled by the `kernels` recomputation adds, and shared between
-    /// the forward and the backward by their kernels): the forward, whose dispatcher waits on
-    /// the GPU once a layer, takes `max(H, G) + c min(H, G)` with `c` =
-    /// [`MOE_FORWARD_SYNC_LOSS`]; the backward, which never waits, `max(H, G)`, its wait
-    /// spread over the two backward parts by their kernels.
+    /// layer's `base` kernels, scaled by the `kernels` the host runs itself: recomputation
+    /// adds some, CUDA graphs take the ones they capture; shared between the forward and the
+    /// backward by their kernels): the forward, whose dispatcher waits on the GPU once a layer
+    /// for the per-expert token counts, takes `max(H, G) + c min(H, G)` with `c` =
+    /// [`MOE_FORWARD_SYNC_LOSS`] (0 when every expert is padded to its capacity or a graph
+    /// runs the experts: static shapes, no wait); the backward, which never waits, `max(H, G)`, its wait spread over
+    /// the two backward parts by their kernels.
     ///
     /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
     fn with_moe_host_time(&self, layer: BlockCost, kernels: Kernels, base: Kernels) -> BlockCost {
@@ -463,7 +495,14 @@ impl CostModel<'_> {
         let gpu_f = layer.forward.total_s();
         let gpu_b = layer.backward_input.total_s() + layer.backward_weight.total_s();
         let mut forward = layer.forward;
-        forward.launch_s += (host_f - gpu_f).max(0.0) + MOE_FORWARD_SYNC_LOSS * host_f.min(gpu_f);
+        let sync = if self.stack.moe_capacity.is_some_and(|c| c.pad)
+            || self.stack.cuda_graphs.captured(true).experts
+        {
+            0.0
+        } else {
+            MOE_FORWARD_SYNC_LOSS
+        };
+        forward.launch_s += (host_f - gpu_f).max(0.0) + sync * host_f.min(gpu_f);
         let wait_b = (host_b - gpu_b).max(0.0);
         let kb = (kernels.backward_input + kernels.backward_weight).max(1.0);
         let add = |mut p: Part, k: f64| {

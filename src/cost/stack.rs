@@ -10,6 +10,7 @@
 
 use super::kernel_bytes::CrossEntropyFusion;
 use super::optimizer::OptimizerState;
+use super::recipe::{CudaGraphs, MoeCapacity, MoeDispatcher};
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
 use std::fmt;
@@ -347,10 +348,16 @@ pub struct Stack {
     /// (`--moe-comm-overlap`: Megatron-Core `--overlap-moe-expert-parallel-comm`, DeepSeek's
     /// DualPipe).
     pub moe_comm_overlap: bool,
-    /// Token dispatch that sends a token once per remote NVLink domain and forwards it there
-    /// over NVLink (`--moe-dispatcher deepep`: DeepEP, DeepSeek-V3's kernels) instead of one
-    /// copy per expert (`alltoall`, NCCL's all-to-all).
-    pub moe_node_dedup: bool,
+    /// How tokens reach their experts (`--moe-dispatcher alltoall|deepep|hybridep`; Megatron-Core
+    /// `--moe-token-dispatcher-type`, `--moe-flex-dispatcher-backend`): copies per expert or per
+    /// GPU and remote domain, and the permutation passes ([`MoeDispatcher`]).
+    pub moe_dispatcher: MoeDispatcher,
+    /// Token dropping with a capacity factor (`--moe-expert-capacity-factor`,
+    /// `--moe-pad-expert-input-to-capacity`); `None`: dropless.
+    pub moe_capacity: Option<MoeCapacity>,
+    /// CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`): the host launches and
+    /// framework time of what they capture are not paid per micro-batch.
+    pub cuda_graphs: CudaGraphs,
     /// Host time of one MoE layer's forward and backward for one micro-batch, in seconds: the
     /// layer takes at least this long whatever its GPU work (docs/cost-model.md, "Host time
     /// of a MoE layer"). 0: only the kernel launches bound it.
@@ -499,7 +506,9 @@ impl Default for Stack {
             moe_imbalance: DEFAULT_MOE_IMBALANCE,
             moe_layer_host_s: 0.0,
             moe_comm_overlap: false,
-            moe_node_dedup: false,
+            moe_dispatcher: MoeDispatcher::AllToAll,
+            moe_capacity: None,
+            cuda_graphs: CudaGraphs::default(),
             defer_embedding_wgrad: false,
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: CrossEntropyFusion::Off,
@@ -535,7 +544,11 @@ pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
 /// both ways takes `H + c G_f` ([`MOE_FORWARD_SYNC_LOSS`] `c`, `G_f` its forward's GPU time,
 /// 1.14 ms in pplan), so `H` = 9.1 - 0.20 x 1.14 = 8.9 ms. The same layer takes 9.7 ms on
 /// H100 (26.06), a GPU with 0.44 of the B200's tensor-core peak, and 3.6 ms a sequence on
-/// GB200 with micro-batch 4. Held out: every H100 run in docs/validation.md.
+/// GB200 with micro-batch 4. Held out: every H100 run in docs/validation.md. That run graphed
+/// each layer's router and preprocessing (Transformer Engine's CUDA graphs, `moe_router
+/// moe_preprocess`), so 8.9 ms is the host time of the layer's other kernels, launched one by
+/// one: a layer with nothing graphed takes it scaled by all its kernels over those
+/// (`CostModel::moe_layer`, docs/cost-model.md "CUDA graphs").
 pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 8.9e-3;
 
 /// What a MoE layer's forward loses because its dispatcher waits on the GPU once a layer (the

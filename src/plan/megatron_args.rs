@@ -19,7 +19,7 @@ use crate::plan::predict::{parse_layout, PipelineSplit};
 use std::collections::BTreeMap;
 
 /// What a Megatron-LM command line trains: the model and the layout, in pplan's terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MegatronPlan {
     pub model: Model,
     pub tp: u64,
@@ -72,6 +72,19 @@ pub struct MegatronPlan {
     pub ep: u64,
     /// `--expert-tensor-parallel-size` (1 when absent).
     pub etp: u64,
+    /// The token dispatcher in pplan's names (`--moe-dispatcher`): `alltoall`, `deepep` or
+    /// `hybridep` (`--moe-token-dispatcher-type flex` with `--moe-flex-dispatcher-backend`,
+    /// DeepEP when absent; the deprecated `--moe-enable-deepep` too).
+    pub moe_dispatcher: String,
+    /// `--moe-expert-capacity-factor` (absent: dropless) and
+    /// `--moe-pad-expert-input-to-capacity`.
+    pub moe_expert_capacity_factor: Option<f64>,
+    pub moe_pad_expert_input_to_capacity: bool,
+    /// `--cuda-graph-impl` (`none` when absent; the deprecated `--enable-cuda-graph` is
+    /// `local`, `--external-cuda-graph` `transformer_engine`) and `--cuda-graph-modules`
+    /// (or the deprecated `--cuda-graph-scope`; `full` dropped: the whole layer).
+    pub cuda_graph_impl: String,
+    pub cuda_graph_modules: Vec<String>,
     /// Flags read but not used by pplan, in order of first appearance.
     pub ignored: Vec<String>,
 }
@@ -315,6 +328,17 @@ const USED: &[&str] = &[
     "--moe-layer-freq",
     "--moe-router-num-groups",
     "--moe-router-group-topk",
+    "--moe-token-dispatcher-type",
+    "--moe-flex-dispatcher-backend",
+    "--moe-enable-deepep",
+    "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity",
+    "--moe-token-drop-policy",
+    "--cuda-graph-impl",
+    "--cuda-graph-modules",
+    "--cuda-graph-scope",
+    "--enable-cuda-graph",
+    "--external-cuda-graph",
     "--multi-latent-attention",
     "--q-lora-rank",
     "--kv-lora-rank",
@@ -663,8 +687,76 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         bf16: flags.has("--bf16"),
         ep: flags.num("--expert-model-parallel-size")?.unwrap_or(1),
         etp: flags.num("--expert-tensor-parallel-size")?.unwrap_or(1),
+        moe_dispatcher: dispatcher_from_flags(&flags)?,
+        moe_expert_capacity_factor: match flags.str("--moe-expert-capacity-factor") {
+            None => None,
+            Some(v) => match v.parse::<f64>() {
+                Ok(c) if c.is_finite() && c > 0.0 => Some(c),
+                // Megatron-LM's `-1` (and any value below 0) means dropless.
+                Ok(c) if c < 0.0 => None,
+                _ => {
+                    return Err(flags.bad(
+                        "--moe-expert-capacity-factor",
+                        v,
+                        "a positive number (or -1: dropless)",
+                    ))
+                }
+            },
+        },
+        moe_pad_expert_input_to_capacity: flags.has("--moe-pad-expert-input-to-capacity"),
+        cuda_graph_impl: match flags.str("--cuda-graph-impl") {
+            Some(i) => {
+                crate::cost::recipe::CudaGraphImpl::parse(i).ok_or_else(|| {
+                    flags.bad(
+                        "--cuda-graph-impl",
+                        i,
+                        crate::cost::recipe::CudaGraphImpl::NAMES,
+                    )
+                })?;
+                i.to_string()
+            }
+            None if flags.has("--enable-cuda-graph") => "local".into(),
+            None if flags.has("--external-cuda-graph") => "transformer_engine".into(),
+            None => "none".into(),
+        },
+        cuda_graph_modules: {
+            let words: Vec<&str> = ["--cuda-graph-modules", "--cuda-graph-scope"]
+                .iter()
+                .filter_map(|f| flags.map.get(*f))
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            crate::cost::recipe::CudaGraphModules::parse(words.iter().copied())
+                .map_err(|e| flags.bad("--cuda-graph-modules", &words.join(" "), &e))?
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect()
+        },
         ignored,
     })
+}
+
+/// `--moe-token-dispatcher-type` with `--moe-flex-dispatcher-backend` in pplan's names;
+/// `allgather` and the `ncclep` backend are not modelled and are refused.
+fn dispatcher_from_flags(flags: &Flags) -> Result<String, MegatronArgsError> {
+    match flags.str("--moe-token-dispatcher-type") {
+        None | Some("alltoall") => Ok("alltoall".into()),
+        Some("flex") => match flags.str("--moe-flex-dispatcher-backend") {
+            None | Some("deepep") => Ok("deepep".into()),
+            Some("hybridep") => Ok("hybridep".into()),
+            Some(other) => Err(flags.bad(
+                "--moe-flex-dispatcher-backend",
+                other,
+                "deepep or hybridep (pplan does not model ncclep)",
+            )),
+        },
+        Some(other) => Err(flags.bad(
+            "--moe-token-dispatcher-type",
+            other,
+            "alltoall or flex (pplan does not model allgather)",
+        )),
+    }
 }
 
 /// The experts of `--num-experts` with Megatron-LM's defaults: `--moe-router-topk` 2,

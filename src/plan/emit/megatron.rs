@@ -290,9 +290,21 @@ pub fn megatron(plan: &Plan) -> Emitted {
             flag("--moe-router-group-topk", val(moe.moe_router_group_topk));
         }
         flag("--moe-grouped-gemm", None);
-        flag("--moe-token-dispatcher-type", Some("alltoall".into()));
+        match par.moe_dispatcher.as_str() {
+            "alltoall" => flag("--moe-token-dispatcher-type", Some("alltoall".into())),
+            backend => {
+                flag("--moe-token-dispatcher-type", Some("flex".into()));
+                flag("--moe-flex-dispatcher-backend", Some(backend.into()));
+            }
+        }
+        if let Some(c) = par.moe_expert_capacity_factor {
+            flag("--moe-expert-capacity-factor", Some(format!("{c}")));
+            if par.moe_pad_expert_input_to_capacity {
+                flag("--moe-pad-expert-input-to-capacity", None);
+            }
+        }
         assumed.push(
-            "the experts run as grouped GEMMs with the all-to-all token dispatcher (pplan's cost model); router load balancing, aux-loss coefficient and capacity are left at Megatron-LM's defaults",
+            "the experts run as grouped GEMMs (pplan's cost model); router load balancing and aux-loss coefficient are left at Megatron-LM's defaults",
         );
     }
     if let Some(a) = &m.mla {
@@ -423,6 +435,15 @@ pub fn megatron(plan: &Plan) -> Emitted {
             Some(par.cross_entropy_fusion.clone()),
         );
     }
+    if par.cuda_graph_impl != "none" {
+        flag("--cuda-graph-impl", Some(par.cuda_graph_impl.clone()));
+        if !par.cuda_graph_modules.is_empty() {
+            flag(
+                "--cuda-graph-modules",
+                Some(par.cuda_graph_modules.join(" ")),
+            );
+        }
+    }
     if par.use_precision_aware_optimizer {
         flag("--use-precision-aware-optimizer", None);
         if !par.zero1 {
@@ -490,6 +511,11 @@ pub fn megatron(plan: &Plan) -> Emitted {
     let _ = writeln!(text, "{ARRAY_NAME}=(");
     for (name, value) in flags {
         match value {
+            // Megatron-LM reads the modules as separate words (`nargs='+'`).
+            Some(v) if name == "--cuda-graph-modules" => {
+                let words: Vec<String> = v.split_whitespace().map(shell_word).collect();
+                let _ = writeln!(text, "  {name} {}", words.join(" "));
+            }
             Some(v) => {
                 let _ = writeln!(text, "  {name} {}", shell_word(&v));
             }

@@ -283,6 +283,7 @@ impl PredictFlags {
         req.stack =
             self.stack
                 .apply(zero, !self.no_scatter_gather, self.overlap_grad_reduce, hw)?;
+        super::stack::check_recipe(&req.stack, model, Some(recompute))?;
         req.profile = profile;
         req.shared_gpu = self.shared_gpu;
         req.partition = self

@@ -2,6 +2,9 @@
 //! override it, turned into a [`Stack`].
 
 use super::values::{AttentionArg, FlagError, OnOff};
+use crate::cost::recipe::{
+    CudaGraphImpl, CudaGraphModules, CudaGraphs, MoeCapacity, MoeDispatcher,
+};
 use crate::cost::{Attention, CrossEntropyFusion, OptimizerState, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use clap::ValueEnum;
@@ -113,10 +116,34 @@ pub struct StackFlags {
     /// micro-batch's compute (Megatron-Core --overlap-moe-expert-parallel-comm, DualPipe).
     #[arg(long, value_enum, default_value = "off")]
     pub moe_comm_overlap: OnOff,
-    /// Mixture of experts: how tokens are dispatched: alltoall (NCCL, one copy per expert) or
-    /// deepep (DeepEP / DeepSeek-V3: one copy per remote node, forwarded over NVLink).
+    /// Mixture of experts: how tokens are dispatched: alltoall (NCCL, one copy per expert;
+    /// Megatron-Core --moe-token-dispatcher-type alltoall), deepep (the flex dispatcher with
+    /// DeepEP: one copy per GPU and per remote node, forwarded over NVLink) or hybridep (the
+    /// flex dispatcher with HybridEP: the same copies, permutation fused into its kernels).
     #[arg(long, default_value = "alltoall")]
     pub moe_dispatcher: String,
+    /// Mixture of experts: drop tokens beyond this many times an expert's mean share
+    /// (Megatron-Core --moe-expert-capacity-factor); absent: dropless.
+    #[arg(long, value_name = "C")]
+    pub moe_expert_capacity_factor: Option<f64>,
+    /// With --moe-expert-capacity-factor: pad every expert's input to its capacity (static
+    /// shapes: no host synchronisation, CUDA graphs may capture the experts).
+    #[arg(long)]
+    pub moe_pad_expert_input_to_capacity: bool,
+    /// With --moe-expert-capacity-factor: which tokens are dropped, probs (the lowest routing
+    /// probabilities) or position (the last ones); the same cost.
+    #[arg(long, default_value = "probs")]
+    pub moe_token_drop_policy: String,
+    /// CUDA graphs (Megatron-Core --cuda-graph-impl): none, local (Megatron-Core's per-layer
+    /// graphs), transformer_engine (Transformer Engine's, per layer) or full_iteration; what
+    /// they capture costs the host no launch per kernel and no framework time per micro-batch.
+    #[arg(long, default_value = "none")]
+    pub cuda_graph_impl: String,
+    /// With per-layer CUDA graphs: the regions captured, any of attn, mlp, moe, moe_router,
+    /// moe_preprocess (Megatron-Core --cuda-graph-modules; also read as --cuda-graph-scope);
+    /// none: the whole layer.
+    #[arg(long, alias = "cuda-graph-scope", value_delimiter = ',', num_args = 1..)]
+    pub cuda_graph_modules: Vec<String>,
     /// Mixture of experts: the framework's host time for one MoE layer's forward and backward
     /// on one micro-batch, in milliseconds; a MoE layer takes at least this long, and its
     /// forward loses part of the overlap with the GPU at the dispatcher's wait. Default: 8.9
@@ -161,6 +188,47 @@ pub struct StackFlags {
 }
 
 impl StackFlags {
+    /// `--moe-expert-capacity-factor` with its padding; the drop policy checked.
+    fn moe_capacity(&self) -> Result<Option<MoeCapacity>, FlagError> {
+        if !["probs", "position"].contains(&self.moe_token_drop_policy.as_str()) {
+            return Err(FlagError(format!(
+                "--moe-token-drop-policy: unknown policy '{}' (valid: probs, position)",
+                self.moe_token_drop_policy
+            )));
+        }
+        match self.moe_expert_capacity_factor {
+            None if self.moe_pad_expert_input_to_capacity => Err(FlagError(
+                "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (the capacity it pads to)"
+                    .into(),
+            )),
+            None => Ok(None),
+            Some(f) if f.is_finite() && f > 0.0 && f <= 1e6 => Ok(Some(MoeCapacity {
+                factor: f,
+                pad: self.moe_pad_expert_input_to_capacity,
+            })),
+            Some(f) => Err(FlagError(format!(
+                "--moe-expert-capacity-factor {f}: must be a positive number (1.0: each expert takes its mean share of the tokens)"
+            ))),
+        }
+    }
+
+    /// `--cuda-graph-impl` and `--cuda-graph-modules`.
+    fn cuda_graphs(&self) -> Result<CudaGraphs, FlagError> {
+        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl).ok_or_else(|| {
+            FlagError(format!(
+                "--cuda-graph-impl: unknown implementation '{}' (valid: {})",
+                self.cuda_graph_impl,
+                CudaGraphImpl::NAMES
+            ))
+        })?;
+        let modules = CudaGraphModules::parse(self.cuda_graph_modules.iter().map(String::as_str))
+            .map_err(|e| FlagError(format!("--cuda-graph-modules: {e}")))?;
+        Ok(CudaGraphs {
+            implementation,
+            modules,
+        })
+    }
+
     /// The stack `--stack` names on `hw`, with these flags and `overlap_grad_reduce` (the
     /// subcommand's `--overlap-grad-reduce`) applied, and the ZeRO stage and scatter/gather
     /// the subcommand gives.
@@ -255,15 +323,18 @@ impl StackFlags {
                 &self.exp_avg_sq_dtype,
             )
             .map_err(|e| FlagError(format!("--{e}")))?,
-            moe_node_dedup: match self.moe_dispatcher.as_str() {
-                "alltoall" => false,
-                "deepep" => true,
-                other => {
+            moe_dispatcher: match MoeDispatcher::parse(&self.moe_dispatcher) {
+                Some(d) => d,
+                None => {
                     return bad(format!(
-                        "--moe-dispatcher: unknown dispatcher '{other}' (valid: alltoall, deepep)"
+                        "--moe-dispatcher: unknown dispatcher '{}' (valid: {})",
+                        self.moe_dispatcher,
+                        MoeDispatcher::NAMES
                     ))
                 }
             },
+            moe_capacity: self.moe_capacity()?,
+            cuda_graphs: self.cuda_graphs()?,
             ..stack
         })
     }
@@ -307,4 +378,23 @@ pub fn zero_stage(zero: Option<&str>, zero1: Option<OnOff>) -> Result<Option<Zer
         (Some(z), _) | (None, Some(z)) => Ok(Some(z)),
         (None, None) => Ok(None),
     }
+}
+
+/// Megatron-Core's rules for the dispatcher, capacity and CUDA-graph switches on `model`
+/// (`cost::recipe::check`); `recompute` the pinned or given recomputation.
+pub fn check_recipe(
+    stack: &Stack,
+    model: &crate::inputs::model::Model,
+    recompute: Option<crate::cost::Recompute>,
+) -> Result<(), FlagError> {
+    let moe = model.moe.as_ref();
+    let ctx = crate::cost::recipe::RecipeContext {
+        experts: moe.map_or(0, |m| m.num_experts),
+        all_moe: moe.is_some_and(|m| m.layers.iter().all(|&b| b)),
+        dispatcher: stack.moe_dispatcher,
+        capacity: stack.moe_capacity,
+        full_recompute: recompute == Some(crate::cost::Recompute::Full),
+        ep_overlap: stack.moe_comm_overlap,
+    };
+    crate::cost::recipe::check(stack.cuda_graphs, &ctx).map_err(FlagError)
 }

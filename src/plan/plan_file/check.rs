@@ -295,9 +295,30 @@ impl Plan {
             }
         }
         self.check_experts(origin)?;
+        self.check_recipe(origin)?;
         let schedule = self.schedule_ir_at(origin)?;
         self.check_schedule_name(origin, &schedule)?;
         Ok(())
+    }
+
+    /// The dispatcher, capacity and CUDA-graph fields by Megatron-Core's rules, as the flags
+    /// that wrote them are checked (`cost::recipe::check`).
+    fn check_recipe(&self, origin: &str) -> Result<(), PlanError> {
+        let par = &self.parallelism;
+        let (dispatcher, capacity, graphs) = par
+            .recipe()
+            .map_err(|(f, reason)| field(origin, f, reason))?;
+        let moe = self.model.moe.as_ref();
+        let ctx = crate::cost::recipe::RecipeContext {
+            experts: moe.map_or(0, |m| m.num_experts),
+            all_moe: moe.is_some_and(|m| m.moe_layer_pattern.iter().all(|&b| b == 1)),
+            dispatcher,
+            capacity,
+            full_recompute: par.recompute == "full",
+            ep_overlap: false,
+        };
+        crate::cost::recipe::check(graphs, &ctx)
+            .map_err(|e| field(origin, "parallelism.cuda_graph_impl", e))
     }
 
     /// Mixture of experts and latent attention as Megatron-LM's flags take them (the same

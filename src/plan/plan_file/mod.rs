@@ -127,7 +127,7 @@ pub struct PlanMla {
 }
 
 /// The parallel layout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Parallelism {
     pub gpus: u64,
@@ -216,9 +216,95 @@ pub struct Parallelism {
     pub exp_avg_dtype: String,
     #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
     pub exp_avg_sq_dtype: String,
+    /// Mixture of experts: `alltoall` (omitted), `deepep` or `hybridep` (Megatron-Core's flex
+    /// dispatcher with that backend).
+    #[serde(default = "alltoall", skip_serializing_if = "is_alltoall")]
+    pub moe_dispatcher: String,
+    /// Token dropping: the capacity factor (omitted: dropless).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_expert_capacity_factor: Option<f64>,
+    /// With it, every expert's input padded to its capacity (omitted when not).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub moe_pad_expert_input_to_capacity: bool,
+    /// CUDA graphs: `local`, `transformer_engine` or `full_iteration` (`none` omitted).
+    #[serde(default = "none", skip_serializing_if = "is_none_str")]
+    pub cuda_graph_impl: String,
+    /// The regions per-layer graphs capture (`attn`, `mlp`, `moe`, `moe_router`,
+    /// `moe_preprocess`); empty (omitted): the whole layer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuda_graph_modules: Vec<String>,
 }
 
 impl Parallelism {
+    /// The dispatcher, capacity and CUDA-graph fields from the stack a prediction ran on.
+    pub fn set_recipe(&mut self, stack: &crate::cost::Stack) {
+        self.moe_dispatcher = stack.moe_dispatcher.as_str().to_string();
+        self.moe_expert_capacity_factor = stack.moe_capacity.map(|c| c.factor);
+        self.moe_pad_expert_input_to_capacity = stack.moe_capacity.is_some_and(|c| c.pad);
+        self.cuda_graph_impl = stack.cuda_graphs.implementation.as_str().to_string();
+        self.cuda_graph_modules = stack
+            .cuda_graphs
+            .modules
+            .names()
+            .into_iter()
+            .map(String::from)
+            .collect();
+    }
+
+    /// The stack fields above as the cost model's, or the field that is wrong.
+    pub fn recipe(
+        &self,
+    ) -> Result<
+        (
+            crate::cost::recipe::MoeDispatcher,
+            Option<crate::cost::recipe::MoeCapacity>,
+            crate::cost::recipe::CudaGraphs,
+        ),
+        (String, String),
+    > {
+        use crate::cost::recipe::*;
+        let d = MoeDispatcher::parse(&self.moe_dispatcher).ok_or_else(|| {
+            (
+                "parallelism.moe_dispatcher".to_string(),
+                format!(
+                    "unknown dispatcher '{}' (valid: {})",
+                    self.moe_dispatcher,
+                    MoeDispatcher::NAMES
+                ),
+            )
+        })?;
+        let capacity = self.moe_expert_capacity_factor.map(|factor| MoeCapacity {
+            factor,
+            pad: self.moe_pad_expert_input_to_capacity,
+        });
+        if capacity.is_none() && self.moe_pad_expert_input_to_capacity {
+            return Err((
+                "parallelism.moe_pad_expert_input_to_capacity".into(),
+                "needs parallelism.moe_expert_capacity_factor".into(),
+            ));
+        }
+        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl).ok_or_else(|| {
+            (
+                "parallelism.cuda_graph_impl".to_string(),
+                format!(
+                    "unknown implementation '{}' (valid: {})",
+                    self.cuda_graph_impl,
+                    CudaGraphImpl::NAMES
+                ),
+            )
+        })?;
+        let modules = CudaGraphModules::parse(self.cuda_graph_modules.iter().map(String::as_str))
+            .map_err(|e| ("parallelism.cuda_graph_modules".to_string(), e))?;
+        Ok((
+            d,
+            capacity,
+            CudaGraphs {
+                implementation,
+                modules,
+            },
+        ))
+    }
+
     /// Adam's state the fields say, or which field is wrong (its name in the plan file) and
     /// what is valid.
     pub fn optimizer_state(&self) -> Result<OptimizerState, OptimizerStateError> {
@@ -263,8 +349,26 @@ impl Parallelism {
             main_params_dtype: fp32(),
             exp_avg_dtype: fp32(),
             exp_avg_sq_dtype: fp32(),
+            moe_dispatcher: alltoall(),
+            moe_expert_capacity_factor: None,
+            moe_pad_expert_input_to_capacity: false,
+            cuda_graph_impl: none(),
+            cuda_graph_modules: Vec::new(),
         }
     }
+}
+
+fn alltoall() -> String {
+    "alltoall".into()
+}
+fn is_alltoall(s: &str) -> bool {
+    s == "alltoall"
+}
+fn none() -> String {
+    "none".into()
+}
+fn is_none_str(s: &str) -> bool {
+    s == "none"
 }
 
 fn off() -> String {
@@ -613,6 +717,9 @@ pub fn plan_from_prediction(
             main_params_dtype: pred.main_params_dtype.clone(),
             exp_avg_dtype: pred.exp_avg_dtype.clone(),
             exp_avg_sq_dtype: pred.exp_avg_sq_dtype.clone(),
+            // The prediction does not record these; the caller sets them from the stack
+            // (`Parallelism::set_recipe`).
+            ..Parallelism::stack_defaults()
         },
         dtype: "bf16".to_string(),
         stages: stages_from_counts(&counts, schedule.placement, p),

@@ -203,6 +203,15 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
         }
         None => Recompute::ALL.to_vec(),
     };
+    // Per-layer CUDA graphs do not run with full recomputation (Megatron-Core refuses it):
+    // unpinned, it is not enumerated (a pinned one was refused with the flags).
+    let per_layer_graphs = req.stack.cuda_graphs.enabled()
+        && req.stack.cuda_graphs.implementation
+            != crate::cost::recipe::CudaGraphImpl::FullIteration;
+    let recomputes: Vec<Recompute> = recomputes
+        .into_iter()
+        .filter(|&r| !(per_layer_graphs && r == Recompute::Full))
+        .collect();
     let flash = req.stack.attention == crate::cost::Attention::Flash;
     // How each (p, v, schedule) splits the layers, or why it cannot.
     let split_for = |p: u64, v: u64, s: ScheduleName| split_for(req, p, v, s);
