@@ -107,6 +107,14 @@ impl FromStr for Fp8Recipe {
     }
 }
 
+/// The recipe a prediction or a plan file records for `precision` run with `recipe`: an FP8
+/// recipe other than Megatron-LM's default, delayed. None for delayed FP8 (what `fp8` alone
+/// has always meant) and for the other precisions, whose recipe the precision names.
+pub fn recorded(precision: Precision, recipe: Fp8Recipe) -> Option<Fp8Recipe> {
+    (precision == Precision::Fp8 && recipe != Fp8Recipe::Delayed && recipe != Fp8Recipe::Mxfp8)
+        .then_some(recipe)
+}
+
 /// `delayed, tensorwise, ...`: recipe names joined for a message.
 pub fn names(recipes: &[Fp8Recipe]) -> String {
     let v: Vec<&str> = recipes.iter().map(|r| r.as_str()).collect();
