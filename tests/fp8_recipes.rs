@@ -461,3 +461,96 @@ fn megatron_recipe_flags_read_as_megatron_lm_takes_them() {
         assert!(e.contains(flag), "{extra}: {e}");
     }
 }
+
+/// The table of docs/cost-model.md "FP8 recipes" is what `pplan predict` gives for the command
+/// it quotes, row by row (step time to the millisecond, model TFLOP/s to a tenth).
+#[test]
+fn the_documented_recipe_figures_are_predicted() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cost-model.md"))
+        .unwrap();
+    let section = doc
+        .split("## FP8 recipes")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the FP8 recipes section");
+    for (gpu, hw, recipe, flags) in [
+        ("H100", "h100-80gb", "bf16", &["--precision", "bf16"][..]),
+        ("H100", "h100-80gb", "delayed", &["--precision", "fp8"]),
+        (
+            "H100",
+            "h100-80gb",
+            "tensorwise",
+            &["--fp8-recipe", "tensorwise"],
+        ),
+        (
+            "H100",
+            "h100-80gb",
+            "blockwise",
+            &["--fp8-recipe", "blockwise"],
+        ),
+        ("B200", "b200", "delayed", &["--fp8-recipe", "delayed"]),
+        (
+            "B200",
+            "b200",
+            "tensorwise",
+            &["--fp8-recipe", "tensorwise"],
+        ),
+        ("B200", "b200", "blockwise", &["--fp8-recipe", "blockwise"]),
+        ("B200", "b200", "mxfp8", &["--fp8-recipe", "mxfp8"]),
+        ("B200", "b200", "nvfp4", &["--precision", "nvfp4"]),
+    ] {
+        let mut args = with(&LLAMA3_70B_64, &["--hardware", hw, "--zero", "1"]);
+        args.extend_from_slice(flags);
+        let v = predict(&args);
+        let tflops = v["model_tflops_per_gpu"].as_f64().unwrap();
+        let tflops = format!("{tflops:.1}");
+        // Thousands separated as the page writes them.
+        let tflops = match tflops.split_once('.') {
+            Some((int, frac)) if int.len() > 3 => {
+                format!("{},{}.{frac}", &int[..int.len() - 3], &int[int.len() - 3..])
+            }
+            _ => tflops,
+        };
+        let row = format!("| {gpu} | {recipe} | {:.3} | {tflops} |", step(&v));
+        assert!(
+            section.contains(&row),
+            "docs/cost-model.md lacks the row {row}"
+        );
+    }
+}
+
+/// A plan file's recipe must fit its precision.
+#[test]
+fn a_plan_whose_recipe_contradicts_its_precision_is_refused() {
+    let path = tmp("plan-recipe.json");
+    let mut args = with(&ONE_H100, &["--fp8-recipe", "blockwise", "--output"]);
+    let p = path.to_str().unwrap().to_string();
+    args.push(&p);
+    predict(&args);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"fp8_recipe\": \"blockwise\""), "{text}");
+    let plan = pplan::plan::plan_file::Plan::from_json(&text, "plan.json").unwrap();
+    assert_eq!(plan.parallelism.fp8_recipe, "blockwise");
+    for (from, to, what) in [
+        (
+            "\"precision\": \"fp8\"",
+            "\"precision\": \"bf16\"",
+            "needs parallelism.precision fp8",
+        ),
+        (
+            "\"fp8_recipe\": \"blockwise\"",
+            "\"fp8_recipe\": \"mxfp8\"",
+            "valid: delayed, tensorwise, blockwise",
+        ),
+    ] {
+        let bad = text.replace(from, to);
+        assert_ne!(bad, text);
+        let e = pplan::plan::plan_file::Plan::from_json(&bad, "plan.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("parallelism.fp8_recipe") && e.contains(what),
+            "{e}"
+        );
+    }
+}
