@@ -4,7 +4,7 @@
 //! "Low precision" and "FP8 recipes" (Transformer Engine and Megatron-LM at the commits cited
 //! there).
 
-use super::recipe::Fp8Recipe;
+use super::fp8_recipe::Fp8Recipe;
 use super::stack::CostModel;
 use crate::inputs::hardware::Precision;
 
@@ -157,7 +157,7 @@ impl CostModel<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::cost::recipe::Fp8Recipe;
+    use crate::cost::fp8_recipe::Fp8Recipe;
     use crate::cost::{CostModel, Layout, Recompute, Stack};
     use crate::inputs::hardware::{Hardware, Precision};
     use crate::inputs::model::Model;

@@ -32,7 +32,7 @@ pub mod memory;
 pub mod moe;
 pub mod network;
 pub mod optimizer;
-pub mod recipe;
+pub mod fp8_recipe;
 pub mod stack;
 pub mod tp;
 
@@ -42,7 +42,7 @@ pub use compute::{
 pub use kernel_bytes::CrossEntropyFusion;
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
 pub use optimizer::{MasterWeights, OptimizerState, StateDtype};
-pub use recipe::Fp8Recipe;
+pub use fp8_recipe::Fp8Recipe;
 pub use stack::{
     Attention, CostModel, CpComm, Layout, Overheads, RankOrder, Recompute, Stack, Zero,
     MEGATRON_CORE_MOE_LAYER_HOST_S, MOE_FORWARD_SYNC_LOSS,

@@ -10,7 +10,7 @@
 
 use super::kernel_bytes::CrossEntropyFusion;
 use super::optimizer::OptimizerState;
-use super::recipe::Fp8Recipe;
+use super::fp8_recipe::Fp8Recipe;
 use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
 use std::fmt;

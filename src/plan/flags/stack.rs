@@ -2,7 +2,7 @@
 //! override it, turned into a [`Stack`].
 
 use super::values::{AttentionArg, FlagError, OnOff};
-use crate::cost::recipe::names;
+use crate::cost::fp8_recipe::names;
 use crate::cost::{Attention, CrossEntropyFusion, Fp8Recipe, OptimizerState, Stack, Zero};
 use crate::inputs::hardware::{Hardware, Precision};
 use clap::ValueEnum;

@@ -631,7 +631,7 @@ pub fn prediction_from(
             / hw.peak_flops_per_s_for(req.stack.precision)
                 .unwrap_or(hw.gpu.peak_flops_per_s),
         precision: req.stack.precision.as_str().to_string(),
-        fp8_recipe: crate::cost::recipe::recorded(req.stack.precision, req.stack.fp8_recipe)
+        fp8_recipe: crate::cost::fp8_recipe::recorded(req.stack.precision, req.stack.fp8_recipe)
             .map(|r| r.as_str().to_string()),
         attention: req.stack.attention.as_str().to_string(),
         stack: req.stack.preset_name().to_string(),
