@@ -93,6 +93,13 @@ fn plan(
                 1
             },
             precision: precision.into(),
+            // FP8 plans through the three recipes of FP8 tensor cores.
+            fp8_recipe: if precision == "fp8" {
+                ["delayed", "tensorwise", "blockwise"][(p * v + m) as usize % 3]
+            } else {
+                "delayed"
+            }
+            .into(),
             attention: attention.into(),
             stack: "megatron-2021".into(),
             tp_comm_overlap: variant % 2 == 1,
@@ -333,6 +340,13 @@ fn every_megatron_flag_is_in_megatron_lms_argument_list() {
     ] {
         assert!(seen.contains(f), "the grid never emits {f}");
     }
+    // ... and every FP8 recipe.
+    let recipes: BTreeSet<String> = plans()
+        .into_iter()
+        .filter(|p| p.parallelism.precision == "fp8")
+        .map(|p| p.parallelism.fp8_recipe)
+        .collect();
+    assert_eq!(recipes.len(), 3, "{recipes:?}");
 }
 
 /// Emit `plan` for Megatron-LM, read it back, and compare field by field.
@@ -365,6 +379,7 @@ fn megatron_round_trip(p: &Plan) {
     assert_eq!(back.zero, par.zero.max(u8::from(par.zero1)));
     assert_eq!(back.dp_replicate, par.dp_replicate);
     assert_eq!(back.precision, par.precision);
+    assert_eq!(back.fp8_recipe, par.fp8_recipe, "{}", out.text);
     assert_eq!(back.attention, par.attention);
     assert_eq!(back.tp_comm_overlap, par.tp_comm_overlap);
     assert_eq!(back.overlap_grad_reduce, par.overlap_grad_reduce);

@@ -313,7 +313,7 @@ impl CostModel<'_> {
 
     /// Elements of one layer's `s b h` activations on one rank (`/t` with sequence
     /// parallelism): what the norms, residual adds and bias-dropout-adds touch.
-    fn sbh_per_rank(&self) -> f64 {
+    pub(super) fn sbh_per_rank(&self) -> f64 {
         let (b, s, h, _, _, t, _) = self.dims();
         s * b * h
             / if self.layout.sequence_parallel {
@@ -463,30 +463,6 @@ impl CostModel<'_> {
         }
     }
 
-    /// HBM traffic (forward, backward) of casting a layer's GEMM operands to the stack's low
-    /// precision, on one rank (Transformer Engine, fused cast + amax + transpose): every element
-    /// cast is read in BF16 (2 bytes) and written in the format as its copies
-    /// ([`crate::cost::Stack::low_precision_copy_bytes`]: row- and column-wise for the input- and
-    /// weight-gradient GEMMs): 4 bytes for FP8/MXFP8, 3 for NVFP4 and for per-tensor FP8 on a
-    /// GPU whose FP8 GEMMs take every layout, written once. Forward: the
-    /// inputs of the attention projection (`s b h / t`) and of MLP-out (`s b f / t`); the
-    /// inputs of QKV and MLP-in come cast out of the fused LayerNorm. Backward: the output
-    /// gradients of all four linear layers. The FP8 weights are cast once per step and cached
-    /// (not counted per micro-batch). Zero for BF16.
-    pub fn low_precision_cast_bytes(&self) -> (f64, f64) {
-        if self.stack.precision == Precision::Bf16 {
-            return (0.0, 0.0);
-        }
-        let per_element = 2.0 + self.stack.low_precision_copy_bytes(self.hw) as f64;
-        let (b, s, h, a, f, t, dh) = self.dims();
-        let kv = self.model.num_kv_heads as f64;
-        let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
-        let sb = s * b;
-        let forward = sb * (a * dh / t + f / t);
-        let backward = sb * ((a * dh + 2.0 * kv * dh) / t + h + mlp_in / t + h);
-        (per_element * forward, per_element * backward)
-    }
-
     /// One transformer layer for one micro-batch on one rank.
     pub fn layer(&self) -> BlockCost {
         let hbm = self.hw.hbm_bytes_per_s();
@@ -494,14 +470,13 @@ impl CostModel<'_> {
         let flash = self.stack.attention == Attention::Flash;
         let (attn_gemm, attn_bwd) = self.attention_core_s();
         // The four linear GEMMs run in the stack's precision; the attention core in BF16.
-        // Transformer Engine runs FP8 input- and weight-gradient GEMMs with the split
-        // accumulator (`_2X_ACC_DGRAD`, `_2X_ACC_WGRAD`), the forward with the fast one.
-        let lin = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision);
-        let split = match self.stack.precision {
-            Precision::Fp8 => self.hw.gpu.fp8_split_accumulator_slowdown.unwrap_or(1.0),
-            _ => 1.0,
-        };
-        let lin_grad = |g: &Gemm| lin(g) * split;
+        // Transformer Engine runs FP8 GEMMs with the split accumulator where the recipe asks
+        // for it (`CostModel::fp8_gemm_slowdowns`: the input- and weight-gradient GEMMs with
+        // per-tensor scales, all three with block scales on Hopper).
+        let (fprop_slowdown, grad_slowdown) = self.fp8_gemm_slowdowns();
+        let lin_in = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision);
+        let lin = |g: &Gemm| lin_in(g) * fprop_slowdown;
+        let lin_grad = |g: &Gemm| lin_in(g) * grad_slowdown;
         // The four linear layers (QKV, projection, MLP-in, MLP-out): forward, input- and
         // weight-gradient GEMM times, as the tensor-parallel overlap runs them.
         let weight_gemms = [gemms[0], gemms[3], gemms[4], gemms[5]];
@@ -539,6 +514,9 @@ impl CostModel<'_> {
         let mem = self.layer_memory_bytes();
         let ((tp_fwd, tp_fwd_hidden), (tp_bwd, tp_bwd_hidden)) =
             self.tp_comm_s(lin_fwd, lin_dgrad, lin_wgrad);
+        // Current scaling's amax all-reduces over the tensor-parallel group, in line.
+        let (amax_fwd, amax_bwd) = self.amax_reduction_s();
+        let (tp_fwd, tp_bwd) = (tp_fwd + amax_fwd, tp_bwd + amax_bwd);
         let (cp_fwd, cp_fwd_hidden, cp_bwd, cp_bwd_hidden) = self.cp_comm_s((attn_gemm, attn_bwd));
         let forward = Part {
             gemm_s: fwd_gemm,

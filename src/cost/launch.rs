@@ -12,7 +12,7 @@
 
 use super::compute::{BlockCost, Part};
 use super::stack::{Attention, CostModel, Recompute};
-use crate::inputs::hardware::{Hardware, Precision};
+use crate::inputs::hardware::Hardware;
 
 /// Kernels launched by each part of a block, for one micro-batch on one rank.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -119,20 +119,21 @@ impl CostModel<'_> {
     /// 2 residual adds, SwiGLU 2 (forward) and 4 (backward), RMSNorm's backward 8. Tensor
     /// parallelism adds its collectives (2 all-reduces a direction; with sequence
     /// parallelism 2 all-gathers and 2 reduce-scatters forward, 6 collectives backward), low
-    /// precision its casts (2 forward, 4 backward); recomputation adds what it re-runs. A
+    /// precision its casts (2 forward, 4 backward; more with current or block scaling:
+    /// `CostModel::cast_kernels`); recomputation adds what it re-runs. A
     /// model part without an MLP (a MoE layer's dense part) launches none of the MLP's.
     pub fn layer_kernels(&self) -> Kernels {
         let t = self.layout.tp;
         let sp = self.layout.sequence_parallel;
         let dropout = f64::from(u8::from(self.model.dropout));
         let flash = self.stack.attention == Attention::Flash;
-        let low = self.stack.precision != Precision::Bf16;
+
         let (tp_f, tp_b) = match (t > 1, sp) {
             (false, _) => (0.0, 0.0),
             (true, false) => (2.0, 2.0),
             (true, true) => (4.0, 6.0),
         };
-        let (cast_f, cast_b) = if low { (2.0, 4.0) } else { (0.0, 0.0) };
+        let (cast_f, cast_b) = self.cast_kernels();
         let (core_f, core_b) = if flash {
             (1.0, 1.0)
         } else {

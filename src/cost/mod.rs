@@ -7,7 +7,10 @@
 //! - [`network`]: collectives and point-to-point transfers on the links they cross;
 //! - [`memory`]: model state and activation memory per GPU;
 //! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction;
-//! - [`launch`]: the kernels each layer launches, which bound its time from below.
+//! - [`launch`]: the kernels each layer launches, which bound its time from below;
+//! - [`recipe`]: the FP8 recipes (`--fp8-recipe`) and the GPUs that run them;
+//! - [`low_precision`]: what the recipes cost beside the GEMMs (casts, accumulator, amax
+//!   all-reduces).
 //!
 //! Invariants: no IO, no clock; inputs are a model, a hardware profile, a layout and a stack.
 //! Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`). Every formula, its
@@ -22,8 +25,10 @@
 
 pub mod compute;
 pub mod cp;
+pub mod fp8_recipe;
 pub mod kernel_bytes;
 pub mod launch;
+pub mod low_precision;
 pub mod memory;
 pub mod moe;
 pub mod network;
@@ -35,6 +40,7 @@ pub mod tp;
 pub use compute::{
     gemm_efficiency, gemm_time_s, linear_fans, BlockCost, Gemm, MemoryTraffic, Part,
 };
+pub use fp8_recipe::Fp8Recipe;
 pub use kernel_bytes::CrossEntropyFusion;
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
 pub use optimizer::{MasterWeights, OptimizerState, StateDtype};

@@ -8,6 +8,7 @@
 //! sharding) are added here as fields, read by the compute, network and memory models through
 //! the `CostModel`, rather than threaded through every function as booleans.
 
+use super::fp8_recipe::Fp8Recipe;
 use super::kernel_bytes::CrossEntropyFusion;
 use super::optimizer::OptimizerState;
 use super::recipe::{CudaGraphs, MoeCapacity, MoeDispatcher};
@@ -287,6 +288,11 @@ pub struct Stack {
     /// weight-gradient), as Transformer Engine runs them; attention, norms, the embedding and
     /// the output layer stay BF16.
     pub precision: Precision,
+    /// How Transformer Engine scales the FP8 tensors where `precision` is `fp8` (`--fp8-recipe`:
+    /// delayed, the default, tensorwise or blockwise; `mxfp8` goes with `Precision::Mxfp8`):
+    /// the casts' HBM traffic and kernels, the GEMMs' accumulator and the copies kept
+    /// (`cost::low_precision`, docs/cost-model.md "FP8 recipes").
+    pub fp8_recipe: Fp8Recipe,
     /// Tensor-parallel all-gathers and reduce-scatters pipelined with the GEMMs they feed or
     /// follow (Megatron-Core `--tp-comm-overlap`, Transformer Engine userbuffers). Megatron
     /// requires sequence parallelism for it; without it the setting has no effect.
@@ -462,10 +468,15 @@ impl Stack {
     /// the cast alone where they take every layout (Blackwell,
     /// [`crate::inputs::hardware::Gpu::fp8_any_layout`]); MXFP8, the row- and the column-wise
     /// casts (1 + 1: its 32-element scales run along one direction); NVFP4, 0.5 + 0.5 plus
-    /// its scales, rounded up to 1. BF16: none.
+    /// its scales, rounded up to 1. FP8 with block scales (`--fp8-recipe blockwise`) keeps
+    /// both on every GPU: Transformer Engine computes the row- and the column-wise casts from
+    /// the BF16 tensor, as their 128-element scales run along one direction
+    /// (`Float8BlockScaling`); their FP32 scales, 4 bytes per 128x128 block of a weight, are
+    /// left out. BF16: none.
     pub fn low_precision_copy_bytes(&self, hw: &Hardware) -> u64 {
         match self.precision {
             Precision::Bf16 => 0,
+            Precision::Fp8 if self.fp8_recipe == Fp8Recipe::Blockwise => 2,
             Precision::Fp8 if hw.gpu.fp8_any_layout => 1,
             Precision::Fp8 | Precision::Mxfp8 => 2,
             Precision::Nvfp4 => 1,
@@ -487,6 +498,7 @@ impl Default for Stack {
             fused_kernels: true,
             attention: Attention::Unfused,
             precision: Precision::Bf16,
+            fp8_recipe: Fp8Recipe::Delayed,
             tp_comm_overlap: false,
             tp_async_backward: false,
             scatter_gather: true,
@@ -590,11 +602,20 @@ impl CostModel<'_> {
 
     /// The activation formulas' dimensions for this layout and stack: one micro-batch, the
     /// sequence split over the context-parallel ranks, the linear layers' saved inputs in the
-    /// stack's precision.
+    /// stack's precision. With FP8 block scales the saved column-wise cast carries an FP32
+    /// scale per 128 elements, 33/32 bytes an element (as MXFP8's one byte per 32).
     pub fn act_dims(&self) -> super::memory::ActDims {
-        super::memory::ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
+        let d = super::memory::ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
             .context_parallel(self.layout.cp)
-            .precision(self.stack.precision)
+            .precision(self.stack.precision);
+        if self.stack.precision == Precision::Fp8 && self.stack.fp8_recipe == Fp8Recipe::Blockwise {
+            super::memory::ActDims {
+                input_32ths: 33,
+                ..d
+            }
+        } else {
+            d
+        }
     }
 
     /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`; `s` is the tokens of a

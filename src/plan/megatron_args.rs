@@ -13,7 +13,7 @@
 //! `--make-vocab-size-divisible-by` (128) × tp unless `--padded-vocab-size` gives it, the even
 //! pipeline split unless `--pipeline-model-parallel-layout` gives one. No IO.
 
-use crate::cost::CrossEntropyFusion;
+use crate::cost::{CrossEntropyFusion, Fp8Recipe};
 use crate::inputs::model::{megatron_dropout, megatron_rms_norm, megatron_rotary, Model};
 use crate::plan::predict::{parse_layout, PipelineSplit};
 use std::collections::BTreeMap;
@@ -50,6 +50,9 @@ pub struct MegatronPlan {
     pub dp_replicate: u64,
     /// `bf16`, `fp8`, `mxfp8` or `nvfp4` (pplan's names).
     pub precision: String,
+    /// With `fp8`, `--fp8-recipe`: `delayed` (Megatron-LM's default, and the value for every
+    /// other precision), `tensorwise` or `blockwise`, as a plan file's `fp8_recipe`.
+    pub fp8_recipe: String,
     /// `unfused` or `flash`.
     pub attention: String,
     pub tp_comm_overlap: bool,
@@ -551,16 +554,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
             return Err(flags.bad("--recompute-granularity", other, "full or selective"))
         }
     };
-    let precision = match (
-        flags.str("--fp8-format"),
-        flags.str("--fp8-recipe"),
-        flags.str("--fp4-format"),
-    ) {
-        (_, _, Some(_)) => "nvfp4",
-        (Some(_), Some("mxfp8"), _) => "mxfp8",
-        (Some(_), _, _) => "fp8",
-        _ => "bf16",
-    };
+    let (precision, fp8_recipe) = precision_from_flags(&flags)?;
     let ignored = flags
         .order
         .iter()
@@ -651,6 +645,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
             .num("--num-distributed-optimizer-instances")?
             .unwrap_or(1),
         precision: precision.to_string(),
+        fp8_recipe: fp8_recipe.as_str().to_string(),
         attention: if flags.str("--attention-backend") == Some("flash") {
             "flash".into()
         } else {
@@ -757,6 +752,50 @@ fn dispatcher_from_flags(flags: &Flags) -> Result<String, MegatronArgsError> {
             "alltoall or flex (pplan does not model allgather)",
         )),
     }
+}
+
+/// The precision (pplan's name) and FP8 recipe of `--fp8-format`/`--fp8-recipe` and
+/// `--fp4-format`/`--fp4-recipe` as Megatron-LM reads them (`TransformerConfig`: `fp8` e4m3 or
+/// hybrid, `fp8_recipe` default delayed; `fp4` e2m1, `fp4_recipe` default nvfp4; the two
+/// formats together are an error in `validate_args`). A recipe without its format leaves
+/// the layers in BF16, as in Megatron-LM; `custom` recipes (a user's quantizer factory) are
+/// refused, having no cost pplan can derive.
+fn precision_from_flags(flags: &Flags) -> Result<(&'static str, Fp8Recipe), MegatronArgsError> {
+    let fp8 = flags.str("--fp8-format");
+    let fp4 = flags.str("--fp4-format");
+    if let Some(f) = fp8.filter(|f| !["e4m3", "hybrid"].contains(f)) {
+        return Err(flags.bad("--fp8-format", f, "e4m3 or hybrid"));
+    }
+    if let Some(f) = fp4.filter(|&f| f != "e2m1") {
+        return Err(flags.bad("--fp4-format", f, "e2m1"));
+    }
+    if let (Some(a), Some(_)) = (fp8, fp4) {
+        return Err(flags.bad(
+            "--fp8-format",
+            a,
+            "not with --fp4-format (Megatron-LM: cannot be used simultaneously); give one of them",
+        ));
+    }
+    let recipe = match flags.str("--fp8-recipe") {
+        None => Fp8Recipe::Delayed,
+        Some(r) => r
+            .parse::<Fp8Recipe>()
+            .map_err(|e| flags.bad("--fp8-recipe", r, &e))?,
+    };
+    if let Some(r) = flags.str("--fp4-recipe").filter(|&r| r != "nvfp4") {
+        let why = if r == "custom" {
+            "nvfp4 ('custom', a user's quantizer factory, has no cost pplan can derive)"
+        } else {
+            "nvfp4"
+        };
+        return Err(flags.bad("--fp4-recipe", r, why));
+    }
+    Ok(match (fp8, fp4) {
+        (_, Some(_)) => ("nvfp4", Fp8Recipe::Delayed),
+        (Some(_), None) if recipe == Fp8Recipe::Mxfp8 => ("mxfp8", Fp8Recipe::Delayed),
+        (Some(_), None) => ("fp8", recipe),
+        (None, None) => ("bf16", Fp8Recipe::Delayed),
+    })
 }
 
 /// The experts of `--num-experts` with Megatron-LM's defaults: `--moe-router-topk` 2,

@@ -383,9 +383,14 @@ pub fn megatron(plan: &Plan) -> Emitted {
     }
     match par.precision.as_str() {
         "fp8" => {
+            // E4M3 forward, E5M2 gradients; the recipe as predicted (delayed: Megatron-LM's
+            // default, with Transformer Engine's history of 1024 steps and its max).
             flag("--fp8-format", Some("hybrid".into()));
-            flag("--fp8-amax-history-len", val(1024));
-            flag("--fp8-amax-compute-algo", Some("max".into()));
+            flag("--fp8-recipe", Some(par.fp8_recipe.clone()));
+            if par.fp8_recipe == "delayed" {
+                flag("--fp8-amax-history-len", val(1024));
+                flag("--fp8-amax-compute-algo", Some("max".into()));
+            }
         }
         "mxfp8" => {
             flag("--fp8-format", Some("e4m3".into()));

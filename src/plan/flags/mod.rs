@@ -10,7 +10,7 @@ mod stack;
 mod values;
 
 pub use predict::{FlagsPredictError, PredictFlags, SplitRuleFlags};
-pub use stack::{check_recipe, zero_stage, StackFlags, StackPreset};
+pub use stack::{check_recipe, precision_and_recipe, zero_stage, StackFlags, StackPreset};
 pub use values::{
     count, join_negative_values, positive, positive_or_auto, AttentionArg, Auto, FlagError, OnOff,
 };

@@ -2,11 +2,12 @@
 //! override it, turned into a [`Stack`].
 
 use super::values::{AttentionArg, FlagError, OnOff};
+use crate::cost::fp8_recipe::names;
 use crate::cost::recipe::{
     CudaGraphImpl, CudaGraphModules, CudaGraphs, MoeCapacity, MoeDispatcher,
 };
-use crate::cost::{Attention, CrossEntropyFusion, OptimizerState, Stack, Zero};
-use crate::inputs::hardware::Hardware;
+use crate::cost::{Attention, CrossEntropyFusion, Fp8Recipe, OptimizerState, Stack, Zero};
+use crate::inputs::hardware::{Hardware, Precision};
 use clap::ValueEnum;
 
 /// `--stack`: the framework whose implementation the other stack flags start from.
@@ -55,9 +56,18 @@ pub struct StackFlags {
     )]
     pub preset: StackPreset,
     /// Number format of the transformer layers' linear GEMMs: bf16, fp8 (Transformer
-    /// Engine, per-tensor scales; Hopper and later), mxfp8 or nvfp4 (block-scaled, Blackwell).
-    #[arg(long, default_value = "bf16")]
-    pub precision: String,
+    /// Engine, per-tensor or per-block scales, --fp8-recipe; Hopper and later), mxfp8 or nvfp4
+    /// (block-scaled, Blackwell). Default: the one --fp8-recipe implies, else bf16.
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// Megatron-LM's --fp8-recipe, how Transformer Engine scales the FP8 tensors: delayed
+    /// (amax history of earlier steps; what --precision fp8 means without this flag),
+    /// tensorwise (current scaling: an amax pass before each cast), blockwise (DeepSeek-V3's
+    /// 1x128 and 128x128 blocks; all GEMMs with the split accumulator on Hopper) or mxfp8
+    /// (Blackwell). Sets --precision (fp8, or mxfp8 for mxfp8) when that is not given; one
+    /// that contradicts it is refused.
+    #[arg(long, value_name = "RECIPE")]
+    pub fp8_recipe: Option<String>,
     /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
     /// traffic; the hardware profile's measured kernel efficiency). Default: flash with --stack
     /// megatron-core where the hardware profile has the kernel's measured rates (else unfused),
@@ -256,11 +266,11 @@ impl StackFlags {
             ..stack
         };
         let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, OnOff::is_on);
+        let (precision, fp8_recipe) =
+            precision_and_recipe(self.precision.as_deref(), self.fp8_recipe.as_deref(), hw)?;
         Ok(Stack {
-            precision: self
-                .precision
-                .parse()
-                .map_err(|e: String| FlagError(format!("--precision: {e}")))?,
+            precision,
+            fp8_recipe,
             attention: match self.attention {
                 Some(AttentionArg::Unfused) => Attention::Unfused,
                 Some(AttentionArg::Flash) => Attention::Flash,
@@ -338,6 +348,77 @@ impl StackFlags {
             ..stack
         })
     }
+}
+
+/// The precision and FP8 recipe from `--precision` and `--fp8-recipe` on `hw`: the recipe's
+/// precision where `--precision` is not given (else BF16), the precision's own recipe where
+/// the recipe is not (delayed for fp8, mxfp8 for mxfp8); a recipe that contradicts the
+/// precision, or that `hw` cannot run, is refused naming the flags and what is valid.
+pub fn precision_and_recipe(
+    precision: Option<&str>,
+    recipe: Option<&str>,
+    hw: &Hardware,
+) -> Result<(Precision, Fp8Recipe), FlagError> {
+    let given = precision
+        .map(|p| p.parse::<Precision>())
+        .transpose()
+        .map_err(|e| FlagError(format!("--precision: {e}")))?;
+    let Some(text) = recipe else {
+        let precision = given.unwrap_or_default();
+        let recipe = if precision == Precision::Mxfp8 {
+            Fp8Recipe::Mxfp8
+        } else {
+            Fp8Recipe::Delayed
+        };
+        return Ok((precision, recipe));
+    };
+    let recipe: Fp8Recipe = text
+        .parse()
+        .map_err(|e: String| FlagError(format!("--fp8-recipe: {e}")))?;
+    if let Some(p) = given.filter(|&p| p != recipe.precision()) {
+        let fits: Vec<Fp8Recipe> = Fp8Recipe::ALL
+            .into_iter()
+            .filter(|r| r.precision() == p)
+            .collect();
+        return Err(FlagError(format!(
+            "--fp8-recipe {recipe} contradicts --precision {p}: the recipe runs the linear layers in {}; valid: drop --precision (--fp8-recipe sets it), --precision {} with --fp8-recipe {recipe}, or {}",
+            recipe.precision(),
+            recipe.precision(),
+            if fits.is_empty() {
+                format!("drop --fp8-recipe (--precision {p} has no FP8 recipe)")
+            } else {
+                format!("--fp8-recipe {} with --precision {p}", names(&fits).replace(", ", " or "))
+            }
+        )));
+    }
+    if !recipe.runs_on(hw) {
+        let valid = Fp8Recipe::valid_on(hw);
+        return Err(FlagError(if valid.is_empty() {
+            format!(
+                "--fp8-recipe {recipe}: {} has no FP8 tensor cores; valid: no --fp8-recipe (--precision {})",
+                hw.name,
+                join_precisions(&hw.precisions())
+            )
+        } else {
+            format!(
+                "--fp8-recipe {recipe}: {} has no {} tensor cores; valid --fp8-recipe on {}: {}",
+                hw.name,
+                if recipe == Fp8Recipe::Mxfp8 {
+                    "block-scaled (MXFP8)"
+                } else {
+                    "FP8"
+                },
+                hw.name,
+                names(&valid)
+            )
+        }));
+    }
+    Ok((recipe.precision(), recipe))
+}
+
+fn join_precisions(ps: &[Precision]) -> String {
+    let v: Vec<&str> = ps.iter().map(|p| p.as_str()).collect();
+    v.join(", ")
 }
 
 /// The cross-entropy's kernels from `--cross-entropy-loss-fusion` and

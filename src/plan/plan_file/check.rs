@@ -153,6 +153,28 @@ impl Plan {
                 format!("'{}' (valid: bf16, fp8, mxfp8, nvfp4)", par.precision),
             ));
         }
+        // The recipe of FP8 with per-tensor or per-block scales; MXFP8 and NVFP4 are
+        // precisions of their own.
+        if !["delayed", "tensorwise", "blockwise"].contains(&par.fp8_recipe.as_str()) {
+            return Err(field(
+                origin,
+                "parallelism.fp8_recipe",
+                format!(
+                    "'{}' (valid: delayed, tensorwise, blockwise; mxfp8 is parallelism.precision mxfp8)",
+                    par.fp8_recipe
+                ),
+            ));
+        }
+        if par.fp8_recipe != "delayed" && par.precision != "fp8" {
+            return Err(field(
+                origin,
+                "parallelism.fp8_recipe",
+                format!(
+                    "'{}' needs parallelism.precision fp8 (got '{}'); valid: drop the recipe, or precision fp8",
+                    par.fp8_recipe, par.precision
+                ),
+            ));
+        }
         if let Err(e) = par.cross_entropy_fusion.parse::<CrossEntropyFusion>() {
             return Err(field(origin, "parallelism.cross_entropy_fusion", e));
         }

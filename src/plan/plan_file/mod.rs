@@ -175,6 +175,13 @@ pub struct Parallelism {
         skip_serializing_if = "is_default_precision"
     )]
     pub precision: String,
+    /// With `precision` `fp8`, the FP8 recipe (`--fp8-recipe`): `delayed` (Megatron-LM's
+    /// default, omitted), `tensorwise` or `blockwise`.
+    #[serde(
+        default = "default_fp8_recipe",
+        skip_serializing_if = "is_default_fp8_recipe"
+    )]
+    pub fp8_recipe: String,
     /// Attention kernel: `unfused` (default, omitted) or `flash`.
     #[serde(
         default = "default_attention",
@@ -337,6 +344,7 @@ impl Parallelism {
             zero: 0,
             dp_replicate: 1,
             precision: default_precision(),
+            fp8_recipe: default_fp8_recipe(),
             attention: default_attention(),
             stack: default_stack(),
             tp_comm_overlap: false,
@@ -410,6 +418,12 @@ fn default_precision() -> String {
 }
 fn is_default_precision(p: &str) -> bool {
     p == "bf16"
+}
+fn default_fp8_recipe() -> String {
+    "delayed".to_string()
+}
+fn is_default_fp8_recipe(r: &str) -> bool {
+    r == "delayed"
 }
 fn default_attention() -> String {
     "unfused".to_string()
@@ -705,6 +719,7 @@ pub fn plan_from_prediction(
             zero: pred.zero,
             dp_replicate: pred.dp_replicate,
             precision: pred.precision.clone(),
+            fp8_recipe: pred.fp8_recipe.clone().unwrap_or_else(default_fp8_recipe),
             attention: pred.attention.clone(),
             stack: pred.stack.clone(),
             tp_comm_overlap: pred.tp_comm_overlap,

@@ -172,6 +172,10 @@ pub struct Prediction {
     pub mfu_precision_peak: f64,
     /// `bf16`, `fp8`, `mxfp8` or `nvfp4`: the linear layers' GEMMs.
     pub precision: String,
+    /// With `fp8`, the FP8 recipe when not Megatron-LM's default `delayed`: `tensorwise` or
+    /// `blockwise` (`--fp8-recipe`; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fp8_recipe: Option<String>,
     /// `unfused` or `flash`.
     pub attention: String,
     /// `megatron-core` or `megatron-2021`: the framework the step runs on (`--stack`).
@@ -387,6 +391,13 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
     req.hardware
         .peak_flops_per_s_for(req.stack.precision)
         .map_err(|e| PredictError::Precision(e.to_string()))?;
+    if req.stack.precision == crate::inputs::hardware::Precision::Fp8
+        && req.stack.fp8_recipe == crate::cost::Fp8Recipe::Mxfp8
+    {
+        return Err(PredictError::Precision(
+            "fp8 with the mxfp8 recipe: that recipe runs the block-scaled tensor cores; valid: --precision mxfp8, or --fp8-recipe delayed, tensorwise or blockwise".into(),
+        ));
+    }
     if req.stack.attention == Attention::Flash && req.hardware.attention_efficiencies().is_none() {
         return Err(PredictError::NoAttentionEfficiency {
             hardware: req.hardware.name.clone(),

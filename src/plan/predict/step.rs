@@ -631,6 +631,8 @@ pub fn prediction_from(
             / hw.peak_flops_per_s_for(req.stack.precision)
                 .unwrap_or(hw.gpu.peak_flops_per_s),
         precision: req.stack.precision.as_str().to_string(),
+        fp8_recipe: crate::cost::fp8_recipe::recorded(req.stack.precision, req.stack.fp8_recipe)
+            .map(|r| r.as_str().to_string()),
         attention: req.stack.attention.as_str().to_string(),
         stack: req.stack.preset_name().to_string(),
         // The switches in effect: the tensor-parallel overlap needs sequence parallelism and
