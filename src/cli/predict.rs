@@ -52,7 +52,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     use pplan::plan::predict::PredictError;
     let flags = &args.flags;
     let (mut model, hw) = load_model_and_hardware(&flags.model, flags.seq_len, &flags.hardware)?;
-    flags.pad_vocab(&mut model)?;
+    flags.apply_to_model(&mut model)?;
     let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let run_request = args.run.parse()?;
     let profile = flags.profile.as_deref().map(load_profile).transpose()?;

@@ -577,6 +577,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 "learned_absolute, rope, mrope, yarn, relative or none",
             )
         })?,
+        mtp_layers: 0,
     };
     let mut model = model;
     model.moe = moe_from_flags(&flags, model.num_layers, model.ffn_hidden_size)?;

@@ -93,6 +93,11 @@ pub struct PlanModel {
     /// (`rope` with a gated MLP, `learned_absolute` without).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position_embedding_type: Option<String>,
+    /// Multi-token prediction depths (Megatron-LM's `--mtp-num-layers`; omitted when 0, as in
+    /// plans written before the field existed). The stage that holds them says so
+    /// ([`PlanStage::mtp_layers`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub mtp_num_layers: u32,
 }
 
 /// The experts of a mixture-of-experts plan.
@@ -341,6 +346,10 @@ pub struct PlanStage {
     pub embedding: bool,
     /// Holds the output layer and the loss (always the last stage).
     pub output: bool,
+    /// Multi-token prediction depths this stage holds ('m' in Megatron-Core's layout string):
+    /// all of the model's on one stage, after every transformer layer (omitted when 0).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub mtp_layers: u32,
 }
 
 /// The schedule in the IR's text form.
@@ -466,6 +475,7 @@ impl PlanModel {
                 .then(|| if m.rms_norm { "RMSNorm" } else { "LayerNorm" }.to_string()),
             position_embedding_type: (m.rotary != m.gated_mlp)
                 .then(|| if m.rotary { "rope" } else { "learned_absolute" }.to_string()),
+            mtp_num_layers: m.mtp_layers,
         }
     }
 
@@ -515,6 +525,7 @@ impl PlanModel {
                     megatron_rotary(Some(v)).unwrap_or(self.gated_mlp)
                 }),
             sliding_window: None,
+            mtp_layers: self.mtp_num_layers,
         }
     }
 }
@@ -554,6 +565,7 @@ pub fn stages_from_counts(layer_counts: &[u32], placement: Placement, p: u32) ->
                 num_layers: c,
                 embedding: s == 0,
                 output: s + 1 == n,
+                mtp_layers: 0,
             };
             first += c;
             st

@@ -49,6 +49,9 @@ pub struct PredictRequest<'a> {
     /// the first `layers % stages` stages one layer more). Lets a partitioner plug in an
     /// uneven split.
     pub stage_layers: Option<Vec<u32>>,
+    /// The stage that holds the model's multi-token prediction depths (`--pipeline-layout`'s
+    /// 'm'); `None`: the last stage, Megatron-Core's place for them without a layout.
+    pub mtp_stage: Option<u32>,
     /// How layers are split when `stage_layers` is `None`: the even split, or the
     /// partitioner's balanced split ([`balanced_split`](super::balance::balanced_split)).
     pub partition: Split,
@@ -118,6 +121,7 @@ impl<'a> PredictRequest<'a> {
             record_timeline: false,
             profile: None,
             stage_layers: None,
+            mtp_stage: None,
             partition: Split::Even,
             ep: 1,
             etp: 1,
