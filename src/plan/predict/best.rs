@@ -2,7 +2,7 @@
 //! count for a fixed (t, p, d), by predicting each.
 
 use super::request::*;
-use super::step::predict;
+use super::figures::predict;
 use crate::schedule::generators::ScheduleName;
 
 /// The best micro-batch size and chunk count for a fixed (t, p, d): every `b` dividing the

@@ -1,17 +1,16 @@
-//! The step: per-stage costs of a checked request from the cost model (or a layer profile),
-//! the balanced layer split, the simulation of the whole step and the figures reported from it.
+//! The step: per-stage costs of a checked request from the cost model (or a layer profile)
+//! for the simulator; [`super::figures`] simulates them and reports the figures.
 
-use super::balance::{end_blocks, profiled_block, split_label};
+use super::balance::{end_blocks, profiled_block};
 use super::request::*;
 use super::state::{stage_layers_for, stage_params, StageParams};
 use crate::cost::compute::sharded_exposure;
-use crate::cost::memory::{self, MemoryBreakdown};
+use crate::cost::memory;
 use crate::cost::moe::LayerKinds;
-use crate::cost::{BlockCost, CostModel, Part, Recompute, Stack};
+use crate::cost::{BlockCost, CostModel, Part, Stack};
 use crate::inputs::profile::sum_layers;
-use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::schedule::ir::Placement;
-use crate::sim::{simulate, Costs, SimOptions, SimResult, StageCost, TpCommNs};
+use crate::sim::{Costs, StageCost, TpCommNs};
 
 /// Everything the simulator needs for one step of a checked request, and what the
 /// prediction reports besides the simulation.
@@ -468,227 +467,12 @@ pub fn grad_reduce_buckets(params: f64, dp: u64) -> u32 {
     (params / bucket).ceil().clamp(1.0, 1e6) as u32
 }
 
-/// Predict one configuration.
-pub fn predict(req: &PredictRequest) -> Result<Prediction, PredictError> {
-    // ZB-V and DualPipeV always hold two chunks per device: the request (and so the reported
-    // `chunks`, the layout and the plan) says so even when --chunks was left at 1.
-    let fixed;
-    let req = match schedule_name(req).fixed_chunks() {
-        Some(v) if req.chunks == 1 || req.chunks == v as u64 => {
-            fixed = PredictRequest {
-                chunks: v as u64,
-                ..req.clone()
-            };
-            &fixed
-        }
-        Some(v) => {
-            return Err(PredictError::Schedule(format!(
-                "{} always uses {v} chunks per device (V placement), got --chunks {}; valid: --chunks {v}, or leave --chunks out",
-                schedule_name(req),
-                req.chunks
-            )))
-        }
-        None => req,
-    };
-    let dp = check(req)?;
-    let microbatches = req.global_batch / dp / req.micro_batch;
-    let name = schedule_name(req);
-    let interleaved = name == ScheduleName::Interleaved1F1B && req.chunks > 1;
-    if req.microbatch_group.is_some() && !interleaved {
-        return Err(PredictError::Schedule(
-            "--microbatch-group-size-per-virtual-pipeline-stage applies to interleaved-1f1b with --chunks > 1".into(),
-        ));
-    }
-    if interleaved && req.microbatch_group.is_none() && microbatches % req.pp != 0 {
-        // Megatron-Core's default group is p, which needs p to divide m ("number of
-        // microbatches is not divisible by pipeline-model-parallel-size"); a larger group
-        // runs any m >= p.
-        let larger =
-            crate::schedule::generators::smallest_group(req.pp as u32, microbatches as u32);
-        return Err(PredictError::Schedule(format!(
-            "interleaved-1f1b with --chunks {} needs the micro-batch count m = --global-batch / (d x --micro-batch) = {microbatches} divisible by --pp {} with Megatron-Core's default micro-batch group; valid: a global batch or micro-batch that makes m a multiple of {}, {}or --chunks 1",
-            req.chunks,
-            req.pp,
-            req.pp,
-            match larger {
-                Some(n) => format!("--microbatch-group-size-per-virtual-pipeline-stage {n} (the smallest group Megatron-Core accepts for m = {microbatches}), "),
-                None => String::new(),
-            }
-        )));
-    }
-    let group = match req.microbatch_group {
-        Some(n) if n > u32::MAX as u64 => {
-            return Err(PredictError::Schedule(format!(
-                "--microbatch-group-size-per-virtual-pipeline-stage {n}: must be at most the micro-batch count m = {microbatches}"
-            )))
-        }
-        other => other.map(|n| n as u32),
-    };
-    let schedule = generate(
-        name,
-        GenParams::new(req.pp as u32, microbatches as u32)
-            .chunks(req.chunks as u32)
-            .group(group),
-    )
-    .map_err(|e| PredictError::Schedule(e.to_string()))?;
-    let step = step_costs(req, dp, schedule.num_stages, schedule.placement)?;
-    let result = simulate(
-        &schedule,
-        &step.costs,
-        SimOptions {
-            record_timeline: req.record_timeline,
-            max_events: None,
-        },
-    )
-    .map_err(|e| PredictError::Internal(e.to_string()))?;
-    Ok(prediction_from(req, name, step, result))
-}
-
-/// The prediction for `req` from its step costs and the simulation of its schedule.
-pub fn prediction_from(
-    req: &PredictRequest,
-    name: ScheduleName,
-    step: StepCosts,
-    result: SimResult,
-) -> Prediction {
-    let model = req.model;
-    let hw = req.hardware;
-    let layers = model.num_layers as u64;
-    let cm = req.cost_model(step.dp);
-    let step_time_s = result.makespan_ns as f64 / 1e9;
-    let samples = req.global_batch as f64;
-    let layer_fwd = cm.layer_forward_flops() / req.micro_batch as f64;
-    let logit_fwd = cm.logit_forward_flops() / req.micro_batch as f64;
-    let recompute_per_layer = match req.recompute {
-        Recompute::None => 0.0,
-        Recompute::Selective => cm.attention_core_flops() / req.micro_batch as f64,
-        Recompute::Full => layer_fwd,
-        Recompute::SelectiveOp => cm.selective_op_recompute_flops() / req.micro_batch as f64,
-        Recompute::SelectiveLayer => layer_fwd / 2.0,
-        // No GEMM is recomputed by the norms or the expert activation; the MoE block's
-        // recompute is counted below.
-        Recompute::NormAct | Recompute::NormMoe => 0.0,
-    };
-    let layers_fwd = match &model.moe {
-        None => layers as f64 * layer_fwd,
-        Some(_) => cm.all_layers_forward_flops() / req.micro_batch as f64,
-    };
-    let model_flops = samples * 3.0 * (layers_fwd + logit_fwd);
-    let recomputed = match (&model.moe, req.recompute) {
-        (Some(_), Recompute::Full) => layers_fwd,
-        // The router and routed experts of every MoE layer again.
-        (Some(_), Recompute::NormMoe) => cm.moe_blocks_forward_flops() / req.micro_batch as f64,
-        _ => layers as f64 * recompute_per_layer,
-    };
-    let hardware_flops = model_flops + samples * recomputed;
-    let per_gpu = |flops: f64| flops / step_time_s / req.gpus as f64 / 1e12;
-    // The fullest device: its simulated tensor peak, then what the GPU holds around it.
-    let overheads = &req.stack.overheads;
-    let (fullest, tensor_peak) = result
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(d, r)| (d, r.peak_memory_bytes))
-        .max_by_key(|&(d, b)| (b, std::cmp::Reverse(d)))
-        .unwrap_or((0, 0));
-    let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
-    let per_param = req.stack.state_bytes(req.hardware);
-    let memory_breakdown = MemoryBreakdown::new(
-        step.device_params.get(fullest).copied().unwrap_or(0),
-        cm.shard_ranks(),
-        req.stack.zero,
-        per_param,
-        tensor_peak,
-        overheads,
-    );
-    // Mixture of experts: the experts' state is sharded over their own group.
-    let memory_breakdown = match step.device_expert_params.get(fullest) {
-        Some(&expert) => {
-            let total = step.device_params.get(fullest).copied().unwrap_or(0);
-            let parts = |params: u64, shard: u64| {
-                memory::model_state_parts(params, shard, req.stack.zero, per_param)
-            };
-            let (dw, dg, dopt) = parts(total.saturating_sub(expert), cm.shard_ranks());
-            let (ew, eg, eopt) = parts(expert, cm.expert_dp());
-            let (weights, gradients, optimizer) = (dw + ew, dg + eg, dopt + eopt);
-            MemoryBreakdown {
-                weights,
-                gradients,
-                optimizer,
-                activations: tensor_peak.saturating_sub(weights + gradients + optimizer),
-                ..memory_breakdown
-            }
-        }
-        None => memory_breakdown,
-    };
-    let limit = hw.gpu.memory_bytes;
-    Prediction {
-        step_time_s,
-        tflops_per_gpu: per_gpu(hardware_flops),
-        model_tflops_per_gpu: per_gpu(model_flops),
-        mfu: per_gpu(model_flops) * 1e12 / hw.gpu.peak_flops_per_s,
-        mfu_precision_peak: per_gpu(model_flops) * 1e12
-            / hw.peak_flops_per_s_for(req.stack.precision)
-                .unwrap_or(hw.gpu.peak_flops_per_s),
-        precision: req.stack.precision.as_str().to_string(),
-        attention: req.stack.attention.as_str().to_string(),
-        stack: req.stack.preset_name().to_string(),
-        // The switches in effect: the tensor-parallel overlap needs sequence parallelism and
-        // t > 1, the parameter-gather overlap a sharded optimizer that gathers after its step.
-        tp_comm_overlap: cm.tp_overlap(),
-        overlap_grad_reduce: req.stack.overlap_grad_reduce,
-        overlap_param_gather: req.stack.overlap_param_gather
-            && req.stack.zero.shards_optimizer()
-            && !req.stack.zero.shards_weights(),
-        defer_embedding_wgrad_compute: req.stack.defer_embedding_wgrad,
-        cross_entropy_fusion: req.stack.cross_entropy_fusion.as_str().to_string(),
-        wgrad_deferral_limit: req.stack.wgrad_deferral_limit,
-        use_precision_aware_optimizer: req.stack.optimizer_state.precision_aware(),
-        main_params_dtype: req.stack.optimizer_state.master.main_params_dtype().into(),
-        exp_avg_dtype: req.stack.optimizer_state.exp_avg.as_str().into(),
-        exp_avg_sq_dtype: req.stack.optimizer_state.exp_avg_sq.as_str().into(),
-        tokens_per_s: samples * model.seq_len as f64 / step_time_s,
-        tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
-        params: model.total_params(),
-        active_params: model.active_params(),
-        bubble_fraction: result.bubble_fraction,
-        peak_memory_bytes,
-        fits: !step.too_big && tensor_peak <= overheads.tensor_budget_bytes(limit),
-        memory_breakdown,
-        memory_limit_bytes: limit,
-        model: model.name.clone(),
-        hardware: hw.name.clone(),
-        gpus: req.gpus,
-        tp: req.tp,
-        pp: req.pp,
-        dp: step.dp,
-        micro_batch: req.micro_batch,
-        microbatches: step.microbatches,
-        schedule: name.as_str().to_string(),
-        chunks: req.chunks,
-        microbatch_group: req
-            .microbatch_group
-            .filter(|_| schedule_name(req) == ScheduleName::Interleaved1F1B && req.chunks > 1),
-        recompute: req.recompute.as_str().to_string(),
-        sequence_parallel: req.sequence_parallel,
-        cp: req.cp,
-        zero1: req.stack.zero.shards_optimizer(),
-        zero: req.stack.zero.stage(),
-        dp_replicate: req.dp_replicate,
-        global_batch: req.global_batch,
-        model_state_bytes: step.model_state_max_bytes,
-        split: split_label(req, &step.stage_layers).to_string(),
-        stage_layers: step.stage_layers,
-        ep: req.ep,
-        etp: req.etp,
-        timeline: result.timeline,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::Recompute;
     use crate::inputs::{Hardware, Model};
+    use crate::plan::predict::figures::predict;
     use crate::plan::predict::balance::{balance_problem, balanced_split};
 
     fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
