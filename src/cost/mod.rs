@@ -7,6 +7,7 @@
 //! - [`network`]: collectives and point-to-point transfers on the links they cross;
 //! - [`memory`]: model state and activation memory per GPU;
 //! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction;
+//! - [`mtp`]: a multi-token prediction depth's projection, norms and FLOPs;
 //! - [`launch`]: the kernels each layer launches, which bound its time from below.
 //!
 //! Invariants: no IO, no clock; inputs are a model, a hardware profile, a layout and a stack.
@@ -26,6 +27,7 @@ pub mod kernel_bytes;
 pub mod launch;
 pub mod memory;
 pub mod moe;
+pub mod mtp;
 pub mod network;
 pub mod optimizer;
 pub mod stack;
