@@ -589,6 +589,10 @@ pub fn plan_from_prediction(
     } else {
         even_split(model.num_layers, schedule.num_stages)
     };
+    let mut stages = stages_from_counts(&counts, schedule.placement, p);
+    if let Some(st) = pred.mtp_stage.and_then(|s| stages.get_mut(s as usize)) {
+        st.mtp_layers = model.mtp_layers;
+    }
     Plan {
         format: PLAN_FORMAT.to_string(),
         version: PLAN_VERSION,
@@ -627,7 +631,7 @@ pub fn plan_from_prediction(
             exp_avg_sq_dtype: pred.exp_avg_sq_dtype.clone(),
         },
         dtype: "bf16".to_string(),
-        stages: stages_from_counts(&counts, schedule.placement, p),
+        stages,
         schedule: PlanSchedule {
             microbatch_group: pred.microbatch_group.map(|g| g.min(u32::MAX as u64) as u32),
             ..PlanSchedule::from_schedule(&pred.schedule, schedule)
@@ -655,6 +659,19 @@ impl Plan {
             dp: p.dp as u32,
             ep: p.ep as u32,
         }
+    }
+
+    /// The stage that holds the model's multi-token prediction depths: the one whose
+    /// `mtp_layers` says so, else (Megatron-Core's place without a layout) the last; `None`
+    /// without depths.
+    pub fn mtp_stage(&self) -> Option<usize> {
+        if self.model.mtp_num_layers == 0 {
+            return None;
+        }
+        self.stages
+            .iter()
+            .position(|s| s.mtp_layers > 0)
+            .or(self.stages.len().checked_sub(1))
     }
 
     pub fn schedule_ir(&self) -> Result<Schedule, PlanError> {

@@ -115,13 +115,34 @@ pub fn prediction_from(
         None => layers as f64 * layer_fwd,
         Some(_) => cm.all_layers_forward_flops() / req.micro_batch as f64,
     };
-    let model_flops = samples * 3.0 * (layers_fwd + logit_fwd);
+    // The multi-token prediction depths, as Megatron-LM's and Megatron-Bridge's FLOP counts
+    // include them: each one more layer of the last layer's kind, its projection and logits.
+    let depths = model.mtp_layers as f64;
+    let mtp_fwd = cm.mtp_forward_flops() / req.micro_batch as f64;
+    let model_flops = samples * 3.0 * (layers_fwd + logit_fwd + mtp_fwd);
     let recomputed = match (&model.moe, req.recompute) {
         (Some(_), Recompute::Full) => layers_fwd,
         // The router and routed experts of every MoE layer again.
         (Some(_), Recompute::NormMoe) => cm.moe_blocks_forward_flops() / req.micro_batch as f64,
         _ => layers as f64 * recompute_per_layer,
     };
+    // What the depths recompute: under full recomputation Megatron-Core checkpoints each
+    // depth's projection and layer together; otherwise as a layer of their kind does.
+    let last = model.last_layer();
+    let mtp_recomputed = depths
+        * match (&model.moe, req.recompute) {
+            (_, Recompute::Full) => {
+                (cm.layer_forward_flops_of(last) + cm.mtp_projection_forward_flops())
+                    / req.micro_batch as f64
+            }
+            (Some(m), Recompute::NormMoe) if model.is_moe_layer(last) => {
+                cm.moe_blocks_forward_flops() / m.num_moe_layers().max(1) as f64
+                    / req.micro_batch as f64
+            }
+            (Some(_), Recompute::NormMoe) => 0.0,
+            _ => recompute_per_layer,
+        };
+    let recomputed = recomputed + mtp_recomputed;
     let hardware_flops = model_flops + samples * recomputed;
     let per_gpu = |flops: f64| flops / step_time_s / req.gpus as f64 / 1e12;
     // The fullest device: its simulated tensor peak, then what the GPU holds around it.
@@ -164,6 +185,7 @@ pub fn prediction_from(
         None => memory_breakdown,
     };
     let limit = hw.gpu.memory_bytes;
+    let mtp_stage = super::mtp::mtp_stage(req, step.stage_layers.len()).map(|s| s as u32);
     Prediction {
         step_time_s,
         tflops_per_gpu: per_gpu(hardware_flops),
@@ -223,6 +245,8 @@ pub fn prediction_from(
         stage_layers: step.stage_layers,
         ep: req.ep,
         etp: req.etp,
+        mtp_num_layers: model.mtp_layers,
+        mtp_stage,
         timeline: result.timeline,
     }
 }

@@ -13,12 +13,13 @@
 //! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (a
 //! step's costs), [`figures`] (the simulation and the figures reported), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
 //! rules), [`layout`] (Megatron-Core's layout strings), [`best`] (`--micro-batch auto`), [`state`] (each stage's layers, parameters and model
-//! state).
+//! state), [`mtp`] (the multi-token prediction block's stage, costs and parameters).
 
 pub mod balance;
 pub mod best;
 pub mod figures;
 pub mod layout;
+pub mod mtp;
 pub mod pipeline_split;
 pub mod request;
 pub mod state;

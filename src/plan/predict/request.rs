@@ -257,8 +257,18 @@ pub struct Prediction {
     pub ep: u64,
     /// Expert tensor-parallel size (1 for dense models).
     pub etp: u64,
+    /// Multi-token prediction depths (omitted when 0), counted in `params`, the FLOP/s and
+    /// the MFU, and the stage that holds them.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub mtp_num_layers: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtp_stage: Option<u32>,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 /// Bad input, naming the flag and what would be valid.

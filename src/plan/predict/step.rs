@@ -32,8 +32,8 @@ pub struct StepCosts {
 }
 
 /// What makes two stages cost the same: their layers of each kind, and whether they hold the
-/// embedding and the output layer.
-type StageKey = ([u64; 4], bool, bool);
+/// embedding, the output layer and the multi-token prediction depths.
+type StageKey = ([u64; 4], bool, bool, bool);
 
 /// One stage's costs, kept for the stages equal to it.
 #[derive(Clone, Copy)]
@@ -57,7 +57,11 @@ pub fn step_costs(
     let cm = req.cost_model(dp);
     let num_stages = num_stages as u64;
     let stage_layers = stage_layers_for(req, dp, num_stages as u32, placement)?;
-    let rank_params = stage_params(&cm, &stage_layers);
+    let mtp_stage = super::mtp::mtp_stage(req, num_stages as usize);
+    let rank_params = stage_params(&cm, &stage_layers, mtp_stage);
+    // Every output layer and loss on the last stage: the model's and one per multi-token
+    // prediction depth.
+    let outputs = 1 + model.mtp_layers as u64;
     let layers_of = |s: u64| stage_layers[s as usize] as u64;
     let layer = cm.layer();
     let dims = cm.act_dims();
@@ -91,7 +95,8 @@ pub fn step_costs(
     let output_act = match prof.and_then(|mp| mp.output) {
         Some(l) => l.activation_bytes,
         None => memory::output_activation_bytes(dims, model.vocab_size),
-    };
+    }
+    .saturating_mul(outputs);
     let microbatches = req.global_batch / dp / req.micro_batch;
     let deferred_mb = req.stack.deferred_wgrad_microbatches(microbatches);
     let mut first_layer = 0usize;
@@ -115,6 +120,30 @@ pub fn step_costs(
             };
             CostModel { stack, ..cm }.layer_kinds()
         });
+    // The multi-token prediction depths on their stage: each repeats the decoder's last layer
+    // as this step costs it (measured, or its kind's), with its activations.
+    let last = model.last_layer();
+    let (mtp_cost, mtp_act) = match mtp_stage {
+        None => (BlockCost::default(), 0),
+        Some(_) => {
+            let (layer_cost, layer_bytes) = match prof {
+                Some(mp) => (
+                    profiled_block(&mp.layers[last..last + 1]),
+                    mp.layers[last].activation_bytes,
+                ),
+                None if model.moe.is_some() || model.sliding_window.is_some() => (
+                    kinds.of(model, last),
+                    if model.is_moe_layer(last) {
+                        moe_layer_act
+                    } else {
+                        layer_act
+                    },
+                ),
+                None => (layer, layer_act),
+            };
+            super::mtp::depths(&cm, layer_cost, layer_bytes)
+        }
+    };
     let mut unpaired_extra = Vec::new();
     let mut too_big = false;
     let mut stages = Vec::with_capacity(num_stages as usize);
@@ -129,6 +158,7 @@ pub fn step_costs(
             LayerKinds::kind_counts(model, first_layer, layers_of(s) as usize),
             s == 0,
             s + 1 == num_stages,
+            mtp_stage == Some(s as usize),
         );
         if let Some((_, m)) = memo.iter().find(|(k, _)| memoizable && *k == key) {
             stages.push(m.stage);
@@ -167,9 +197,22 @@ pub fn step_costs(
                 (profiled_block(run), sum.activation_bytes)
             }
         };
+        let is_mtp = mtp_stage == Some(s as usize);
+        if is_mtp {
+            c = c.plus(mtp_cost);
+            act = act.saturating_add(mtp_act);
+        }
         let mut unpaired = None;
         if let Some(k) = &lone_kinds {
-            let lone = k.block(model, first_layer, layers_of(s) as usize);
+            let mut lone = k.block(model, first_layer, layers_of(s) as usize);
+            if is_mtp {
+                // The depths' layers without a partner too (their other work is the same).
+                lone = lone.plus(mtp_cost).plus(
+                    k.of(model, last)
+                        .plus(kinds.of(model, last).scale(-1.0))
+                        .scale(model.mtp_layers as f64),
+                );
+            }
             let more = |a: &Part, b: &Part| ns((a.total_s() - b.total_s()).max(0.0));
             let (f, i, w) = (
                 more(&lone.forward, &c.forward),
@@ -199,9 +242,10 @@ pub fn step_costs(
             // Deferred output-layer weight gradients leave the micro-batches' backward (the
             // average share when only the first k of m are deferred) for the flush.
             let inline = (microbatches - deferred_mb) as f64 / microbatches.max(1) as f64;
+            let outs = output.scale(outputs as f64);
             c = c.plus(BlockCost {
-                backward_weight: output.backward_weight.scale(inline),
-                ..output
+                backward_weight: outs.backward_weight.scale(inline),
+                ..outs
             });
             act = act.saturating_add(output_act);
         }
@@ -303,9 +347,16 @@ pub fn step_costs(
     } else {
         0
     };
+    // A multi-token prediction stage before the last sends the decoder's hidden states and
+    // each depth's, concatenated, on to the loss (Megatron-Core's `mtp_standalone` sends
+    // tensors of variable shape, `p2p_communication`).
+    let scale_after_mtp = |s: u64| match mtp_stage {
+        Some(m) if s >= m as u64 => outputs,
+        _ => 1,
+    };
     let send: Vec<u64> = (0..num_stages.saturating_sub(1))
         .map(|s| match prof {
-            None => pair_send[(s % p) as usize],
+            None => pair_send[(s % p) as usize] * scale_after_mtp(s),
             Some(_) => {
                 ns(cm.p2p_bytes_s(s % p, (s + 1) % p, stage_output_bytes[s as usize] as f64))
             }
@@ -354,10 +405,16 @@ pub fn step_costs(
     // (whichever is larger), on the device that holds the embedding.
     let mut static_bytes = static_bytes;
     let emb_grad = memory::embedding_grad_bytes(model.vocab_size, model.hidden_size, req.tp);
-    let first = device_of(0);
-    static_bytes[first] = static_bytes[first]
-        .saturating_add(emb_grad.saturating_sub(working))
-        .min(1 << 60);
+    // The multi-token prediction stage's own embedding has the same gradient (once on a
+    // device that holds both).
+    let mut emb_devices = vec![device_of(0)];
+    emb_devices.extend(mtp_stage.map(|s| device_of(s as u64)));
+    emb_devices.dedup();
+    for d in emb_devices {
+        static_bytes[d] = static_bytes[d]
+            .saturating_add(emb_grad.saturating_sub(working))
+            .min(1 << 60);
+    }
     let model_state_max_bytes = device_params
         .iter()
         .map(|&prm| state(prm))
@@ -373,8 +430,9 @@ pub fn step_costs(
         let last = num_stages - 1;
         deferred_weight_grad_ns = vec![0; num_stages as usize];
         deferred_weight_grad_ns[last as usize] =
-            ns(deferred_mb as f64 * output.backward_weight.total_s());
-        let kept = memory::deferred_wgrad_bytes(dims, model.vocab_size, req.sequence_parallel);
+            ns((deferred_mb * outputs) as f64 * output.backward_weight.total_s());
+        let kept = memory::deferred_wgrad_bytes(dims, model.vocab_size, req.sequence_parallel)
+            .saturating_mul(outputs);
         let d = device_of(last);
         static_bytes[d] = static_bytes[d]
             .saturating_add(kept.saturating_mul(deferred_mb))
