@@ -21,9 +21,9 @@ pub(crate) struct EmitArgs {
     #[arg(long)]
     pub(crate) schedule_csv: Option<PathBuf>,
     /// Re-split the plan's stages by this layout (Megatron-Core's
-    /// --pipeline-model-parallel-layout syntax: `E` embedding, `t` transformer layer, `L`
-    /// loss, `|` between stages, `*n` repeats) before writing it: the same p x v stages, the
-    /// layers where the layout puts them. The plan's prediction was for its own split, so it
+    /// --pipeline-model-parallel-layout syntax: `E` embedding, `t` transformer layer, `m`
+    /// multi-token prediction layer, `L` loss, `|` between stages, `*n` repeats) before
+    /// writing it: the same p x v stages, the layers where the layout puts them. The plan's prediction was for its own split, so it
     /// is dropped (predict the layout with `pplan predict ... --pipeline-layout`).
     #[arg(long, value_name = "LAYOUT")]
     pub(crate) pipeline_layout: Option<String>,
