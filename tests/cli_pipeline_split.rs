@@ -247,7 +247,10 @@ fn a_layout_string_is_predicted_and_emitted_as_given() {
     assert_eq!(code, 0, "{err}");
     let line = out
         .lines()
-        .find(|l| l.trim_start().starts_with("--pipeline-model-parallel-layout"))
+        .find(|l| {
+            l.trim_start()
+                .starts_with("--pipeline-model-parallel-layout")
+        })
         .unwrap_or_else(|| panic!("no layout flag:\n{out}"));
     // Megatron-Core's parser reads the emitted string back to the same stages.
     let emitted = line

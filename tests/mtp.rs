@@ -35,7 +35,10 @@ fn configs_give_their_mtp_layers() {
     assert_eq!(meg(r#", "mtp_num_layers": null"#).unwrap().mtp_layers, 0);
     for bad in [r#", "mtp_num_layers": 5"#, r#", "mtp_num_layers": -1"#] {
         let e = meg(bad).unwrap_err().to_string();
-        assert!(e.contains("'mtp_num_layers'") && e.contains("from 0 to"), "{e}");
+        assert!(
+            e.contains("'mtp_num_layers'") && e.contains("from 0 to"),
+            "{e}"
+        );
     }
     let text = std::fs::read_to_string(hf_path("deepseek-v3"))
         .unwrap()
@@ -44,7 +47,10 @@ fn configs_give_their_mtp_layers() {
             "\"num_nextn_predict_layers\": 62",
         );
     let e = Model::from_json(&text, "v3.json").unwrap_err().to_string();
-    assert!(e.contains("'num_nextn_predict_layers'") && e.contains("61 layers"), "{e}");
+    assert!(
+        e.contains("'num_nextn_predict_layers'") && e.contains("61 layers"),
+        "{e}"
+    );
 }
 
 /// DeepSeek-V3 on one pipeline stage (64 GB200, EP 64, 4 micro-batches): the step with its
@@ -115,7 +121,10 @@ fn deepseek_v3_with_mtp_costs_one_moe_layer_and_one_output_layer_more() {
     let depth = attention + 256 * expert + expert + h * 256 + 4 * h + 2 * h * h + 3 * h;
     assert_eq!(pa.params - pb.params, depth);
     assert_eq!(depth, 11_610_082_304);
-    assert_eq!((pa.mtp_num_layers, pa.mtp_stage, pb.mtp_stage), (1, Some(0), None));
+    assert_eq!(
+        (pa.mtp_num_layers, pa.mtp_stage, pb.mtp_stage),
+        (1, Some(0), None)
+    );
     // Model FLOPs: the last layer's from the model cut before it.
     let mut cut = without.clone();
     cut.num_layers = 60;
@@ -198,13 +207,24 @@ fn layouts_with_m_predict_emit_and_read_back() {
         assert_eq!(with["mtp_num_layers"], 1);
         assert_eq!(with["mtp_stage"], stage);
         let no_m = layout.replace('m', "");
-        let (code, out, err) =
-            predict_cli(&["--pipeline-layout", &no_m, "--mtp-num-layers", "0", "--format", "json"]);
+        let (code, out, err) = predict_cli(&[
+            "--pipeline-layout",
+            &no_m,
+            "--mtp-num-layers",
+            "0",
+            "--format",
+            "json",
+        ]);
         assert_eq!(code, 0, "{err}");
         let without = json(&out);
         assert!(without.get("mtp_num_layers").is_none() && without.get("mtp_stage").is_none());
         let t = |v: &serde_json::Value| v["step_time_s"].as_f64().unwrap();
-        assert!(t(&with) > t(&without), "{layout}: {} <= {}", t(&with), t(&without));
+        assert!(
+            t(&with) > t(&without),
+            "{layout}: {} <= {}",
+            t(&with),
+            t(&without)
+        );
         assert_eq!(
             with["params"].as_u64().unwrap() - without["params"].as_u64().unwrap(),
             11_610_082_304
@@ -233,10 +253,7 @@ fn layouts_with_m_predict_emit_and_read_back() {
         assert_eq!(back.mtp_stage, Some(stage as u32));
         let counts: Vec<u32> = serde_json::from_value(with["stage_layers"].clone()).unwrap();
         assert_eq!(back.stage_layers, counts);
-        assert_eq!(
-            back.model.total_params(),
-            with["params"].as_u64().unwrap()
-        );
+        assert_eq!(back.model.total_params(), with["params"].as_u64().unwrap());
         // torchtitan has no MTP module: the emitted config says so.
         let (code, tt, err) = pplan(&[
             "emit",
@@ -299,6 +316,11 @@ fn bad_mtp_values_exit_2_naming_the_flag() {
     // Megatron-LM's arguments: more depths than layers.
     let args = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 \
         --padded-vocab-size 1024 --global-batch-size 8 --mtp-num-layers 5";
-    let e = parse_megatron_args(args, "args.sh").unwrap_err().to_string();
-    assert!(e.contains("--mtp-num-layers") && e.contains("0 to --num-layers (4)"), "{e}");
+    let e = parse_megatron_args(args, "args.sh")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--mtp-num-layers") && e.contains("0 to --num-layers (4)"),
+        "{e}"
+    );
 }

@@ -76,7 +76,10 @@ impl CostModel<'_> {
         // A half all-reduce: a ring all-gather or reduce-scatter of the same bytes.
         let gather = |bytes: f64| self.tp_all_reduce_s(bytes) / 2.0;
         let (fwd_tp, bwd_tp) = if self.layout.sequence_parallel {
-            (gather(2.0 * full_sbh) + gather(4.0 * full_sbh), gather(4.0 * full_sbh))
+            (
+                gather(2.0 * full_sbh) + gather(4.0 * full_sbh),
+                gather(4.0 * full_sbh),
+            )
         } else {
             (gather(2.0 * full_sbh), self.tp_all_reduce_s(4.0 * full_sbh))
         };
@@ -144,8 +147,10 @@ impl CostModel<'_> {
         } else {
             (2.0 * e + 4.0) * sbh
         };
-        let embedding =
-            super::memory::embedding_activation_bytes(self.act_dims(), self.layout.sequence_parallel);
+        let embedding = super::memory::embedding_activation_bytes(
+            self.act_dims(),
+            self.layout.sequence_parallel,
+        );
         (kept.ceil() as u64).saturating_add(embedding)
     }
 }
@@ -174,8 +179,14 @@ mod tests {
             stack: Stack::megatron_core(),
         };
         let one = cm(1);
-        assert_eq!(one.mtp_projection_forward_flops(), 2.0 * 4096.0 * 14336.0 * 7168.0);
-        assert_eq!(cm(8).mtp_projection_forward_flops(), one.mtp_projection_forward_flops());
+        assert_eq!(
+            one.mtp_projection_forward_flops(),
+            2.0 * 4096.0 * 14336.0 * 7168.0
+        );
+        assert_eq!(
+            cm(8).mtp_projection_forward_flops(),
+            one.mtp_projection_forward_flops()
+        );
         let p1 = one.mtp_projection();
         assert_eq!(p1.forward.tp_comm_s, 0.0);
         let p8 = cm(8).mtp_projection();
@@ -191,6 +202,13 @@ mod tests {
         );
         let mut off = m.clone();
         off.mtp_layers = 0;
-        assert_eq!(CostModel { model: &off, ..cm(1) }.mtp_forward_flops(), 0.0);
+        assert_eq!(
+            CostModel {
+                model: &off,
+                ..cm(1)
+            }
+            .mtp_forward_flops(),
+            0.0
+        );
     }
 }

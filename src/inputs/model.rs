@@ -740,7 +740,8 @@ impl Model {
             .map(|i| self.layer_active_params(i))
             .sum::<u64>()
             + self.embedding_params()
-            + self.mtp_layers as u64 * (self.layer_active_params(self.last_layer()) + self.mtp_projection_params())
+            + self.mtp_layers as u64
+                * (self.layer_active_params(self.last_layer()) + self.mtp_projection_params())
     }
 
     /// The last transformer layer, whose kind every multi-token prediction depth repeats.

@@ -150,9 +150,7 @@ pub fn megatron(plan: &Plan) -> Emitted {
     let counts: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
     // Without a layout string Megatron-Core builds the multi-token prediction layers on the
     // last stage (`mtp_on_this_rank`); anywhere else only the layout string says so.
-    let mtp_elsewhere = plan
-        .mtp_stage()
-        .is_some_and(|s| s + 1 != plan.stages.len());
+    let mtp_elsewhere = plan.mtp_stage().is_some_and(|s| s + 1 != plan.stages.len());
     if plan.schedule.placement != "loop" {
         notes.push(format!(
             "V placement (device r holds stages r and 2p-1-r, schedule '{sch}') is not expressible: Megatron-LM places virtual stage s on rank s mod p"

@@ -136,7 +136,8 @@ pub fn prediction_from(
                     / req.micro_batch as f64
             }
             (Some(m), Recompute::NormMoe) if model.is_moe_layer(last) => {
-                cm.moe_blocks_forward_flops() / m.num_moe_layers().max(1) as f64
+                cm.moe_blocks_forward_flops()
+                    / m.num_moe_layers().max(1) as f64
                     / req.micro_batch as f64
             }
             (Some(_), Recompute::NormMoe) => 0.0,

@@ -74,7 +74,9 @@ pub fn parse_layout(s: &str) -> Result<Layout, String> {
                 return Err("the embedding 'E' must be the first layer".into());
             }
             if !out.loss.is_empty() {
-                return Err(format!("'{c}' after the loss 'L': the loss must be the last layer"));
+                return Err(format!(
+                    "'{c}' after the loss 'L': the loss must be the last layer"
+                ));
             }
             if c == 't' && !out.mtp.is_empty() {
                 return Err("'t' after 'm': Megatron-Core places every transformer layer before the multi-token prediction layers".into());
@@ -236,7 +238,10 @@ mod tests {
         // Not in a rank's last virtual stage (stages 4..7 with p 4, v 2), in two stages, a
         // layer after 'm', anything after 'L', the embedding not first.
         let early = parse_layout("Et|tm||||||L").unwrap();
-        assert!(early.check(2, 1, 4, 2).unwrap_err().contains("last virtual stage"));
+        assert!(early
+            .check(2, 1, 4, 2)
+            .unwrap_err()
+            .contains("last virtual stage"));
         let split = parse_layout("Et|m|mL").unwrap();
         assert!(split.check(1, 2, 3, 1).unwrap_err().contains("one stage"));
         assert!(parse_layout("Etmt|L").unwrap_err().contains("before"));

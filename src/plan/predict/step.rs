@@ -530,8 +530,8 @@ mod tests {
     use super::*;
     use crate::cost::Recompute;
     use crate::inputs::{Hardware, Model};
-    use crate::plan::predict::figures::predict;
     use crate::plan::predict::balance::{balance_problem, balanced_split};
+    use crate::plan::predict::figures::predict;
 
     fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
         let mut r = PredictRequest::new(m, hw);

@@ -477,9 +477,7 @@ pub(super) fn split_for(
     let stages = p.saturating_mul(v);
     if let Some(layout) = &req.layout {
         // The MTP stage in its rank's last virtual stage (`Layout::check`).
-        let mtp_ok = req
-            .layout_mtp_stage
-            .is_none_or(|m| m as u64 + p >= stages);
+        let mtp_ok = req.layout_mtp_stage.is_none_or(|m| m as u64 + p >= stages);
         return if layout.len() as u64 == stages && mtp_ok {
             Ok(Split::Even)
         } else {
