@@ -251,3 +251,151 @@ pub fn prediction_from(
         timeline: result.timeline,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::{Hardware, Model};
+
+    fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
+        let mut r = PredictRequest::new(m, hw);
+        r.gpus = 64;
+        r.tp = 8;
+        r.pp = 4;
+        r.global_batch = 64;
+        r.micro_batch = 1;
+        r
+    }
+
+    #[test]
+    fn bad_inputs_name_their_flag() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-18.4b").unwrap();
+        let mut r = base(&m, &hw);
+        r.tp = 5;
+        r.gpus = 5 * 4 * 2;
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(e.contains("--tp 5") && e.contains("48"), "{e}");
+        let mut r = base(&m, &hw);
+        r.dp = Some(3);
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(e.contains("--gpus"), "{e}");
+        let mut r = base(&m, &hw);
+        r.micro_batch = 3;
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(
+            e.contains("--micro-batch 3") && e.contains("1, 2, 4, 8, 16, 32"),
+            "{e}"
+        );
+        let mut r = base(&m, &hw);
+        r.gpus = 0;
+        assert!(predict(&r).unwrap_err().to_string().contains("--gpus"));
+    }
+
+    #[test]
+    fn weights_over_80gb_do_not_fit() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt3-175b").unwrap();
+        let mut r = PredictRequest::new(&m, &hw);
+        r.gpus = 8;
+        r.tp = 8;
+        r.global_batch = 8;
+        // 175e9 / 8 params x 2 bytes of weights alone = 44 GB; with gradients and Adam 350 GB.
+        let pred = predict(&r).unwrap();
+        assert!(!pred.fits);
+        assert!(pred.model_state_bytes > 300_000_000_000);
+    }
+
+    #[test]
+    fn more_chunks_shrink_the_bubble() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-39.1b").unwrap();
+        let mut r = base(&m, &hw);
+        r.gpus = 8 * 4 * 2;
+        let one = predict(&r).unwrap();
+        r.chunks = 3;
+        let three = predict(&r).unwrap();
+        assert!(three.bubble_fraction < one.bubble_fraction);
+        assert!(one.fits && one.tflops_per_gpu > 50.0 && one.tflops_per_gpu < 312.0);
+    }
+
+    #[test]
+    fn deterministic() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("llama3-8b").unwrap();
+        let mut r = base(&m, &hw);
+        r.sequence_parallel = true;
+        r.recompute = Recompute::Selective;
+        assert_eq!(predict(&r).unwrap(), predict(&r).unwrap());
+    }
+
+    #[test]
+    fn stage_layers_override_the_even_split() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let m = Model::preset("gpt-18.4b").unwrap();
+        let even = predict(&base(&m, &hw)).unwrap();
+        assert_eq!(even.stage_layers, vec![10, 10, 10, 10]);
+        let mut r = base(&m, &hw);
+        r.stage_layers = Some(vec![10, 10, 10, 10]);
+        assert_eq!(predict(&r).unwrap(), even);
+        r.stage_layers = Some(vec![7, 11, 11, 11]);
+        let uneven = predict(&r).unwrap();
+        assert_eq!(uneven.stage_layers, vec![7, 11, 11, 11]);
+        assert!(
+            uneven.step_time_s > even.step_time_s,
+            "a heavier stage bounds the pipeline"
+        );
+        r.stage_layers = Some(vec![10, 10, 20]);
+        let e = predict(&r).unwrap_err().to_string();
+        assert!(
+            e.contains("need 4 counts") && e.contains("40 layers"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn balanced_split_is_never_slower_and_sometimes_faster() {
+        let hw = Hardware::bundled("a100-80gb").unwrap();
+        let mut strictly_faster = 0;
+        for name in ["gpt-1.7b", "gpt-18.4b"] {
+            let m = Model::preset(name).unwrap();
+            for pp in [2, 4, 8] {
+                for (recompute, b) in [(Recompute::Full, 1), (Recompute::None, 4)] {
+                    let mut r = PredictRequest::new(&m, &hw);
+                    r.gpus = 8 * pp;
+                    r.tp = 8;
+                    r.pp = pp;
+                    r.global_batch = 64;
+                    r.micro_batch = b;
+                    r.recompute = recompute;
+                    if name == "gpt-1.7b" {
+                        r.tp = 1;
+                        r.gpus = pp;
+                    }
+                    let even = predict(&r).unwrap();
+                    r.partition = Split::Balanced;
+                    let bal = predict(&r).unwrap();
+                    assert!(
+                        bal.step_time_s <= even.step_time_s,
+                        "{name} p={pp}: balanced {:?} {} s > even {} s",
+                        bal.stage_layers,
+                        bal.step_time_s,
+                        even.step_time_s
+                    );
+                    assert_eq!(bal.stage_layers.iter().sum::<u32>(), m.num_layers);
+                    assert!(bal.stage_layers.iter().all(|&c| c >= 1));
+                    if bal.step_time_s < even.step_time_s {
+                        assert_eq!(bal.split, "balanced");
+                        strictly_faster += 1;
+                    } else {
+                        assert_eq!(bal.stage_layers, even.stage_layers);
+                        assert_eq!(bal.split, "even");
+                    }
+                }
+            }
+        }
+        // gpt-1.7b without recomputation: the output layer (vocabulary 51200, hidden 2304)
+        // costs more than a transformer layer, so the last stage sheds layers.
+        assert!(strictly_faster >= 1, "balancing never helped");
+    }
+}
