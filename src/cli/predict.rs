@@ -178,6 +178,12 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
                     pred.active_params as f64 / 1e9
                 );
             }
+            if let Some(stage) = pred.mtp_stage {
+                println!(
+                    "mtp                  {} multi-token prediction layer(s) on stage {stage} (counted in params and MFU)",
+                    pred.mtp_num_layers
+                );
+            }
             println!("bubble_fraction      {:.4}", pred.bubble_fraction);
             println!(
                 "peak_memory_bytes    {} ({:.1} GB of {:.1} GB)",
