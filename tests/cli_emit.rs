@@ -35,6 +35,7 @@ fn model() -> PlanModel {
         mla: None,
         normalization: None,
         position_embedding_type: None,
+        mtp_num_layers: 0,
     }
 }
 

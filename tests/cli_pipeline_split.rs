@@ -191,11 +191,12 @@ fn search_keeps_to_the_rule() {
     }
 }
 
-/// docs/partition.md's layout string: DeepSeek-V3's 61 layers on PP 4 x VP 4, predicted with the
-/// string's stages, written to the plan file and emitted back as the same stage counts.
+/// docs/partition.md's layout string: DeepSeek-V3's 61 layers and its multi-token prediction
+/// layer on PP 4 x VP 4, predicted with the string's stages, written to the plan file and
+/// emitted back as the same stage counts with the 'm' on the last stage.
 #[test]
 fn a_layout_string_is_predicted_and_emitted_as_given() {
-    let layout = "Et*3|(t*4|)*13t*3|t*3L";
+    let layout = "Et*3|(t*4|)*13t*3|t*3mL";
     let dir = std::env::temp_dir().join(format!("pplan-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let plan = dir.join("plan.json");
@@ -259,6 +260,8 @@ fn a_layout_string_is_predicted_and_emitted_as_given() {
         .trim_matches(|c| c == '"' || c == '\'');
     let parsed = pplan::plan::predict::layout::parse_layout(emitted).unwrap();
     assert_eq!(parsed.layers, want, "{line}");
+    assert_eq!(parsed.mtp, vec![15], "{line}");
+    assert!(out.contains("--mtp-num-layers 1"), "{out}");
 }
 
 /// Layout strings Megatron-Core refuses are refused with the flag and what is wrong.

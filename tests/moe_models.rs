@@ -40,7 +40,7 @@ const PUBLISHED: [(&str, Option<&str>, f64, f64, &str); 6] = [
         Some("deepseek-v3"),
         671e9,
         37e9,
-        "DeepSeek-V3 technical report (arXiv 2412.19437), abstract and Sec. 4.2: 671B total, 37B activated per token (without the 14B multi-token-prediction module)",
+        "DeepSeek-V3 technical report (arXiv 2412.19437), abstract and Sec. 4.2: 671B total, 37B activated per token (the main model; its multi-token prediction module is checked on its own below)",
     ),
     (
         "gpt-oss-120b",
@@ -71,9 +71,13 @@ fn public_moe_configs_give_the_published_total_and_active_counts() {
     for (file, bundled, total, active, source) in PUBLISHED {
         let m = Model::load(&path(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(m.moe.is_some(), "{file} read as dense");
+        // The published figures are the main model's: without the multi-token prediction
+        // depths (DeepSeek-V3's one; `multi_token_prediction_module_is_its_published_size`).
+        let mtp_active = m.mtp_layers as u64
+            * (m.layer_active_params(m.last_layer()) + m.mtp_projection_params());
         check(
             &format!("{file} total"),
-            m.total_params(),
+            m.total_params() - m.mtp_params(),
             total,
             0.015,
             source,
@@ -82,7 +86,7 @@ fn public_moe_configs_give_the_published_total_and_active_counts() {
         let act = if file == "gpt-oss-120b" {
             m.active_params() - m.vocab_size * m.hidden_size
         } else {
-            m.active_params()
+            m.active_params() - mtp_active
         };
         check(&format!("{file} active"), act, active, 0.02, source);
         if let Some(name) = bundled {
@@ -94,6 +98,47 @@ fn public_moe_configs_give_the_published_total_and_active_counts() {
             );
         }
     }
+}
+
+/// DeepSeek-V3's multi-token prediction module (`num_nextn_predict_layers` 1 in its
+/// config.json, the bundled model's one depth): one MoE layer with latent attention like the
+/// main model's last, the `2h x h` projection and three RMSNorms, sharing the embedding and
+/// the output head. deepseek-ai/DeepSeek-V3 README_WEIGHTS.md ("Multi-Token Prediction (MTP)
+/// Modules"): "11.5B unique parameters, excluding the shared 0.9B Embedding and 0.9B output
+/// Head" (the model card's "685B = 671B main model + 14B MTP" counts the copies of the
+/// embedding and head the checkpoint stores with the module, and rounds).
+#[test]
+fn multi_token_prediction_module_is_its_published_size() {
+    let hf = Model::load(&path("deepseek-v3")).unwrap();
+    let bundled = Model::preset("deepseek-v3").unwrap();
+    assert_eq!((hf.mtp_layers, bundled.mtp_layers), (1, 1));
+    // The last layer (60) is a MoE layer: the depth repeats it.
+    assert!(hf.is_moe_layer(60));
+    assert_eq!(
+        hf.mtp_params(),
+        hf.layer_params(60) + 2 * 7168 * 7168 + 3 * 7168
+    );
+    check(
+        "DeepSeek-V3 MTP module (unique)",
+        hf.mtp_params(),
+        11.5e9,
+        0.015,
+        "DeepSeek-V3 README_WEIGHTS.md: 11.5B unique parameters",
+    );
+    // With the shared embedding and head, what the checkpoint stores with it: the model
+    // card's 685B - 671B = 14B, to its rounding.
+    let with_shared = hf.mtp_params() + 2 * hf.vocab_size * hf.hidden_size;
+    check(
+        "DeepSeek-V3 MTP module with its embedding and head copies",
+        with_shared,
+        14e9,
+        0.05,
+        "DeepSeek-V3 model card: 685B = 671B main + 14B MTP",
+    );
+    // The total counts the module once, not the shared weights again.
+    let mut main = hf.clone();
+    main.mtp_layers = 0;
+    assert_eq!(hf.total_params() - main.total_params(), hf.mtp_params());
 }
 
 #[test]

@@ -21,9 +21,9 @@ pub(crate) struct EmitArgs {
     #[arg(long)]
     pub(crate) schedule_csv: Option<PathBuf>,
     /// Re-split the plan's stages by this layout (Megatron-Core's
-    /// --pipeline-model-parallel-layout syntax: `E` embedding, `t` transformer layer, `L`
-    /// loss, `|` between stages, `*n` repeats) before writing it: the same p x v stages, the
-    /// layers where the layout puts them. The plan's prediction was for its own split, so it
+    /// --pipeline-model-parallel-layout syntax: `E` embedding, `t` transformer layer, `m`
+    /// multi-token prediction layer, `L` loss, `|` between stages, `*n` repeats) before
+    /// writing it: the same p x v stages, the layers where the layout puts them. The plan's prediction was for its own split, so it
     /// is dropped (predict the layout with `pplan predict ... --pipeline-layout`).
     #[arg(long, value_name = "LAYOUT")]
     pub(crate) pipeline_layout: Option<String>,
@@ -76,15 +76,24 @@ fn resplit(plan: &mut pplan::plan::plan_file::Plan, text: &str) -> Result<(), Cl
         .map_err(|e| CliError::Input(format!("--pipeline-layout '{text}': {e}")))?;
     let par = &plan.parallelism;
     layout
-        .check(plan.model.num_layers, 0, par.pp, par.chunks)
+        .check(
+            plan.model.num_layers,
+            plan.model.mtp_num_layers,
+            par.pp,
+            par.chunks,
+        )
         .map_err(|e| CliError::Input(format!("{e} (plan '{}'; '{text}')", plan.model.name)))?;
     let placement = match plan.schedule.placement.as_str() {
         "v" => Placement::V,
         _ => Placement::Loop,
     };
-    let changed = layout.layers != plan.stages.iter().map(|s| s.num_layers).collect::<Vec<_>>();
+    let changed = layout.layers != plan.stages.iter().map(|s| s.num_layers).collect::<Vec<_>>()
+        || layout.mtp_stage() != plan.mtp_stage();
     plan.stages =
         pplan::plan::plan_file::stages_from_counts(&layout.layers, placement, par.pp as u32);
+    if let Some(s) = layout.mtp_stage() {
+        plan.stages[s].mtp_layers = plan.model.mtp_num_layers;
+    }
     if changed && plan.predicted.take().is_some() {
         eprintln!(
             "note: --pipeline-layout moves layers between stages: the plan's prediction (for its own split) is dropped; pplan predict with --pipeline-layout '{text}' predicts this one"

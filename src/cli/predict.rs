@@ -52,7 +52,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     use pplan::plan::predict::PredictError;
     let flags = &args.flags;
     let (mut model, hw) = load_model_and_hardware(&flags.model, flags.seq_len, &flags.hardware)?;
-    flags.pad_vocab(&mut model)?;
+    flags.apply_to_model(&mut model)?;
     let window = parse_gantt_window(args.gantt_window.as_deref())?;
     let run_request = args.run.parse()?;
     let profile = flags.profile.as_deref().map(load_profile).transpose()?;
@@ -176,6 +176,12 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
                     "experts              ep={ep} etp={etp}; params {:.2}B total, {:.2}B active (MFU counts active)",
                     pred.params as f64 / 1e9,
                     pred.active_params as f64 / 1e9
+                );
+            }
+            if let Some(stage) = pred.mtp_stage {
+                println!(
+                    "mtp                  {} multi-token prediction layer(s) on stage {stage} (counted in params and MFU)",
+                    pred.mtp_num_layers
                 );
             }
             println!("bubble_fraction      {:.4}", pred.bubble_fraction);

@@ -65,10 +65,16 @@ pub(crate) struct PlanSearchArgs {
     #[arg(long, value_parser = positive::<u64>)]
     pub(crate) microbatch_group_size_per_virtual_pipeline_stage: Option<u64>,
     /// Pin every stage's layers, in Megatron-Core's --pipeline-model-parallel-layout syntax
-    /// (`E` embedding, `t` transformer layer, `L` loss, `|` between stages, `*n` repeats):
-    /// only candidates with p x v equal to its stage count are searched.
+    /// (`E` embedding, `t` transformer layer, `m` multi-token prediction layer, `L` loss, `|`
+    /// between stages, `*n` repeats): only candidates with p x v equal to its stage count
+    /// (and, with `m`, the MTP stage in a rank's last virtual stage) are searched.
     #[arg(long, value_name = "LAYOUT")]
     pub(crate) pipeline_layout: Option<String>,
+    /// Multi-token prediction depths of the model (Megatron-LM --mtp-num-layers; DeepSeek-V3
+    /// trains 1), on the last stage unless --pipeline-layout's `m` places them. Default: the
+    /// model's; 0 turns them off.
+    #[arg(long, value_parser = count::<u32>, value_name = "N")]
+    pub(crate) mtp_num_layers: Option<u32>,
     /// Pin recomputation: none, selective or full (searched), torchtitan's selective-op or
     /// selective-layer, or Megatron-Core's selective-norm-act or selective-norm-moe.
     #[arg(long)]
@@ -117,7 +123,8 @@ pub(crate) struct PlanSearchArgs {
 pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     use pplan::plan::search::{search, Pins, SearchError, SearchRequest};
     let started = std::time::Instant::now();
-    let (model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    let (mut model, hw) = load_model_and_hardware(&args.model, args.seq_len, &args.hardware)?;
+    pplan::plan::flags::set_mtp_layers(args.mtp_num_layers, &mut model)?;
     let run_request = args.run.parse()?;
     let pins = Pins {
         tp: args.tp,
@@ -167,8 +174,9 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         // The stage count is the layout's; the checks that need p and v run per candidate.
         let stages = layout.layers.len() as u64;
         layout
-            .check(model.num_layers, 0, stages, 1)
+            .check(model.num_layers, model.mtp_layers, stages, 1)
             .map_err(|e| CliError::Input(format!("{e} ('{text}')")))?;
+        req.layout_mtp_stage = layout.mtp_stage().map(|s| s as u32);
         req.layout = Some(layout.layers);
     }
     // Progress with an estimate of the time left: on a terminal after the first second, or

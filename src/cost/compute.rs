@@ -326,7 +326,7 @@ impl CostModel<'_> {
     /// Bytes per element of one norm, (forward, backward): fused, read and write 2 (the
     /// backward also reads the input, 6); eager, [`EAGER_RMSNORM_BYTES`] for RMSNorm and
     /// [`EAGER_LAYERNORM_BYTES`] for LayerNorm ([`Model::rms_norm`]).
-    fn norm_bytes(&self) -> (f64, f64) {
+    pub(super) fn norm_bytes(&self) -> (f64, f64) {
         if self.stack.fused_kernels {
             (4.0, 6.0)
         } else if self.model.rms_norm {

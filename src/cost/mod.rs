@@ -8,9 +8,12 @@
 //! - [`memory`]: model state and activation memory per GPU;
 //! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction;
 //! - [`launch`]: the kernels each layer launches, which bound its time from below;
-//! - [`recipe`]: the FP8 recipes (`--fp8-recipe`) and the GPUs that run them;
+//! - [`fp8_recipe`]: the FP8 recipes (`--fp8-recipe`) and the GPUs that run them;
 //! - [`low_precision`]: what the recipes cost beside the GEMMs (casts, accumulator, amax
-//!   all-reduces).
+//!   all-reduces);
+//! - [`mtp`]: a multi-token prediction depth's projection, norms and FLOPs;
+//! - [`recipe`]: Megatron-Core's dispatcher, token-dropping and CUDA-graph switches and their
+//!   rules.
 //!
 //! Invariants: no IO, no clock; inputs are a model, a hardware profile, a layout and a stack.
 //! Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`). Every formula, its
@@ -31,6 +34,7 @@ pub mod launch;
 pub mod low_precision;
 pub mod memory;
 pub mod moe;
+pub mod mtp;
 pub mod network;
 pub mod optimizer;
 pub mod recipe;

@@ -629,13 +629,31 @@ impl CostModel<'_> {
         k * (moe_dense + self.moe_routed_forward_flops()) + (l - k) * self.layer_forward_flops()
     }
 
-    /// The share of the model FLOPs (all layers and the logits, attention core counted whole,
-    /// pplan's `model_tflops_per_gpu` convention) that remains when the attention core is
-    /// counted causally instead: half of [`CostModel::attention_core_flops`] in every layer
-    /// dropped. Converts a predicted model TFLOP/s into the other convention.
+    /// Forward FLOPs of layer `i` for one micro-batch (all ranks): a dense layer's, or a MoE
+    /// layer's dense part and the top-k experts each token uses.
+    pub fn layer_forward_flops_of(&self, i: usize) -> f64 {
+        if !self.model.is_moe_layer(i) {
+            return self.layer_forward_flops();
+        }
+        let dense_model = self.moe_dense_part_model();
+        CostModel {
+            model: &dense_model,
+            ..*self
+        }
+        .layer_forward_flops()
+            + self.moe_routed_forward_flops()
+    }
+
+    /// The share of the model FLOPs (all layers, the multi-token prediction depths and the
+    /// logits, attention core counted whole, pplan's `model_tflops_per_gpu` convention) that
+    /// remains when the attention core is counted causally instead: half of
+    /// [`CostModel::attention_core_flops`] in every layer dropped. Converts a predicted model
+    /// TFLOP/s into the other convention.
     pub fn causal_model_flops_fraction(&self) -> f64 {
-        let full = self.all_layers_forward_flops() + self.logit_forward_flops();
-        let half_attention = 0.5 * self.attention_core_flops() * self.model.num_layers as f64;
+        let full =
+            self.all_layers_forward_flops() + self.logit_forward_flops() + self.mtp_forward_flops();
+        let layers = (self.model.num_layers + self.model.mtp_layers) as f64;
+        let half_attention = 0.5 * self.attention_core_flops() * layers;
         (full - half_attention) / full
     }
 

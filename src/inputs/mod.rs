@@ -13,6 +13,7 @@ pub mod json_strict;
 pub mod model;
 pub mod moe;
 pub mod moe_presets;
+pub mod mtp;
 pub mod profile;
 
 pub use hardware::Hardware;

@@ -30,6 +30,7 @@
 //!   [`Model::seq_len_defaulted`] says so, so that the CLI can print it.
 
 use super::moe::{self, FieldError, Mla, Moe, SlidingWindow};
+use super::mtp;
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +74,10 @@ pub struct Model {
     /// later); false for learned absolute positions or ALiBi (GPT-2, OPT, BLOOM, MPT,
     /// Megatron's default `learned_absolute`).
     pub rotary: bool,
+    /// Multi-token prediction depths trained after the decoder (`inputs::mtp`: Hugging Face
+    /// `num_nextn_predict_layers`, Megatron `mtp_num_layers`; 0: none), each one more layer
+    /// of the last layer's kind ([`Model::mtp_depth_params`]).
+    pub mtp_layers: u32,
 }
 
 /// The training sequence length of a Hugging Face config.json when `--seq-len` is not given
@@ -416,6 +421,7 @@ impl Model {
                 // RMSNorm and rotary embeddings.
                 rms_norm: gated,
                 rotary: gated,
+                mtp_layers: 0,
             })
             .or_else(|| {
                 super::moe_presets::moe_preset(name).map(|p| Model {
@@ -438,6 +444,7 @@ impl Model {
                     // Mixtral, Qwen3-MoE and DeepSeek-V3: RMSNorm, rotary embeddings.
                     rms_norm: true,
                     rotary: true,
+                    mtp_layers: p.mtp_layers,
                 })
             })
     }
@@ -539,6 +546,8 @@ impl Model {
                 rms_norm: v.get("rms_norm_eps").is_some(),
                 rotary: !NON_ROTARY_FAMILIES.contains(&model_type)
                     && get_opt_bool(&v, "alibi", path)? != Some(true),
+                mtp_layers: mtp::mtp_layers(&v, mtp::HF_KEY, num_layers)
+                    .map_err(|e| field_error(path, e))?,
             }
         } else if v.get("num_layers").is_some() {
             refuse_unmodelled(&v, path)?;
@@ -586,6 +595,8 @@ impl Model {
                         expected: "learned_absolute, rope, mrope, yarn, relative or none",
                         got,
                     })?,
+                mtp_layers: mtp::mtp_layers(&v, mtp::MEGATRON_KEY, num_layers)
+                    .map_err(|e| field_error(path, e))?,
             }
         } else {
             return Err(ModelError::UnknownFormat {
@@ -630,6 +641,12 @@ impl Model {
         }
         if let Some(a) = &self.mla {
             a.check().map_err(ModelError::Inconsistent)?;
+        }
+        if self.mtp_layers > self.num_layers {
+            return Err(ModelError::Inconsistent(format!(
+                "{} multi-token prediction layers for {} transformer layers (valid: 0 to {})",
+                self.mtp_layers, self.num_layers, self.num_layers
+            )));
         }
         for (what, v, max) in limits {
             if v == 0 || v > max {
@@ -712,8 +729,9 @@ impl Model {
     }
 
     /// Parameters one token uses: every dense weight, the top-k experts of each MoE layer,
-    /// and both embeddings (the convention of the Mixtral, Qwen3 and DeepSeek-V3 reports;
-    /// equal to [`Model::total_params`] for a dense model).
+    /// both embeddings and the multi-token prediction depths' active part (the convention of
+    /// the Mixtral, Qwen3 and DeepSeek-V3 reports; equal to [`Model::total_params`] for a
+    /// dense model).
     pub fn active_params(&self) -> u64 {
         if self.moe.is_none() {
             return self.total_params();
@@ -722,6 +740,32 @@ impl Model {
             .map(|i| self.layer_active_params(i))
             .sum::<u64>()
             + self.embedding_params()
+            + self.mtp_layers as u64
+                * (self.layer_active_params(self.last_layer()) + self.mtp_projection_params())
+    }
+
+    /// The last transformer layer, whose kind every multi-token prediction depth repeats.
+    pub fn last_layer(&self) -> usize {
+        self.num_layers.saturating_sub(1) as usize
+    }
+
+    /// Parameters of one multi-token prediction depth besides its transformer layer: the
+    /// projection and three norms ([`mtp::projection_params`]).
+    pub fn mtp_projection_params(&self) -> u64 {
+        mtp::projection_params(self.hidden_size, self.rms_norm)
+    }
+
+    /// Parameters of one multi-token prediction depth (DeepSeek-V3 report Sec. 2.2;
+    /// Megatron-Core `MultiTokenPredictionLayer`): a transformer layer of the last layer's
+    /// kind and [`Model::mtp_projection_params`]. The embedding and the output layer are the
+    /// model's, shared, and not counted again.
+    pub fn mtp_depth_params(&self) -> u64 {
+        self.layer_params(self.last_layer()) + self.mtp_projection_params()
+    }
+
+    /// Parameters of all multi-token prediction depths (0 without them).
+    pub fn mtp_params(&self) -> u64 {
+        self.mtp_layers as u64 * self.mtp_depth_params()
     }
 
     /// Embedding parameters (input, and output unless tied).
@@ -734,14 +778,17 @@ impl Model {
         }
     }
 
+    /// Every parameter: the layers, the embeddings and the multi-token prediction depths
+    /// ([`Model::mtp_params`]).
     pub fn total_params(&self) -> u64 {
-        if self.moe.is_none() {
-            return self.num_layers as u64 * self.params_per_layer() + self.embedding_params();
-        }
-        (0..self.num_layers as usize)
-            .map(|i| self.layer_params(i))
-            .sum::<u64>()
-            + self.embedding_params()
+        let layers = if self.moe.is_none() {
+            self.num_layers as u64 * self.params_per_layer()
+        } else {
+            (0..self.num_layers as usize)
+                .map(|i| self.layer_params(i))
+                .sum::<u64>()
+        };
+        layers + self.embedding_params() + self.mtp_params()
     }
 }
 

@@ -20,6 +20,8 @@ pub struct MoePreset {
     pub head_dim: Option<u64>,
     pub moe: Moe,
     pub mla: Option<Mla>,
+    /// Multi-token prediction depths (`num_nextn_predict_layers`; 0: none).
+    pub mtp_layers: u32,
 }
 
 /// Names of the bundled MoE models.
@@ -57,6 +59,7 @@ pub fn moe_preset(name: &str) -> Option<MoePreset> {
         head_dim,
         moe,
         mla: None,
+        mtp_layers: 0,
     };
     Some(match name {
         // huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json: 8 local experts, 2 per token.
@@ -110,9 +113,10 @@ pub fn moe_preset(name: &str) -> Option<MoePreset> {
         // huggingface.co/deepseek-ai/DeepSeek-V3 config.json (and the technical report,
         // arXiv 2412.19437, Sec. 4.2): 61 layers, the first 3 dense (18432 wide), then 256
         // routed experts (8 per token) and 1 shared expert, all 2048 wide; MLA with q_lora_rank
-        // 1536, kv_lora_rank 512, 128 + 64 query/key head dims, 128 value head dim. The
-        // multi-token-prediction module (num_nextn_predict_layers 1) is not modelled.
+        // 1536, kv_lora_rank 512, 128 + 64 query/key head dims, 128 value head dim; one
+        // multi-token prediction depth (num_nextn_predict_layers 1; the report's Sec. 2.2).
         "deepseek-v3" => MoePreset {
+            mtp_layers: 1,
             mla: Some(Mla {
                 q_lora_rank: 1536,
                 kv_lora_rank: 512,

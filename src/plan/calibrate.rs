@@ -217,6 +217,7 @@ fn request<'a>(
     };
     req.profile = profile;
     req.stage_layers = Some(plan.stages.iter().map(|s| s.num_layers).collect());
+    req.mtp_stage = plan.mtp_stage().map(|s| s as u32);
     req.partition = Split::Even;
     Ok(req)
 }

@@ -38,6 +38,10 @@ pub struct MegatronPlan {
     /// Transformer layers of each stage in stage order (virtual stage `vpp_rank·p + pp_rank`,
     /// pplan's loop placement): `p·v` entries.
     pub stage_layers: Vec<u32>,
+    /// The stage the layout string's `m` puts the model's multi-token prediction layers on
+    /// (`--mtp-num-layers`, in `model.mtp_layers`); `None`: the last, Megatron-Core's place
+    /// for them without a layout.
+    pub mtp_stage: Option<u32>,
     /// `none`, `selective` or `full` (pplan's names).
     pub recompute: String,
     pub sequence_parallel: bool,
@@ -348,6 +352,7 @@ const USED: &[&str] = &[
     "--qk-head-dim",
     "--qk-pos-emb-head-dim",
     "--v-head-dim",
+    "--mtp-num-layers",
 ];
 
 /// Read a Megatron-LM command line (see the module docs); `origin` names it in errors and
@@ -432,18 +437,41 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
     };
     let micro_batch = flags.num("--micro-batch-size")?.unwrap_or(1);
     let global_batch = flags.need("--global-batch-size", "the global batch size")?;
+    // Megatron-LM's default is none (0 here); each depth is one more layer, so a count above
+    // the layers is refused.
+    let mtp_layers = match flags.str("--mtp-num-layers") {
+        None => 0,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= num_layers => n as u32,
+            _ => {
+                return Err(flags.bad(
+                    "--mtp-num-layers",
+                    v,
+                    &format!("an integer from 0 to --num-layers ({num_layers})"),
+                ))
+            }
+        },
+    };
 
     // Layout: the layout string, or the even split of the layers over p·v stages.
+    let mut mtp_stage = None;
     let (chunks, stage_layers) = match flags.str("--pipeline-model-parallel-layout") {
         Some(s) => {
             let layout = parse_layout(s)
                 .map_err(|e| flags.bad("--pipeline-model-parallel-layout", s, &e))?;
-            if !layout.mtp.is_empty() {
-                return Err(flags.bad(
-                    "--pipeline-model-parallel-layout",
-                    s,
-                    "multi-token prediction layers ('m') are not read from a command line yet",
-                ));
+            if mtp_layers > 0 || !layout.mtp.is_empty() {
+                // Megatron-Core's checks of the 'm's (count, one stage, after the layers, a
+                // rank's last virtual stage), with this command line's flag names.
+                let n = layout.layers.len() as u64;
+                layout
+                    .check(num_layers as u32, mtp_layers, pp, (n / pp).max(1))
+                    .map_err(|e| {
+                        let e = e
+                            .replace("--pipeline-layout", "--pipeline-model-parallel-layout")
+                            .replace("--chunks", "virtual stages");
+                        flags.bad("--pipeline-model-parallel-layout", s, &e)
+                    })?;
+                mtp_stage = layout.mtp_stage().map(|x| x as u32);
             }
             let stages = layout.layers;
             let n = stages.len() as u64;
@@ -595,6 +623,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 "learned_absolute, rope, mrope, yarn, relative or none",
             )
         })?,
+        mtp_layers,
     };
     let mut model = model;
     model.moe = moe_from_flags(&flags, model.num_layers, model.ffn_hidden_size)?;
@@ -637,6 +666,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         chunks,
         microbatch_group: flags.num("--microbatch-group-size-per-virtual-pipeline-stage")?,
         stage_layers,
+        mtp_stage,
         recompute: recompute.to_string(),
         sequence_parallel: flags.has("--sequence-parallel"),
         zero1: flags.has("--use-distributed-optimizer") || zero >= 2,

@@ -125,7 +125,7 @@ pub fn prepare(row: &Row, base: &Path) -> Result<Prepared, String> {
         )
     })?;
     flags
-        .pad_vocab(&mut model)
+        .apply_to_model(&mut model)
         .map_err(|e| format!("args: {e}"))?;
     let hardware = match &row.hardware {
         Spec::Named(n) => Hardware::load(&resolve(n))

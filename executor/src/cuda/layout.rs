@@ -261,6 +261,7 @@ pub(crate) mod tests_support {
                 mla: None,
                 normalization: None,
                 position_embedding_type: None,
+                mtp_num_layers: 0,
             },
             hardware: "h100-80gb".into(),
             parallelism: Parallelism {

@@ -29,6 +29,7 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         mla: None,
         normalization: None,
         position_embedding_type: None,
+        mtp_num_layers: 0,
     }
 }
 

@@ -222,6 +222,12 @@ pub(crate) fn torchtitan_dp_degrees(plan: &Plan, notes: &mut Vec<String>) -> (u6
 /// torchtitan's async tensor-parallel switch in that config form.
 pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mut Vec<String>) {
     let par = &plan.parallelism;
+    if plan.model.mtp_num_layers > 0 {
+        notes.push(format!(
+            "{} multi-token prediction layer(s) (Megatron-LM --mtp-num-layers) are not expressible: torchtitan has no multi-token prediction module, so this config trains the model without them and runs less work than predicted (drop them with pplan predict --mtp-num-layers 0 to predict this run)",
+            plan.model.mtp_num_layers
+        ));
+    }
     if par.precision != "bf16" {
         notes.push(format!(
             "precision '{}' is not set here: torchtitan's float8/mx/nvfp4 converters differ from Transformer Engine's recipes the prediction assumed",

@@ -26,9 +26,11 @@ pub const MEGATRON_COMMIT: &str = "d98e8a64ddf34856e74b24714e3bedb2f5a39553";
 pub const ARRAY_NAME: &str = "MEGATRON_ARGS";
 
 /// Megatron-LM's layout string (`--pipeline-model-parallel-layout`): stages split by `|`,
-/// `E` embedding, `t` a transformer layer (`t*n` for n of them), `L` the loss.
+/// `E` embedding, `t` a transformer layer (`t*n` for n of them), `m` a multi-token prediction
+/// layer (`m*n`; on the plan's MTP stage, [`Plan::mtp_stage`]), `L` the loss.
 pub fn megatron_layout(plan: &Plan) -> String {
     let mut out = String::new();
+    let mtp = plan.mtp_stage();
     for (i, st) in plan.stages.iter().enumerate() {
         if i > 0 {
             out.push('|');
@@ -41,6 +43,14 @@ pub fn megatron_layout(plan: &Plan) -> String {
             1 => out.push('t'),
             n => {
                 let _ = write!(out, "t*{n}");
+            }
+        }
+        if mtp == Some(i) {
+            match plan.model.mtp_num_layers {
+                1 => out.push('m'),
+                n => {
+                    let _ = write!(out, "m*{n}");
+                }
             }
         }
         if st.output {
@@ -138,19 +148,22 @@ pub fn megatron(plan: &Plan) -> Emitted {
         flag("--expert-tensor-parallel-size", val(par.etp));
     }
     let counts: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
+    // Without a layout string Megatron-Core builds the multi-token prediction layers on the
+    // last stage (`mtp_on_this_rank`); anywhere else only the layout string says so.
+    let mtp_elsewhere = plan.mtp_stage().is_some_and(|s| s + 1 != plan.stages.len());
     if plan.schedule.placement != "loop" {
         notes.push(format!(
             "V placement (device r holds stages r and 2p-1-r, schedule '{sch}') is not expressible: Megatron-LM places virtual stage s on rank s mod p"
         ));
     }
-    if all_equal(&counts) {
+    if all_equal(&counts) && !mtp_elsewhere {
         if par.chunks > 1 {
             flag(
                 "--num-layers-per-virtual-pipeline-stage",
                 val(counts[0] as u64),
             );
         }
-    } else if let Some(rule) = split_rule(plan, &counts) {
+    } else if let Some(rule) = split_rule(plan, &counts).filter(|_| !mtp_elsewhere) {
         // One of Megatron-Core's split rules gives these counts: its flags, which older
         // Megatron-Core versions than the layout string's take.
         if rule.embedding {
@@ -174,13 +187,23 @@ pub fn megatron(plan: &Plan) -> Emitted {
             "--pipeline-model-parallel-layout",
             Some(megatron_layout(plan)),
         );
+        let why = if mtp_elsewhere {
+            format!(
+                "the multi-token prediction layers on stage {} (not the last)",
+                plan.mtp_stage().unwrap_or(0)
+            )
+        } else {
+            format!(
+                "uneven stages ({})",
+                counts
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         notes.push(format!(
-            "uneven stages ({}) use --pipeline-model-parallel-layout, which needs Megatron-Core 0.13 or later",
-            counts
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            "{why} use --pipeline-model-parallel-layout, which needs Megatron-Core 0.13 or later"
         ));
     }
     if let Some(n) = plan.schedule.microbatch_group {
@@ -306,6 +329,11 @@ pub fn megatron(plan: &Plan) -> Emitted {
         assumed.push(
             "the experts run as grouped GEMMs (pplan's cost model); router load balancing and aux-loss coefficient are left at Megatron-LM's defaults",
         );
+    }
+    if m.mtp_num_layers > 0 {
+        // Each depth one more layer of the last layer's kind; the loss scale (default 0.1)
+        // changes no cost, so Megatron-LM's default is left.
+        flag("--mtp-num-layers", val(m.mtp_num_layers as u64));
     }
     if let Some(a) = &m.mla {
         flag("--multi-latent-attention", None);

@@ -9,7 +9,7 @@ mod predict;
 mod stack;
 mod values;
 
-pub use predict::{FlagsPredictError, PredictFlags, SplitRuleFlags};
+pub use predict::{set_mtp_layers, FlagsPredictError, PredictFlags, SplitRuleFlags};
 pub use stack::{check_recipe, precision_and_recipe, zero_stage, StackFlags, StackPreset};
 pub use values::{
     count, join_negative_values, positive, positive_or_auto, AttentionArg, Auto, FlagError, OnOff,

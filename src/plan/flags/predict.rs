@@ -4,7 +4,7 @@
 //! would predict it with the same flags.
 
 use super::stack::{zero_stage, StackFlags};
-use super::values::{positive, positive_or_auto, Auto, FlagError, OnOff};
+use super::values::{count, positive, positive_or_auto, Auto, FlagError, OnOff};
 use crate::cost::Recompute;
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
@@ -179,11 +179,34 @@ pub struct PredictFlags {
     #[command(flatten)]
     pub split_rule: SplitRuleFlags,
     /// The layers of each pipeline stage, in Megatron-Core's layout syntax
-    /// (--pipeline-model-parallel-layout): `E` the embedding, `t` a transformer layer, `L` the
-    /// loss, `|` between the --pp x --chunks stages in stage order, `x*n` and `(...)*n`
-    /// repeat; e.g. `Et*7|(t*8|)*14t*7L` for 126 layers on 16 stages.
+    /// (--pipeline-model-parallel-layout): `E` the embedding, `t` a transformer layer, `m` a
+    /// multi-token prediction layer, `L` the loss, `|` between the --pp x --chunks stages in
+    /// stage order, `x*n` and `(...)*n` repeat; e.g. `Et*7|(t*8|)*14t*7L` for 126 layers on
+    /// 16 stages.
     #[arg(long, value_name = "LAYOUT")]
     pub pipeline_layout: Option<String>,
+    /// Multi-token prediction depths (Megatron-LM --mtp-num-layers; DeepSeek-V3 trains 1):
+    /// each one more layer of the model's last-layer kind with its own projection, output
+    /// logits and loss, on the stage --pipeline-layout's `m` names, else the last. Default:
+    /// the model's (num_nextn_predict_layers, mtp_num_layers); 0 turns them off.
+    #[arg(long, value_parser = count::<u32>, value_name = "N")]
+    pub mtp_num_layers: Option<u32>,
+}
+
+/// `--mtp-num-layers N` on `model` (`predict`, `search`, a runs-file row): N depths instead of
+/// the model's own; more than the model's transformer layers is refused, naming the range.
+pub fn set_mtp_layers(n: Option<u32>, model: &mut Model) -> Result<(), FlagError> {
+    let Some(n) = n else {
+        return Ok(());
+    };
+    if n > model.num_layers {
+        return Err(FlagError(format!(
+            "--mtp-num-layers {n}: more multi-token prediction depths than {}'s {} transformer layers (each depth is one more layer; DeepSeek-V3 trains 1); valid: 0 to {}",
+            model.name, model.num_layers, model.num_layers
+        )));
+    }
+    model.mtp_layers = n;
+    Ok(())
 }
 
 /// Why a prediction from flags failed: a flag that cannot hold, or the prediction's own error.
@@ -204,6 +227,13 @@ pub enum FlagsPredictError {
 }
 
 impl PredictFlags {
+    /// The flags that change the model itself, on `model`: `--mtp-num-layers` and
+    /// [`PredictFlags::pad_vocab`]; the caller has already applied `--seq-len`.
+    pub fn apply_to_model(&self, model: &mut Model) -> Result<(), FlagError> {
+        set_mtp_layers(self.mtp_num_layers, model)?;
+        self.pad_vocab(model)
+    }
+
     /// Pad `model`'s vocabulary as `--make-vocab-size-divisible-by` asks (to a multiple of
     /// N x t, Megatron-LM's `_vocab_size_with_padding`); the caller has already applied
     /// `--seq-len`.
@@ -220,7 +250,7 @@ impl PredictFlags {
         Ok(())
     }
 
-    /// The request these flags describe for `model` (with [`PredictFlags::pad_vocab`]
+    /// The request these flags describe for `model` (with [`PredictFlags::apply_to_model`]
     /// applied) on `hw`, with the layer profile of `--profile` already read. `--micro-batch
     /// auto` and `--chunks auto` leave 1 in the request; [`PredictFlags::predict`] searches
     /// them.
@@ -310,8 +340,9 @@ impl PredictFlags {
             let layout = parse_layout(text)
                 .map_err(|e| FlagError(format!("--pipeline-layout '{text}': {e}")))?;
             layout
-                .check(model.num_layers, 0, self.pp, req.chunks)
+                .check(model.num_layers, model.mtp_layers, self.pp, req.chunks)
                 .map_err(|e| FlagError(format!("{e} ('{text}')")))?;
+            req.mtp_stage = layout.mtp_stage().map(|s| s as u32);
             req.stage_layers = Some(layout.layers);
         }
         Ok(req)

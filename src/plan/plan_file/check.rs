@@ -318,6 +318,7 @@ impl Plan {
         }
         self.check_experts(origin)?;
         self.check_recipe(origin)?;
+        self.check_mtp(origin)?;
         let schedule = self.schedule_ir_at(origin)?;
         self.check_schedule_name(origin, &schedule)?;
         Ok(())
@@ -341,6 +342,54 @@ impl Plan {
         };
         crate::cost::recipe::check(graphs, &ctx)
             .map_err(|e| field(origin, "parallelism.cuda_graph_impl", e))
+    }
+
+    /// Multi-token prediction as Megatron-Core's layouts allow it (`Layout::check`): at most
+    /// the model's layers, all depths on one stage (none named: the last), no transformer
+    /// layer after them, in a rank's last virtual stage.
+    fn check_mtp(&self, origin: &str) -> Result<(), PlanError> {
+        let n = self.model.mtp_num_layers;
+        if n > self.model.num_layers {
+            return Err(field(
+                origin,
+                "model.mtp_num_layers",
+                format!(
+                    "{n} (valid: 0 to model.num_layers = {})",
+                    self.model.num_layers
+                ),
+            ));
+        }
+        let holding: Vec<usize> = (0..self.stages.len())
+            .filter(|&s| self.stages[s].mtp_layers > 0)
+            .collect();
+        let Some(&s) = holding.first() else {
+            return Ok(());
+        };
+        let st = &self.stages[s];
+        let at = format!("stages[{s}].mtp_layers");
+        if holding.len() > 1 || st.mtp_layers != n {
+            return Err(field(
+                origin,
+                at,
+                format!("{} on stages {holding:?}; model.mtp_num_layers is {n}, and every depth sits on one stage", st.mtp_layers),
+            ));
+        }
+        if self.stages[s + 1..].iter().any(|x| x.num_layers > 0) {
+            return Err(field(
+                origin,
+                at,
+                "a later stage holds transformer layers; Megatron-Core places every transformer layer before the multi-token prediction layers",
+            ));
+        }
+        let pp = self.parallelism.pp as usize;
+        if s + pp < self.stages.len() {
+            return Err(field(
+                origin,
+                at,
+                format!("stage {s} is not in the last virtual stage of its pipeline rank (stages {} to {}), as Megatron-Core requires", self.stages.len() - pp, self.stages.len() - 1),
+            ));
+        }
+        Ok(())
     }
 
     /// Mixture of experts and latent attention as Megatron-LM's flags take them (the same

@@ -93,6 +93,11 @@ pub struct PlanModel {
     /// (`rope` with a gated MLP, `learned_absolute` without).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position_embedding_type: Option<String>,
+    /// Multi-token prediction depths (Megatron-LM's `--mtp-num-layers`; omitted when 0, as in
+    /// plans written before the field existed). The stage that holds them says so
+    /// ([`PlanStage::mtp_layers`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub mtp_num_layers: u32,
 }
 
 /// The experts of a mixture-of-experts plan.
@@ -459,6 +464,10 @@ pub struct PlanStage {
     pub embedding: bool,
     /// Holds the output layer and the loss (always the last stage).
     pub output: bool,
+    /// Multi-token prediction depths this stage holds ('m' in Megatron-Core's layout string):
+    /// all of the model's on one stage, after every transformer layer (omitted when 0).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub mtp_layers: u32,
 }
 
 /// The schedule in the IR's text form.
@@ -584,6 +593,7 @@ impl PlanModel {
                 .then(|| if m.rms_norm { "RMSNorm" } else { "LayerNorm" }.to_string()),
             position_embedding_type: (m.rotary != m.gated_mlp)
                 .then(|| if m.rotary { "rope" } else { "learned_absolute" }.to_string()),
+            mtp_num_layers: m.mtp_layers,
         }
     }
 
@@ -633,6 +643,7 @@ impl PlanModel {
                     megatron_rotary(Some(v)).unwrap_or(self.gated_mlp)
                 }),
             sliding_window: None,
+            mtp_layers: self.mtp_num_layers,
         }
     }
 }
@@ -672,6 +683,7 @@ pub fn stages_from_counts(layer_counts: &[u32], placement: Placement, p: u32) ->
                 num_layers: c,
                 embedding: s == 0,
                 output: s + 1 == n,
+                mtp_layers: 0,
             };
             first += c;
             st
@@ -695,6 +707,10 @@ pub fn plan_from_prediction(
     } else {
         even_split(model.num_layers, schedule.num_stages)
     };
+    let mut stages = stages_from_counts(&counts, schedule.placement, p);
+    if let Some(st) = pred.mtp_stage.and_then(|s| stages.get_mut(s as usize)) {
+        st.mtp_layers = model.mtp_layers;
+    }
     Plan {
         format: PLAN_FORMAT.to_string(),
         version: PLAN_VERSION,
@@ -737,7 +753,7 @@ pub fn plan_from_prediction(
             ..Parallelism::stack_defaults()
         },
         dtype: "bf16".to_string(),
-        stages: stages_from_counts(&counts, schedule.placement, p),
+        stages,
         schedule: PlanSchedule {
             microbatch_group: pred.microbatch_group.map(|g| g.min(u32::MAX as u64) as u32),
             ..PlanSchedule::from_schedule(&pred.schedule, schedule)
@@ -765,6 +781,19 @@ impl Plan {
             dp: p.dp as u32,
             ep: p.ep as u32,
         }
+    }
+
+    /// The stage that holds the model's multi-token prediction depths: the one whose
+    /// `mtp_layers` says so, else (Megatron-Core's place without a layout) the last; `None`
+    /// without depths.
+    pub fn mtp_stage(&self) -> Option<usize> {
+        if self.model.mtp_num_layers == 0 {
+            return None;
+        }
+        self.stages
+            .iter()
+            .position(|s| s.mtp_layers > 0)
+            .or(self.stages.len().checked_sub(1))
     }
 
     pub fn schedule_ir(&self) -> Result<Schedule, PlanError> {

@@ -53,21 +53,28 @@ pub fn balance_problem(
         ns(c.forward.total_s()) + ns(c.backward_input.total_s()) + ns(c.backward_weight.total_s())
     };
     let n = model.num_layers as usize;
-    let mut compute: Vec<u64> = match prof {
+    let blocks: Vec<BlockCost> = match prof {
         None if model.moe.is_some() || model.sliding_window.is_some() => {
             let kinds = cm.layer_kinds();
-            (0..n).map(|i| fb_ns(kinds.of(model, i))).collect()
+            (0..n).map(|i| kinds.of(model, i)).collect()
         }
-        None => vec![fb_ns(cm.layer()); n],
+        None => vec![cm.layer(); n],
         Some(mp) => mp
             .layers
             .iter()
-            .map(|l| fb_ns(profiled_block(std::slice::from_ref(l))))
+            .map(|l| profiled_block(std::slice::from_ref(l)))
             .collect(),
     };
+    let mut compute: Vec<u64> = blocks.iter().map(|&b| fb_ns(b)).collect();
     let (embedding, output) = end_blocks(&cm, prof);
     compute[0] += fb_ns(embedding);
-    compute[n - 1] += fb_ns(output);
+    // The last stage's output layers (the model's and one per multi-token prediction depth)
+    // and, without a layout (the balanced split has none), the depths themselves.
+    let depths = model.mtp_layers as f64;
+    compute[n - 1] += fb_ns(output.scale(1.0 + depths));
+    if depths > 0.0 {
+        compute[n - 1] += fb_ns(cm.mtp_depth(blocks[n - 1]).scale(depths));
+    }
     let stages = num_stages as u64;
     let mut x_ns = 0u64;
     if req.stack.blocking_p2p && stages > 1 {

@@ -1,8 +1,8 @@
 //! `--micro-batch auto` / `--chunks auto`: the fastest fitting micro-batch size and chunk
 //! count for a fixed (t, p, d), by predicting each.
 
+use super::figures::predict;
 use super::request::*;
-use super::step::predict;
 use crate::schedule::generators::ScheduleName;
 
 /// The best micro-batch size and chunk count for a fixed (t, p, d): every `b` dividing the

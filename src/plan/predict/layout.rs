@@ -4,9 +4,11 @@
 //! prediction layer, `L` the loss, `|` between stages in stage order; `x*n` and `(...)*n`
 //! repeat; commas are cosmetic). The grammar of `PipelineParallelLayerLayout.parse_str_to_list`
 //! and the checks of its `validate_layer_layout` (megatron/core/transformer/
-//! pipeline_parallel_layer_layout.py at d98e8a6): the embedding once, in the first stage; the
-//! loss once, in the last; multi-token prediction layers after the last transformer layer.
-//! Pure; no IO.
+//! pipeline_parallel_layer_layout.py at d98e8a6): the embedding once, the first layer, in the
+//! first stage; the loss once, the last layer, in the last stage; as many multi-token
+//! prediction layers as the model trains, all in one stage, after every transformer layer, in
+//! the last virtual stage of its pipeline rank (the last stage, or a stage of its own before
+//! it: Megatron-Core's "standalone" MTP). Pure; no IO.
 
 /// A parsed layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,8 +64,25 @@ pub fn parse_layout(s: &str) -> Result<Layout, String> {
     };
     let mut chars = text.chars().peekable();
     let mut last: Option<char> = None;
+    // The layers in order (`flatten_layout`): the embedding first, the loss last, no
+    // transformer layer after a multi-token prediction layer.
+    let mut seen_layer = false;
     while let Some(c) = chars.next() {
         let stage = out.layers.len() - 1;
+        if matches!(c, 't' | 'm' | 'E' | 'L') {
+            if c == 'E' && seen_layer {
+                return Err("the embedding 'E' must be the first layer".into());
+            }
+            if !out.loss.is_empty() {
+                return Err(format!(
+                    "'{c}' after the loss 'L': the loss must be the last layer"
+                ));
+            }
+            if c == 't' && !out.mtp.is_empty() {
+                return Err("'t' after 'm': Megatron-Core places every transformer layer before the multi-token prediction layers".into());
+            }
+            seen_layer = true;
+        }
         match c {
             '|' => {
                 out.layers.push(0);
@@ -151,10 +170,34 @@ impl Layout {
             return Err(format!(
                 "{flag} places {} multi-token prediction layers ('m'), but the model has {mtp_layers}{}",
                 self.mtp.len(),
-                if mtp_layers == 0 { " (set --mtp-num-layers)" } else { "" }
+                if mtp_layers == 0 {
+                    " (set --mtp-num-layers)".to_string()
+                } else {
+                    format!("; valid: 'm' written {mtp_layers} times in one stage, or --mtp-num-layers {}", self.mtp.len())
+                }
             ));
         }
+        if let Some(s) = self.mtp_stage() {
+            if self.mtp.iter().any(|&x| x != s) {
+                return Err(format!(
+                    "{flag} places multi-token prediction layers in stages {:?}: Megatron-Core builds them all in one stage",
+                    self.mtp
+                ));
+            }
+            // A stage's virtual index is s / pp: the MTP block in a rank's last virtual stage.
+            let first_allowed = (v - 1) * pp;
+            if (s as u64) < first_allowed {
+                return Err(format!(
+                    "{flag} places the multi-token prediction layers in stage {s}, not in the last virtual stage of its rank (stages {first_allowed} to {last} with --pp {pp} x --chunks {v}), as Megatron-Core requires"
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The stage that holds the multi-token prediction layers, if any.
+    pub fn mtp_stage(&self) -> Option<usize> {
+        self.mtp.first().copied()
     }
 }
 
@@ -181,9 +224,29 @@ mod tests {
             .contains("--mtp-num-layers"));
         assert!(l.check(61, 1, 4, 2).unwrap_err().contains("16 stages"));
         assert!(l.check(60, 1, 8, 2).unwrap_err().contains("61"));
-        let wrong = parse_layout("t|EtL").unwrap();
-        assert!(wrong.check(2, 0, 2, 1).unwrap_err().contains("first stage"));
+        let wrong = parse_layout("|EtL").unwrap();
+        assert!(wrong.check(1, 0, 2, 1).unwrap_err().contains("first stage"));
         assert!(parse_layout("Et*2m*2|L").unwrap().mtp.len() == 2);
+        // Megatron-Bridge's PP 4 x VP 4 layout for DeepSeek-V3 with its MTP layer in the last
+        // stage, and a standalone MTP stage before the loss's own.
+        let bridge = parse_layout("Et*3|(t*4|)*13t*3|t*3mL").unwrap();
+        assert_eq!((bridge.mtp_stage(), bridge.layers.len()), (Some(15), 16));
+        assert!(bridge.check(61, 1, 4, 4).is_ok());
+        let standalone = parse_layout("Et*3|t*3|tm|L").unwrap();
+        assert_eq!(standalone.mtp_stage(), Some(2));
+        assert!(standalone.check(7, 1, 4, 1).is_ok());
+        // Not in a rank's last virtual stage (stages 4..7 with p 4, v 2), in two stages, a
+        // layer after 'm', anything after 'L', the embedding not first.
+        let early = parse_layout("Et|tm||||||L").unwrap();
+        assert!(early
+            .check(2, 1, 4, 2)
+            .unwrap_err()
+            .contains("last virtual stage"));
+        let split = parse_layout("Et|m|mL").unwrap();
+        assert!(split.check(1, 2, 3, 1).unwrap_err().contains("one stage"));
+        assert!(parse_layout("Etmt|L").unwrap_err().contains("before"));
+        assert!(parse_layout("EtLm").unwrap_err().contains("last layer"));
+        assert!(parse_layout("tE|L").unwrap_err().contains("first layer"));
         assert!(parse_layout("Etx|L").unwrap_err().contains("'x'"));
         assert!(parse_layout("").is_err());
     }

@@ -10,14 +10,16 @@
 //!
 //! No IO; the caller loads the model and hardware.
 //!
-//! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (costs,
-//! simulation), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
+//! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (a
+//! step's costs), [`figures`] (the simulation and the figures reported), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
 //! rules), [`layout`] (Megatron-Core's layout strings), [`best`] (`--micro-batch auto`), [`state`] (each stage's layers, parameters and model
-//! state).
+//! state), [`mtp`] (the multi-token prediction block's stage, costs and parameters).
 
 pub mod balance;
 pub mod best;
+pub mod figures;
 pub mod layout;
+pub mod mtp;
 pub mod pipeline_split;
 pub mod request;
 pub mod state;
@@ -25,6 +27,7 @@ pub mod step;
 
 pub use balance::*;
 pub use best::best_micro_batch_and_chunks;
+pub use figures::{predict, prediction_from};
 pub use layout::{parse_layout, Layout};
 pub use pipeline_split::PipelineSplit;
 pub use request::*;

@@ -49,6 +49,9 @@ pub struct PredictRequest<'a> {
     /// the first `layers % stages` stages one layer more). Lets a partitioner plug in an
     /// uneven split.
     pub stage_layers: Option<Vec<u32>>,
+    /// The stage that holds the model's multi-token prediction depths (`--pipeline-layout`'s
+    /// 'm'); `None`: the last stage, Megatron-Core's place for them without a layout.
+    pub mtp_stage: Option<u32>,
     /// How layers are split when `stage_layers` is `None`: the even split, or the
     /// partitioner's balanced split ([`balanced_split`](super::balance::balanced_split)).
     pub partition: Split,
@@ -118,6 +121,7 @@ impl<'a> PredictRequest<'a> {
             record_timeline: false,
             profile: None,
             stage_layers: None,
+            mtp_stage: None,
             partition: Split::Even,
             ep: 1,
             etp: 1,
@@ -257,8 +261,18 @@ pub struct Prediction {
     pub ep: u64,
     /// Expert tensor-parallel size (1 for dense models).
     pub etp: u64,
+    /// Multi-token prediction depths (omitted when 0), counted in `params`, the FLOP/s and
+    /// the MFU, and the stage that holds them.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub mtp_num_layers: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtp_stage: Option<u32>,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 /// Bad input, naming the flag and what would be valid.

@@ -38,15 +38,21 @@ pub fn stage_layers_for(
 
 /// One stage's parameters on one rank: `dense` (attention, dense and shared MLPs, routers,
 /// norms, split over t; the embedding shard on the first stage, the output layer's on the
-/// last) and the routed experts' `expert` (split over ep x etp; 0 for a dense model).
+/// last, the multi-token prediction depths' on theirs: [`super::mtp::stage_params`]) and the
+/// routed experts' `expert` (split over ep x etp; 0 for a dense model).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StageParams {
     pub dense: f64,
     pub expert: f64,
 }
 
-/// Each stage's parameters on one rank, for the stages' layer counts `stage_layers`.
-pub fn stage_params(cm: &CostModel, stage_layers: &[u32]) -> Vec<StageParams> {
+/// Each stage's parameters on one rank, for the stages' layer counts `stage_layers`, the
+/// multi-token prediction depths on stage `mtp_stage` ([`super::mtp::mtp_stage`]).
+pub fn stage_params(
+    cm: &CostModel,
+    stage_layers: &[u32],
+    mtp_stage: Option<usize>,
+) -> Vec<StageParams> {
     let model = cm.model;
     let params_embedding = cm.embedding_shard_params();
     let last = stage_layers.len().saturating_sub(1);
@@ -60,7 +66,12 @@ pub fn stage_params(cm: &CostModel, stage_layers: &[u32]) -> Vec<StageParams> {
             let n = n as usize;
             let k = model.moe.as_ref().map_or(0, |m| m.count_in(first_layer, n));
             let rp = per_kind.rank(n as u64 - k, k);
-            let (mut dense, expert) = (rp.dense, rp.expert);
+            let (mut dense, mut expert) = (rp.dense, rp.expert);
+            if mtp_stage == Some(s) {
+                let (d, e) = super::mtp::stage_params(cm, s);
+                dense += d;
+                expert += e;
+            }
             first_layer += n;
             if s == 0 {
                 dense += params_embedding;
@@ -90,7 +101,8 @@ pub fn model_state_floor(
     let p = req.pp as u32;
     let mut dense = vec![0.0f64; p as usize];
     let mut expert = vec![0.0f64; p as usize];
-    for (s, sp) in stage_params(&cm, &layers).iter().enumerate() {
+    let mtp = super::mtp::mtp_stage(req, layers.len());
+    for (s, sp) in stage_params(&cm, &layers, mtp).iter().enumerate() {
         let d = placement.device_of(s as u32, p) as usize;
         dense[d] += sp.dense;
         expert[d] += sp.expert;

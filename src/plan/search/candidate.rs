@@ -152,6 +152,7 @@ impl Candidate {
         r.microbatch_group = self.microbatch_group;
         if let Some(layers) = &req.layout {
             r.stage_layers = Some(layers.clone());
+            r.mtp_stage = req.layout_mtp_stage;
         }
         r
     }

@@ -138,10 +138,13 @@ impl Reason {
             ),
             Reason::ChunksNeedPipeline => "v > 1 chunks per device need p >= 2".to_string(),
             Reason::LayersNotDivisible => match (&req.layout, req.split_rule) {
-                (Some(l), _) => format!(
-                    "--pipeline-layout gives {} stages, not p x v",
-                    l.len()
-                ),
+                (Some(l), _) => match req.layout_mtp_stage {
+                    Some(m) => format!(
+                        "--pipeline-layout gives {} stages, not p x v, or its multi-token prediction stage {m} is not in a rank's last virtual stage (stage >= p x v - p)",
+                        l.len()
+                    ),
+                    None => format!("--pipeline-layout gives {} stages, not p x v", l.len()),
+                },
                 (None, Some(rule)) => format!(
                     "{} cannot split the {} layers over these p x v stages",
                     rule.flags().join(" "),

@@ -56,6 +56,10 @@ pub struct SearchRequest<'a> {
     /// `--pipeline-layout`: the transformer layers of every stage, checked for the model; only
     /// candidates with p x v equal to its stage count are searched.
     pub layout: Option<Vec<u32>>,
+    /// With `layout`, the stage its 'm' puts the multi-token prediction depths on (`None`:
+    /// the last): candidates whose p does not make it a rank's last virtual stage are
+    /// excluded, as Megatron-Core refuses them.
+    pub layout_mtp_stage: Option<u32>,
 }
 
 /// `--partition`: the even split only, the balanced split only, or both (a balanced split
@@ -96,6 +100,7 @@ impl<'a> SearchRequest<'a> {
             partition: PartitionMode::default(),
             split_rule: None,
             layout: None,
+            layout_mtp_stage: None,
         }
     }
 }

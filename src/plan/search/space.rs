@@ -485,7 +485,9 @@ pub(super) fn split_for(
     let layers = req.model.num_layers as u64;
     let stages = p.saturating_mul(v);
     if let Some(layout) = &req.layout {
-        return if layout.len() as u64 == stages {
+        // The MTP stage in its rank's last virtual stage (`Layout::check`).
+        let mtp_ok = req.layout_mtp_stage.is_none_or(|m| m as u64 + p >= stages);
+        return if layout.len() as u64 == stages && mtp_ok {
             Ok(Split::Even)
         } else {
             Err(Reason::LayersNotDivisible)
