@@ -351,18 +351,21 @@ fn modelzoo_rows_take_the_stated_layout_and_count_megatrons_flops() {
     assert!((megatron_lm_flops_per_token(model) / by_hand - 1.0).abs() < 1e-12);
 }
 
-/// The long-context runs: forced balance held out, within 7 % each and 5 % on average; the
-/// dropless runs' `--moe-imbalance 1.48` gives all four forced/dropless ratios of the table
-/// within 1 %, so it is the one value fitted to them.
+/// The long-context runs: forced balance held out, within 8 % each and 7 % on average (2.7 % on
+/// average while DeepEP's NVLink copies were counted per expert; counted per GPU, as its
+/// dispatch layout sends them, 4.9 %, too fast: DeepEP's achieved NVLink rate and its layout
+/// and notify kernels are not modelled); the dropless runs' `--moe-imbalance 1.52` (1.48 with
+/// copies per expert) gives all four forced/dropless ratios of the table within 1 %, so it is
+/// the one value fitted to them.
 #[test]
 fn modelzoo_long_context_runs_and_the_dropless_imbalance() {
     let forced = group("modelzoo-qwen3-long-context-h100");
     let dropless = group("modelzoo-qwen3-long-context-dropless-h100");
     assert_eq!((forced.len(), dropless.len()), (4, 4));
     for g in [&forced, &dropless] {
-        assert!(mae(g) < 0.05);
+        assert!(mae(g) < 0.07, "{}", mae(g));
         for (id, e, p) in g.iter() {
-            assert!(e.abs() < 0.07 && p.fits, "{id}: {e}");
+            assert!(e.abs() < 0.08 && p.fits, "{id}: {e}");
         }
     }
     for (f, d) in forced.iter().zip(&dropless) {
