@@ -100,17 +100,47 @@ fn torchtitan_v02_batch_keys_give_the_planned_sequences_for_every_pp() {
         ("llama3-8b", 8, 2, 1, 4, 64, 2, &[]),
         ("llama3-8b", 8, 1, 1, 8, 64, 1, &["--zero", "3"]),
         ("llama3-8b", 16, 2, 4, 2, 32, 1, &[]),
-        ("llama3-70b", 64, 8, 4, 2, 64, 2, &["--schedule", "interleaved-1f1b", "--chunks", "2"]),
+        (
+            "llama3-70b",
+            64,
+            8,
+            4,
+            2,
+            64,
+            2,
+            &["--schedule", "interleaved-1f1b", "--chunks", "2"],
+        ),
         ("gpt-1.7b", 8, 1, 2, 4, 32, 4, &["--zero", "3"]),
     ];
     for (model, gpus, tp, pp, dp, global, micro, extra) in cases {
         let plan = dir.join(format!("{model}-pp{pp}-tp{tp}.json"));
-        let (gpus_s, tp_s, pp_s, dp_s) = (gpus.to_string(), tp.to_string(), pp.to_string(), dp.to_string());
+        let (gpus_s, tp_s, pp_s, dp_s) = (
+            gpus.to_string(),
+            tp.to_string(),
+            pp.to_string(),
+            dp.to_string(),
+        );
         let (g_s, b_s) = (global.to_string(), micro.to_string());
         let mut args = vec![
-            "predict", "--model", model, "--hardware", "h100-80gb", "--gpus", &gpus_s, "--tp",
-            &tp_s, "--pp", &pp_s, "--dp", &dp_s, "--global-batch", &g_s, "--micro-batch", &b_s,
-            "--output", plan.to_str().unwrap(),
+            "predict",
+            "--model",
+            model,
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            &gpus_s,
+            "--tp",
+            &tp_s,
+            "--pp",
+            &pp_s,
+            "--dp",
+            &dp_s,
+            "--global-batch",
+            &g_s,
+            "--micro-batch",
+            &b_s,
+            "--output",
+            plan.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         let (code, _, err) = pplan(&args);
@@ -131,21 +161,26 @@ fn torchtitan_v02_batch_keys_give_the_planned_sequences_for_every_pp() {
         let case = format!("{model} tp {tp} pp {pp} dp {dp} B {global} b {micro}:\n{toml}");
         assert_eq!(per_forward, micro, "sequences per forward, {case}");
         assert_eq!(per_step, global, "sequences per step, {case}");
-        assert_eq!(forwards, global / (micro * dp), "micro-batches per step, {case}");
+        assert_eq!(
+            forwards,
+            global / (micro * dp),
+            "micro-batches per step, {case}"
+        );
         // The model's tokenizer and a dataset the user must name, never torchtitan's test
         // assets (job_config.py defaults: ./tests/assets/tokenizer and c4_test).
         let assets = &keys["model.hf_assets_path"];
         assert!(!assets.contains("tests/assets"), "{case}");
         if model.starts_with("llama3") {
             let flavor = keys["model.flavor"].trim_matches('"').to_string();
-            assert_eq!(assets, &format!("\"./assets/hf/Llama-3.1-{flavor}\""), "{case}");
+            assert_eq!(
+                assets,
+                &format!("\"./assets/hf/Llama-3.1-{flavor}\""),
+                "{case}"
+            );
         } else {
             assert!(assets.contains("PLACEHOLDER"), "{case}");
         }
-        assert!(
-            keys["training.dataset"].contains("PLACEHOLDER"),
-            "{case}"
-        );
+        assert!(keys["training.dataset"].contains("PLACEHOLDER"), "{case}");
         assert!(toml.contains("# dataset: a placeholder"), "{case}");
     }
 }
