@@ -88,6 +88,18 @@ fn keys_file() -> BTreeSet<String> {
         .collect()
 }
 
+/// A plan to emit: (model, gpus, tp, pp, dp, global batch, micro-batch, extra predict flags).
+type Case = (
+    &'static str,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    &'static [&'static str],
+);
+
 /// pp = 1 with gradient accumulation was emitted with `local_batch_size = global / dp`, a
 /// forward of every accumulated micro-batch at once (8x the plan's sequences here: OOM).
 #[test]
@@ -96,7 +108,7 @@ fn torchtitan_v02_batch_keys_give_the_planned_sequences_for_every_pp() {
     std::fs::create_dir_all(&dir).unwrap();
     let known = keys_file();
     // (model, gpus, tp, pp, dp, global batch, micro-batch, extra flags)
-    let cases: [(&str, u64, u64, u64, u64, u64, u64, &[&str]); 5] = [
+    let cases: [Case; 5] = [
         ("llama3-8b", 8, 2, 1, 4, 64, 2, &[]),
         ("llama3-8b", 8, 1, 1, 8, 64, 1, &["--zero", "3"]),
         ("llama3-8b", 16, 2, 4, 2, 32, 1, &[]),
