@@ -201,6 +201,8 @@ fn torchtitan_v02_named_schedule_and_csv_schedule() {
         "[training]\n",
         "local_batch_size = 8\n",
         "global_batch_size = 16\n",
+        "hf_assets_path = \"./assets/hf/PLACEHOLDER_replace_with_your_model\"\n",
+        "dataset = \"PLACEHOLDER_replace_with_your_dataset\"\n",
         "seq_len = 1024\n",
         "mixed_precision_param = \"bfloat16\"\n",
         "[parallelism]\n",

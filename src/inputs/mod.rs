@@ -8,6 +8,7 @@ pub mod dense_presets;
 pub mod families;
 pub mod hardware;
 pub mod hardware_check;
+pub mod hf_text;
 pub mod json_path;
 pub mod json_strict;
 pub mod model;

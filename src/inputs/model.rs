@@ -24,6 +24,8 @@
 //!   `hybrid_override_pattern`, `mamba_*`, `ssm_*` keys) and MoE families whose config pplan
 //!   does not read (DBRX, Arctic, Grok-1) are refused with the key named: a silently dense
 //!   model would be wrong.
+//! - A multimodal release's language model is read from its `text_config` (Gemma 3, Llama 4,
+//!   Mistral 3), with the family defaults and Llama 4 expert keys of `inputs::hf_text`.
 //! - The training sequence length is not in a `config.json` (`max_position_embeddings` is the
 //!   longest context the positions support, 131,072 for Llama 3.1). Without `--seq-len` it is
 //!   [`DEFAULT_SEQ_LEN`] (4096), or `max_position_embeddings` when that is smaller, and
@@ -332,6 +334,11 @@ fn refuse_unmodelled(v: &Value, path: &str) -> Result<(), ModelError> {
             return Err(refuse(key, x, "a hybrid state-space (Mamba) model"));
         }
     }
+    for key in super::hf_text::LINEAR_ATTENTION_KEYS {
+        if let Some(x) = obj.get(key).filter(|x| is_set(x)) {
+            return Err(refuse(key, x, "linear-attention layers (Gated DeltaNet, as in Qwen3-Next) between full-attention ones"));
+        }
+    }
     // Keys in sorted order, so the key named is the same on every run.
     let mut keys: Vec<&String> = obj.keys().collect();
     keys.sort();
@@ -479,6 +486,8 @@ impl Model {
             path: path.to_string(),
             reason: e.to_string(),
         })?;
+        // Multimodal releases nest the language model under `text_config` (inputs::hf_text).
+        let v = super::hf_text::language_model(v).map_err(|e| field_error(path, e))?;
         let name = std::path::Path::new(path)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())

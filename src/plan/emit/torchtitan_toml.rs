@@ -10,6 +10,12 @@ use crate::plan::emit::common::{
 use crate::plan::plan_file::Plan;
 use std::fmt::Write as _;
 
+/// `[training] dataset`: no dataset torchtitan knows, so that it stops until the user names one.
+pub const DATASET_PLACEHOLDER: &str = "PLACEHOLDER_replace_with_your_dataset";
+
+/// `[model] hf_assets_path` for a model without a torchtitan flavor.
+pub const TOKENIZER_PLACEHOLDER: &str = "./assets/hf/PLACEHOLDER_replace_with_your_model";
+
 /// The TOML job config of torchtitan 0.2.x for `plan`; `csv_path` as in
 /// `emit` (`target.rs`).
 pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitError> {
@@ -20,9 +26,28 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
     let mut schedule_csv = None;
 
     let mut training = Vec::new();
-    training.push(format!("local_batch_size = {}", par.global_batch / par.dp));
+    // torchtitan 0.2.2's train.py runs `global_batch_size / (local_batch_size x dp)` gradient
+    // accumulation steps, each one forward of `local_batch_size` sequences per data-parallel
+    // rank; with pp > 1 that forward is the pipeline schedule, which cuts the batch into
+    // `local_batch_size / pipeline_parallel_microbatch_size` micro-batches
+    // (distributed/pipeline_parallel.py). So pp > 1: the rank's whole share in one schedule
+    // step; pp = 1: one micro-batch per forward, accumulated global / (micro x dp) times.
+    let local_batch = if par.pp > 1 {
+        par.global_batch / par.dp
+    } else {
+        par.micro_batch
+    };
+    training.push(format!("local_batch_size = {local_batch}"));
     training.push(format!("global_batch_size = {}", par.global_batch));
     training.push(format!("seq_len = {}", m.seq_length));
+    // torchtitan's default is its test set (`c4_test`, a few samples in its repository): a
+    // name it refuses makes the run stop at start-up rather than train on that.
+    training.push(
+        "# dataset: a placeholder torchtitan refuses ('Dataset ... is not supported'): name one registered in\n\
+         # torchtitan/hf_datasets/text_datasets.py DATASETS (e.g. \"c4\") and set dataset_path to a local copy"
+            .into(),
+    );
+    training.push(format!("dataset = {}", quoted(DATASET_PLACEHOLDER)));
     training.push(format!(
         "mixed_precision_param = {}",
         quoted(if plan.dtype == "bf16" {
@@ -115,16 +140,33 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
     }
     // The network: a flavor with exactly the plan's dimensions, or no [model] section and a
     // note (torchtitan's default is its debug model).
+    // The tokenizer: torchtitan's default `hf_assets_path` is its test tokenizer
+    // (`./tests/assets/tokenizer`), so the model's own is always named.
     let mut model = Vec::new();
     match torchtitan_flavor(m) {
         Some(f) => {
             model.push(format!("name = {}", quoted(f.module)));
             model.push(format!("flavor = {}", quoted(f.flavor)));
+            // Where torchtitan's own llama3 train configs put it
+            // (`scripts/download_hf_assets.py --repo_id meta-llama/Llama-3.1-8B --assets tokenizer`).
+            model.push(format!(
+                "hf_assets_path = {}",
+                quoted(&format!("./assets/hf/Llama-3.1-{}", f.flavor))
+            ));
         }
-        None => notes.push(format!(
-            "no torchtitan flavor has this model's dimensions ({}): add one and set [model] name and flavor, or torchtitan trains its default debug model",
-            model_dims(m)
-        )),
+        None => {
+            notes.push(format!(
+                "no torchtitan flavor has this model's dimensions ({}): add one and set [model] name and flavor, or torchtitan trains its default debug model",
+                model_dims(m)
+            ));
+            model.push(
+                "# hf_assets_path: a placeholder: the folder of this model's Hugging Face tokenizer files".into(),
+            );
+            model.push(format!(
+                "hf_assets_path = {}",
+                quoted(TOKENIZER_PLACEHOLDER)
+            ));
+        }
     }
     common_notes(plan, &mut notes);
 
@@ -146,15 +188,12 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
     for n in &notes {
         let _ = writeln!(text, "# cannot express exactly: {n}");
     }
-    let mut sections = Vec::new();
-    if !model.is_empty() {
-        sections.push(("model", model));
-    }
-    sections.extend([
+    let sections = [
+        ("model", model),
         ("training", training),
         ("parallelism", parallelism),
         ("activation_checkpoint", ac),
-    ]);
+    ];
     for (name, lines) in sections {
         let _ = writeln!(text, "\n[{name}]");
         for l in lines {
