@@ -31,7 +31,10 @@ fn parse_csv(text: &str) -> Vec<Vec<String>> {
             rows.push(std::mem::take(&mut row));
         }
     }
-    assert!(row.is_empty() && field.is_empty(), "text after the last CRLF");
+    assert!(
+        row.is_empty() && field.is_empty(),
+        "text after the last CRLF"
+    );
     rows
 }
 
@@ -87,7 +90,10 @@ fn csv_rows_are_the_json_results() {
                 },
             };
             if let (Ok(a), Ok(b)) = (cell.parse::<f64>(), expected.parse::<f64>()) {
-                assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{name}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                    "{name}: {a} vs {b}"
+                );
             } else {
                 assert_eq!(cell, &expected, "column {name}");
             }

@@ -7,6 +7,7 @@ pub mod emit;
 pub mod generate;
 pub mod partition;
 pub mod predict;
+pub mod predict_stages;
 pub mod runs;
 pub mod schedule_search;
 pub mod schema;
