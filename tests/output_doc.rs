@@ -34,7 +34,8 @@ fn sections(text: &str) -> Vec<Section> {
             } else if let Some(rest) = line.strip_prefix("| `") {
                 let (field, rest) = rest.split_once('`').unwrap();
                 let meaning = rest.rsplit('|').nth(1).unwrap_or("").trim();
-                s.fields.insert(field.to_string(), meaning.starts_with("only "));
+                s.fields
+                    .insert(field.to_string(), meaning.starts_with("only "));
             }
         }
     }

@@ -56,11 +56,17 @@ fn first_block_is_the_two_setup_commands() {
         .collect();
     assert_eq!(
         block,
-        ["cargo run --release -- search --gpus 3072", "cargo test --workspace"]
+        [
+            "cargo run --release -- search --gpus 3072",
+            "cargo test --workspace"
+        ]
     );
-    let ci = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run"))
-        .unwrap();
-    assert!(ci.lines().any(|l| l.trim() == block[1]), ".ci/run must run the README's test command");
+    let ci =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == block[1]),
+        ".ci/run must run the README's test command"
+    );
     assert!(text.lines().count() <= 150, "README.md is over 150 lines");
 }
 
