@@ -48,6 +48,10 @@ const SEARCH: &[&str] = &[
     "64",
     "--top",
     "5",
+    "--tokens",
+    "1T",
+    "--gpu-hour-price",
+    "2",
 ];
 
 #[test]

@@ -221,7 +221,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
             .collect(),
     };
     match args.format {
-        SearchFormat::Csv => print!("{}", super::search_csv::to_csv(&outcome)),
+        SearchFormat::Csv => print!("{}", super::search_csv::to_csv(&outcome, &runs)),
         SearchFormat::Json => {
             let mut v =
                 serde_json::to_value(&outcome).map_err(|e| CliError::Internal(e.to_string()))?;

@@ -5,6 +5,7 @@
 //! Quoting follows RFC 4180: a field holding a comma, a quote or a line break is quoted, quotes
 //! doubled; rows end with CRLF as the RFC says.
 
+use pplan::plan::run_cost::RunCost;
 use pplan::plan::search::{Ranked, SearchOutcome};
 
 /// One column: its header (JSON field, then unit) and how to read it off a result.
@@ -164,14 +165,38 @@ pub(crate) fn quote(field: &str) -> String {
     }
 }
 
-/// The whole CSV text: the header, then a row per ranked result.
-pub(crate) fn to_csv(o: &SearchOutcome) -> String {
-    let mut out = String::new();
-    let header: Vec<String> = COLUMNS.iter().map(|c| quote(c.header)).collect();
-    out.push_str(&header.join(","));
+/// The whole CSV text: the header, then a row per ranked result; with `--tokens` (`runs`, in
+/// result order) the run's columns after the others, as the JSON adds its fields.
+pub(crate) fn to_csv(o: &SearchOutcome, runs: &[RunCost]) -> String {
+    let mut header: Vec<String> = COLUMNS.iter().map(|c| quote(c.header)).collect();
+    let priced = runs.iter().any(|r| r.cost_usd.is_some());
+    if !runs.is_empty() {
+        header.extend(
+            [
+                "training_tokens [tokens]",
+                "training_steps",
+                "training_days [days]",
+                "gpu_hours [GPU-hours]",
+            ]
+            .map(String::from),
+        );
+    }
+    if priced {
+        header.push("cost_usd [USD]".into());
+    }
+    let mut out = header.join(",");
     out.push_str("\r\n");
-    for r in &o.results {
-        let row: Vec<String> = COLUMNS.iter().map(|c| quote(&(c.value)(r))).collect();
+    for (i, r) in o.results.iter().enumerate() {
+        let mut row: Vec<String> = COLUMNS.iter().map(|c| quote(&(c.value)(r))).collect();
+        if let Some(run) = runs.get(i) {
+            row.push(run.training_tokens.to_string());
+            row.push(run.training_steps.to_string());
+            row.push(run.training_days.to_string());
+            row.push(run.gpu_hours.to_string());
+            if priced {
+                row.push(run.cost_usd.map(|c| c.to_string()).unwrap_or_default());
+            }
+        }
         out.push_str(&row.join(","));
         out.push_str("\r\n");
     }
