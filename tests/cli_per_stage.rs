@@ -37,6 +37,16 @@ fn check_ranks(args: &[&str], layers: u64) -> serde_json::Value {
         v["pp"].as_u64().unwrap() * v["chunks"].as_u64().unwrap()
     );
     for s in stages {
+        let sum = |k: &str| -> f64 {
+            s[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .sum()
+        };
+        assert_eq!(sum("stage_layers") as u64, s["layers"].as_u64().unwrap());
+        assert!((sum("stage_forward_ms") - s["forward_ms"].as_f64().unwrap()).abs() < 1e-6);
+        assert!((sum("stage_backward_ms") - s["backward_ms"].as_f64().unwrap()).abs() < 1e-6);
         assert!(s["forward_ms"].as_f64().unwrap() > 0.0);
         assert!(s["backward_ms"].as_f64().unwrap() > s["forward_ms"].as_f64().unwrap());
     }

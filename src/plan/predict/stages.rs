@@ -29,6 +29,12 @@ pub struct RankFigures {
     pub stages: Vec<u32>,
     /// Transformer layers over those stages.
     pub layers: u32,
+    /// Each of those stages' layers, in the order of `stages`.
+    pub stage_layers: Vec<u32>,
+    /// Each stage's forward of one micro-batch, milliseconds (their sum is `forward_ms`).
+    pub stage_forward_ms: Vec<f64>,
+    /// Each stage's full backward of one micro-batch, milliseconds.
+    pub stage_backward_ms: Vec<f64>,
     /// One micro-batch's forward through all of the rank's stages, milliseconds.
     pub forward_ms: f64,
     /// One micro-batch's full backward through them, milliseconds.
@@ -101,13 +107,18 @@ pub fn rank_figures(
             let stages: Vec<u32> = (0..num_stages)
                 .filter(|&s| placement.device_of(s, p) == device)
                 .collect();
-            let (mut forward_ns, mut backward_ns) = (0u64, 0u64);
-            for &s in &stages {
-                if let Some(c) = step.costs.stages.get(s as usize) {
-                    forward_ns += c.forward_ns;
-                    backward_ns += c.backward_ns;
-                }
-            }
+            let cost = |s: u32, f: fn(&crate::sim::StageCost) -> u64| {
+                step.costs.stages.get(s as usize).map_or(0, f)
+            };
+            let stage_forward_ns: Vec<u64> =
+                stages.iter().map(|&s| cost(s, |c| c.forward_ns)).collect();
+            let stage_backward_ns: Vec<u64> =
+                stages.iter().map(|&s| cost(s, |c| c.backward_ns)).collect();
+            let (forward_ns, backward_ns): (u64, u64) = (
+                stage_forward_ns.iter().sum(),
+                stage_backward_ns.iter().sum(),
+            );
+            let ms = |v: &[u64]| v.iter().map(|&ns| ns as f64 / 1e6).collect();
             let first = stages.contains(&0);
             let last = stages.contains(&last_stage);
             let role = match (first, last) {
@@ -124,6 +135,12 @@ pub fn rank_figures(
                 device,
                 role: role.to_string(),
                 layers: stages.iter().map(|&s| step.stage_layers[s as usize]).sum(),
+                stage_layers: stages
+                    .iter()
+                    .map(|&s| step.stage_layers[s as usize])
+                    .collect(),
+                stage_forward_ms: ms(&stage_forward_ns),
+                stage_backward_ms: ms(&stage_backward_ns),
                 stages,
                 forward_ms: forward_ns as f64 / 1e6,
                 backward_ms: backward_ns as f64 / 1e6,
