@@ -1,7 +1,8 @@
 //! docs/output.md against the real outputs: every command the page shows is run, and every
 //! field of its JSON (top level, and `parent[].child` in arrays of objects) must be listed in
 //! its section; every listed field not marked "only ..." must appear in one of the section's
-//! outputs. A field added without its line on the page, or renamed, fails here.
+//! outputs. A field added without its line on the page, or renamed, fails here. Commands in a
+//! ```` ```sh setup ```` block only write the files the section's commands read.
 
 mod common;
 use common::{json, pplan};
@@ -9,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 struct Section {
     name: String,
+    /// Commands that only write the files the section's commands read (```sh setup).
+    setup: Vec<String>,
     commands: Vec<String>,
     /// field -> optional ("only when ...")
     fields: BTreeMap<String, bool>,
@@ -16,20 +19,26 @@ struct Section {
 
 fn sections(text: &str) -> Vec<Section> {
     let mut out: Vec<Section> = Vec::new();
-    let mut in_code = false;
+    let (mut in_code, mut setup) = (false, false);
     for line in text.lines() {
         if let Some(name) = line.strip_prefix("## ") {
             out.push(Section {
                 name: name.to_string(),
+                setup: Vec::new(),
                 commands: Vec::new(),
                 fields: BTreeMap::new(),
             });
-        } else if line.starts_with("```") {
+        } else if let Some(info) = line.strip_prefix("```") {
             in_code = !in_code;
+            setup = in_code && info.trim() == "sh setup";
         } else if let Some(s) = out.last_mut() {
             if in_code {
                 if let Some(cmd) = line.strip_prefix("pplan ") {
-                    s.commands.push(cmd.to_string());
+                    if setup {
+                        s.setup.push(cmd.to_string());
+                    } else {
+                        s.commands.push(cmd.to_string());
+                    }
                 }
             } else if let Some(rest) = line.strip_prefix("| `") {
                 let (field, rest) = rest.split_once('`').unwrap();
@@ -81,6 +90,11 @@ fn every_json_field_of_every_subcommand_is_documented() {
     }
     let mut checked = 0;
     for s in secs.iter().filter(|s| !s.commands.is_empty()) {
+        for cmd in &s.setup {
+            let args: Vec<&str> = cmd.split_whitespace().collect();
+            let (code, _, err) = pplan(&args);
+            assert_eq!(code, 0, "setup: pplan {cmd}: {err}");
+        }
         let mut seen = BTreeSet::new();
         for cmd in &s.commands {
             let args: Vec<&str> = cmd.split_whitespace().collect();
