@@ -50,9 +50,10 @@ fn predict_reports_days_gpu_hours_and_cost() {
             "2.5",
         ]);
         assert_eq!(code, 0, "{err}");
-        // The prediction's fields come first, unchanged.
+        // The prediction's fields come first, unchanged (`schema_version` closes both).
+        let fields = out.trim_end().trim_end_matches(",\"schema_version\":1}");
         assert!(
-            out2.starts_with(out.trim_end().trim_end_matches('}')),
+            out2.starts_with(fields) && out2.trim_end().ends_with(",\"schema_version\":1}"),
             "{out2}"
         );
         let v: serde_json::Value = serde_json::from_str(&out2).unwrap();

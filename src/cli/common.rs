@@ -414,7 +414,7 @@ pub(crate) fn write_plan(
 /// `--format json`: the value as one line of JSON on standard output.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
     let text = serde_json::to_string(value).map_err(|e| CliError::Internal(e.to_string()))?;
-    println!("{text}");
+    println!("{}", super::schema::with_schema_version(text));
     Ok(())
 }
 

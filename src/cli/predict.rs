@@ -31,6 +31,10 @@ pub(crate) struct PredictArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+    /// Add each pipeline rank's stages, layers, forward and backward time per micro-batch and
+    /// memory by kind at its own peak (a table, or a `stages` array in JSON).
+    #[arg(long)]
+    pub(crate) per_stage: bool,
     /// Show the phases (inputs, costs and simulation, trace, chart, plan) and the time so far
     /// on standard error even when it is not a terminal (on a terminal they appear by
     /// themselves).
@@ -130,19 +134,24 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     // Standard output starts here: the progress line must be gone first.
     progress.finish();
     match args.format {
-        Format::Json => match &run {
-            None => print_json(&pred)?,
-            Some(run) => {
-                #[derive(serde::Serialize)]
-                struct WithRun<'a> {
-                    #[serde(flatten)]
-                    pred: &'a pplan::plan::predict::Prediction,
-                    #[serde(flatten)]
-                    run: &'a pplan::plan::run_cost::RunCost,
-                }
-                print_json(&WithRun { pred: &pred, run })?
+        Format::Json => {
+            // The prediction's fields, then the run's (--tokens), then the ranks
+            // (--per-stage): without the flags the bytes are the prediction's alone.
+            #[derive(serde::Serialize)]
+            struct Out<'a> {
+                #[serde(flatten)]
+                pred: &'a pplan::plan::predict::Prediction,
+                #[serde(flatten, skip_serializing_if = "Option::is_none")]
+                run: Option<&'a pplan::plan::run_cost::RunCost>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                stages: Option<&'a [pplan::plan::predict::stages::RankFigures]>,
             }
-        },
+            print_json(&Out {
+                pred: &pred,
+                run: run.as_ref(),
+                stages: args.per_stage.then_some(&pred.ranks[..]),
+            })?
+        }
         Format::Table => {
             println!(
                 "{} (seq={}) on {} x {}: t={} p={} d={}{} b={} m={} {} v={} recompute={} sp={}",
@@ -169,6 +178,14 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             println!("tflops_per_gpu       {:.1}", pred.tflops_per_gpu);
             println!("model_tflops_per_gpu {:.1}", pred.model_tflops_per_gpu);
             println!("mfu                  {:.3}", pred.mfu);
+            // Beside the BF16 MFU, the MFU against the peak of the precision the GEMMs run
+            // in (FP8's is twice BF16's on Hopper): BF16 runs keep their lines as they were.
+            if pred.precision != "bf16" {
+                println!(
+                    "mfu_precision_peak   {:.3} (against the dense {} peak)",
+                    pred.mfu_precision_peak, pred.precision
+                );
+            }
             println!("tokens_per_s         {:.0}", pred.tokens_per_s);
             if pred.active_params < pred.params {
                 let (ep, etp) = (pred.ep, pred.etp);
@@ -208,6 +225,12 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             );
             if let Some(r) = &run {
                 print_run_cost(r);
+            }
+            if args.per_stage {
+                super::predict_stages::print_rank_table(
+                    &pred.ranks,
+                    pred.active_params < pred.params,
+                );
             }
         }
     }

@@ -111,13 +111,23 @@ pub(crate) struct PlanSearchArgs {
     /// Write the best configuration as a plan file (plan.json).
     #[arg(long)]
     pub(crate) output: Option<PathBuf>,
-    /// Output format.
+    /// Output format: table, json, or csv (one row a ranked result, the JSON result fields as
+    /// columns with their units in the header; RFC 4180).
     #[arg(long, value_enum, default_value_t)]
-    pub(crate) format: Format,
+    pub(crate) format: SearchFormat,
     /// Show progress with an estimate of the time left on standard error even when it is not a
     /// terminal (on a terminal it appears by itself after a second).
     #[arg(long)]
     pub(crate) progress: bool,
+}
+
+/// `search`'s formats: the shared two and CSV.
+#[derive(Clone, Copy, clap::ValueEnum, Default, PartialEq, Eq)]
+pub(crate) enum SearchFormat {
+    #[default]
+    Table,
+    Json,
+    Csv,
 }
 
 pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
@@ -211,7 +221,8 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
             .collect(),
     };
     match args.format {
-        Format::Json => {
+        SearchFormat::Csv => print!("{}", super::search_csv::to_csv(&outcome, &runs)),
+        SearchFormat::Json => {
             let mut v =
                 serde_json::to_value(&outcome).map_err(|e| CliError::Internal(e.to_string()))?;
             v["elapsed_s"] = serde_json::json!(elapsed_s);
@@ -226,7 +237,7 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
             }
             print_json(&v)?;
         }
-        Format::Table => {
+        SearchFormat::Table => {
             print_search_table(&outcome, elapsed_s);
             print_run_table(&outcome, &runs);
         }

@@ -5,7 +5,6 @@
 use super::balance::split_label;
 use super::request::*;
 use super::step::{step_costs, StepCosts};
-use crate::cost::memory::{self, MemoryBreakdown};
 use crate::cost::Recompute;
 use crate::schedule::generators::{generate, GenParams, ScheduleName};
 use crate::sim::{simulate, SimOptions, SimResult};
@@ -156,35 +155,8 @@ pub fn prediction_from(
         .max_by_key(|&(d, b)| (b, std::cmp::Reverse(d)))
         .unwrap_or((0, 0));
     let peak_memory_bytes = overheads.reserved_bytes(tensor_peak);
-    let per_param = req.stack.state_bytes(req.hardware);
-    let memory_breakdown = MemoryBreakdown::new(
-        step.device_params.get(fullest).copied().unwrap_or(0),
-        cm.shard_ranks(),
-        req.stack.zero,
-        per_param,
-        tensor_peak,
-        overheads,
-    );
-    // Mixture of experts: the experts' state is sharded over their own group.
-    let memory_breakdown = match step.device_expert_params.get(fullest) {
-        Some(&expert) => {
-            let total = step.device_params.get(fullest).copied().unwrap_or(0);
-            let parts = |params: u64, shard: u64| {
-                memory::model_state_parts(params, shard, req.stack.zero, per_param)
-            };
-            let (dw, dg, dopt) = parts(total.saturating_sub(expert), cm.shard_ranks());
-            let (ew, eg, eopt) = parts(expert, cm.expert_dp());
-            let (weights, gradients, optimizer) = (dw + ew, dg + eg, dopt + eopt);
-            MemoryBreakdown {
-                weights,
-                gradients,
-                optimizer,
-                activations: tensor_peak.saturating_sub(weights + gradients + optimizer),
-                ..memory_breakdown
-            }
-        }
-        None => memory_breakdown,
-    };
+    let memory_breakdown = super::stages::device_breakdown(req, &cm, &step, fullest, tensor_peak);
+    let ranks = super::stages::rank_figures(req, &cm, &step, &result, name.placement());
     let limit = hw.gpu.memory_bytes;
     let mtp_stage = super::mtp::mtp_stage(req, step.stage_layers.len()).map(|s| s as u32);
     Prediction {
@@ -250,6 +222,7 @@ pub fn prediction_from(
         etp: req.etp,
         mtp_num_layers: model.mtp_layers,
         mtp_stage,
+        ranks,
         timeline: result.timeline,
     }
 }

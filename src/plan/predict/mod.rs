@@ -13,7 +13,8 @@
 //! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (a
 //! step's costs), [`figures`] (the simulation and the figures reported), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
 //! rules), [`layout`] (Megatron-Core's layout strings), [`best`] (`--micro-batch auto`), [`state`] (each stage's layers, parameters and model
-//! state), [`mtp`] (the multi-token prediction block's stage, costs and parameters).
+//! state), [`mtp`] (the multi-token prediction block's stage, costs and parameters), [`stages`] (each
+//! pipeline rank's layers, times and memory: `--per-stage`).
 
 pub mod balance;
 pub mod best;
@@ -22,6 +23,7 @@ pub mod layout;
 pub mod mtp;
 pub mod pipeline_split;
 pub mod request;
+pub mod stages;
 pub mod state;
 pub mod step;
 

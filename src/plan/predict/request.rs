@@ -267,6 +267,10 @@ pub struct Prediction {
     pub mtp_num_layers: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtp_stage: Option<u32>,
+    /// Each pipeline rank's layers, times and memory (`predict --per-stage` prints them as
+    /// `stages`; not part of the default JSON).
+    #[serde(skip)]
+    pub ranks: Vec<super::stages::RankFigures>,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
 }
