@@ -36,6 +36,8 @@ fn model() -> PlanModel {
         normalization: None,
         position_embedding_type: None,
         mtp_num_layers: 0,
+        arch: Default::default(),
+        sliding_window: None,
     }
 }
 
