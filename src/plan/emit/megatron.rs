@@ -285,7 +285,7 @@ pub fn megatron(plan: &Plan) -> Emitted {
     super::megatron_arch::arch_flags(m, &mut flag, &mut notes, &mut assumed);
     if m.gated_mlp {
         assumed.push(
-            "a gated MLP is taken as the Llama family unless the plan records otherwise: no linear biases, RoPE and RMSNorm (pplan's parameter count includes LayerNorm and linear biases this network does not have)",
+            "a gated MLP is taken as the Llama family unless the plan records otherwise: SwiGLU, no linear biases, RoPE and RMSNorm (pplan's parameter count includes LayerNorm and linear biases this network does not have)",
         );
     } else {
         assumed.push(
@@ -551,10 +551,10 @@ pub fn megatron(plan: &Plan) -> Emitted {
     for a in &assumed {
         let _ = writeln!(text, "# assumed: {a}");
     }
-    environment(plan, &mut text);
     for n in &notes {
         let _ = writeln!(text, "# cannot express exactly: {n}");
     }
+    environment(plan, &mut text);
     let _ = writeln!(text, "{ARRAY_NAME}=(");
     for (name, value) in flags {
         match value {

@@ -17,7 +17,7 @@ pub fn arch_flags(
     m: &PlanModel,
     flag: &mut dyn FnMut(&'static str, Option<String>),
     notes: &mut Vec<String>,
-    assumed: &mut Vec<&'static str>,
+    _assumed: &mut Vec<&'static str>,
 ) {
     let a = &m.arch;
     let family = |recorded: &Option<String>, default: &str| {
@@ -135,9 +135,6 @@ pub fn arch_flags(
         if a.add_qkv_bias {
             flag("--add-qkv-bias", None);
         }
-    }
-    if m.gated_mlp && a.activation.is_none() {
-        assumed.push("a gated MLP is SwiGLU unless the plan records another activation");
     }
     if m.moe.is_some() {
         if let Some(s) = &a.moe_router_score_function {
