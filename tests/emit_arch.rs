@@ -206,6 +206,32 @@ fn hugging_face_configs_keep_their_architecture_through_megatron_arguments() {
     );
 }
 
+#[test]
+fn megatron_style_json_facts_read_and_survive_the_trip() {
+    let path =
+        std::env::temp_dir().join(format!("pplan-arch-megatron-{}.json", std::process::id()));
+    std::fs::write(
+        &path,
+        r#"{"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "ffn_hidden_size": 512,
+            "seq_length": 512, "vocab_size": 1024, "swiglu": true, "normalization": "RMSNorm",
+            "position_embedding_type": "rope", "rotary_base": 1000000, "norm_epsilon": 1e-6,
+            "qk_layernorm": true, "add_qkv_bias": true, "add_bias_linear": false,
+            "num_experts": 8, "moe_router_topk": 2, "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": true, "moe_aux_loss_coeff": 0.0,
+            "moe_router_dtype": "fp32"}"#,
+    )
+    .unwrap();
+    let m = Model::load(path.to_str().unwrap()).unwrap();
+    assert_eq!(m.arch.rotary_base, Some(1e6));
+    assert!(m.arch.qk_layernorm && m.arch.add_qkv_bias && m.arch.moe_router_enable_expert_bias);
+    assert_eq!(
+        m.arch.add_bias_linear, None,
+        "no biases is the gated family's default"
+    );
+    assert_eq!(m.arch.moe_aux_loss_coeff, Some(0.0));
+    round_trip(&plan(&m, "megatron-core"));
+}
+
 /// Flags and their values of an emitted file (the array's lines).
 fn flags(text: &str) -> Vec<(String, Option<String>)> {
     text.lines()

@@ -192,7 +192,7 @@ impl Arch {
         let attention_bias = opt_bool(v, "attention_bias")?.unwrap_or(false);
         let mla = v.get("kv_lora_rank").is_some_and(|x| !x.is_null());
         let mut a = Arch {
-            rotary_base: opt_f64(v, "rope_theta")?,
+            rotary_base: opt_pos(v, "rope_theta")?,
             rope_scaling: rope_scaling(v)?,
             qk_layernorm: mla
                 || ["qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2"].contains(&model_type),
@@ -203,16 +203,16 @@ impl Arch {
             add_bias_linear: gpt_oss.then_some(true),
             activation: activation.map(str::to_string),
             activation_func_clamp_value: if gpt_oss {
-                opt_f64(v, "swiglu_limit")?
+                opt_pos(v, "swiglu_limit")?
             } else {
                 None
             },
             glu_linear_offset: gpt_oss.then_some(1.0),
-            norm_epsilon: match opt_f64(v, "rms_norm_eps")? {
+            norm_epsilon: match opt_pos(v, "rms_norm_eps")? {
                 Some(e) => Some(e),
-                None => match opt_f64(v, "layer_norm_eps")? {
+                None => match opt_pos(v, "layer_norm_eps")? {
                     Some(e) => Some(e),
-                    None => opt_f64(v, "layer_norm_epsilon")?,
+                    None => opt_pos(v, "layer_norm_epsilon")?,
                 },
             },
             ..Arch::default()
@@ -225,7 +225,7 @@ impl Arch {
             a.moe_router_enable_expert_bias =
                 v.get("topk_method").and_then(Value::as_str) == Some("noaux_tc");
             a.moe_router_topk_scaling_factor =
-                opt_f64(v, "routed_scaling_factor")?.filter(|&s| s != 1.0);
+                opt_pos(v, "routed_scaling_factor")?.filter(|&s| s != 1.0);
             if opt_bool(v, "seq_aux")? == Some(true) {
                 a.moe_router_load_balancing_type = Some("seq_aux_loss".into());
             }
@@ -241,6 +241,52 @@ impl Arch {
     }
 }
 
+impl Arch {
+    /// The facts of Megatron-style JSON, under Megatron-LM's argument (dest) names:
+    /// `rotary_base`, `norm_epsilon`, `qk_layernorm`, `add_qkv_bias`, `add_bias_linear`,
+    /// `squared_relu`, `quick_geglu`, `activation_func_clamp_value`, `glu_linear_offset` and
+    /// the `moe_router_*`/`moe_aux_loss_coeff` keys; absent keys are Megatron-LM's defaults.
+    /// `gated` is the file's `swiglu` (or `quick_geglu`).
+    pub fn from_megatron(v: &Value, gated: bool) -> Result<Arch, FieldError> {
+        let text = |k: &str| -> Result<Option<String>, FieldError> {
+            match v.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(x) => Err(bad(k, x, "a string")),
+            }
+        };
+        let flag = |k: &str| opt_bool(v, k).map(|b| b.unwrap_or(false));
+        let biases = opt_bool(v, "add_bias_linear")?;
+        let activation = if flag("quick_geglu")? {
+            Some("quick-geglu".to_string())
+        } else if flag("squared_relu")? {
+            Some("squared-relu".to_string())
+        } else {
+            None
+        };
+        Ok(Arch {
+            rotary_base: opt_pos(v, "rotary_base")?,
+            qk_layernorm: flag("qk_layernorm")?,
+            add_qkv_bias: flag("add_qkv_bias")? && biases != Some(true),
+            // Recorded only where it differs from the family's (none gated, biases not).
+            add_bias_linear: biases.filter(|&b| b == gated),
+            activation,
+            activation_func_clamp_value: opt_pos(v, "activation_func_clamp_value")?,
+            glu_linear_offset: opt_f64(v, "glu_linear_offset")?.filter(|&x| x != 0.0),
+            norm_epsilon: opt_pos(v, "norm_epsilon")?,
+            moe_router_score_function: text("moe_router_score_function")?
+                .filter(|s| s != "softmax"),
+            moe_router_enable_expert_bias: flag("moe_router_enable_expert_bias")?,
+            moe_router_topk_scaling_factor: opt_pos(v, "moe_router_topk_scaling_factor")?,
+            moe_router_load_balancing_type: text("moe_router_load_balancing_type")?
+                .filter(|s| s != "aux_loss"),
+            moe_aux_loss_coeff: opt_f64(v, "moe_aux_loss_coeff")?,
+            moe_router_dtype: text("moe_router_dtype")?,
+            ..Arch::default()
+        })
+    }
+}
+
 fn bad(field: &str, got: &Value, expected: &'static str) -> FieldError {
     FieldError {
         field: field.to_string(),
@@ -249,7 +295,19 @@ fn bad(field: &str, got: &Value, expected: &'static str) -> FieldError {
     }
 }
 
+/// A number, 0 or more (an aux-loss coefficient or a GLU offset of 0 is Megatron-LM's default).
 fn opt_f64(v: &Value, field: &str) -> Result<Option<f64>, FieldError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => match x.as_f64() {
+            Some(f) if f.is_finite() && f >= 0.0 => Ok(Some(f)),
+            _ => Err(bad(field, x, "a number, 0 or more")),
+        },
+    }
+}
+
+/// A positive number (a rotary base, a norm epsilon, a scaling factor).
+fn opt_pos(v: &Value, field: &str) -> Result<Option<f64>, FieldError> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(x) => match x.as_f64() {
@@ -282,7 +340,7 @@ fn rope_scaling(v: &Value) -> Result<Option<RopeScaling>, FieldError> {
     if kind == "default" {
         return Ok(None);
     }
-    let factor = opt_f64(s, "factor")
+    let factor = opt_pos(s, "factor")
         .map_err(|e| FieldError {
             field: format!("rope_scaling.{}", e.field),
             ..e

@@ -556,9 +556,9 @@ impl Model {
                 arch: super::arch::Arch::from_hf(
                     &v,
                     gated_mlp,
-                    v.get("num_local_experts").is_some()
-                        || v.get("num_experts").is_some()
-                        || v.get("n_routed_experts").is_some(),
+                    ["num_local_experts", "num_experts", "n_routed_experts"]
+                        .iter()
+                        .any(|k| v.get(k).and_then(Value::as_u64).unwrap_or(0) > 0),
                 )
                 .map_err(|e| field_error(path, e))?,
             }
@@ -610,7 +610,11 @@ impl Model {
                     })?,
                 mtp_layers: mtp::mtp_layers(&v, mtp::MEGATRON_KEY, num_layers)
                     .map_err(|e| field_error(path, e))?,
-                arch: super::arch::Arch::default(),
+                arch: super::arch::Arch::from_megatron(
+                    &v,
+                    get_opt_bool(&v, "swiglu", path)?.unwrap_or(false),
+                )
+                .map_err(|e| field_error(path, e))?,
             }
         } else {
             return Err(ModelError::UnknownFormat {
