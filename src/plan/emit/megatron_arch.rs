@@ -160,7 +160,7 @@ pub fn arch_flags(
         // Megatron-Core's (left, right) window: causal attention looks left only.
         flag("--window-size", Some(format!("{},0", w.window_size)));
         let p = &w.window_layer_pattern;
-        if p.iter().any(|&b| b == 0) {
+        if p.contains(&0) {
             let every = (2..=p.len()).find(|&n| {
                 p.iter()
                     .enumerate()
