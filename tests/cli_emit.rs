@@ -36,6 +36,8 @@ fn model() -> PlanModel {
         normalization: None,
         position_embedding_type: None,
         mtp_num_layers: 0,
+        arch: Default::default(),
+        sliding_window: None,
     }
 }
 
@@ -97,8 +99,12 @@ fn megatron_interleaved_exact_output() {
 # Launch on 8 GPUs: tp 2 x pp 2 x dp 2; Megatron-LM derives dp from the world size.
 # Vocabulary: 32000 (--padded-vocab-size); the tokenizer's must not be larger. Add data, tokenizer and optimizer flags.
 # Use: source THIS_FILE && torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" ...
-# assumed: a gated MLP is taken as the Llama family: SwiGLU, no linear biases, and RoPE and RMSNorm unless the plan records otherwise (pplan's model records no biases; its parameter count includes LayerNorm and linear biases this network does not have)
+# assumed: a gated MLP is taken as the Llama family unless the plan records otherwise: SwiGLU, no linear biases, RoPE and RMSNorm (pplan's parameter count includes LayerNorm and linear biases this network does not have)
 # cannot express exactly: pplan's model 'tiny-gqa' does not record its rotary base (rope_theta): Megatron-LM's default 10000 applies; add --rotary-base
+# >>> environment (pplan emit; source this file before launch)
+# tp or cp above 1 before Blackwell: validate_args asserts 1 (arguments.py:1477)
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+# <<< environment
 MEGATRON_ARGS=(
   --tensor-model-parallel-size 2
   --pipeline-model-parallel-size 2
@@ -183,11 +189,12 @@ fn megatron_notes_what_it_cannot_express() {
             comment.is_some(),
             "{name}: no note containing '{what}':\n{out}"
         );
-        // Every line between the comments and the array's end is a flag.
+        // Every line between the comments and the array's end is a flag, but the
+        // environment block's.
         assert!(out
             .lines()
             .filter(|l| !l.starts_with('#') && *l != "MEGATRON_ARGS=(" && *l != ")")
-            .all(|l| l.starts_with("  --")));
+            .all(|l| l.starts_with("  --") || l.starts_with("export ") || l.starts_with("unset ")));
     }
 }
 

@@ -410,17 +410,8 @@ fn megatron_round_trip(p: &Plan) {
     let mut model = PlanModel::from_model(&back.model);
     model.name = p.model.name.clone();
     assert_eq!(model, p.model);
-    // Read but not part of pplan's model: the architecture pplan assumes for the family
-    // (the normalisation and the position embedding are: `Model::rms_norm`, `rotary`).
-    let expected: &[&str] = if p.model.gated_mlp {
-        &[
-            "--max-position-embeddings",
-            "--rotary-base",
-            "--disable-bias-linear",
-        ]
-    } else {
-        &["--max-position-embeddings"]
-    };
+    // Read but not part of pplan's model: the positions' table size (the sequence length).
+    let expected: &[&str] = &["--max-position-embeddings"];
     assert_eq!(back.ignored, expected);
 }
 

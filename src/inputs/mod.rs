@@ -4,6 +4,7 @@
 //!
 //! Imports nothing else of the crate.
 
+pub mod arch;
 pub mod dense_presets;
 pub mod families;
 pub mod hardware;

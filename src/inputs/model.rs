@@ -35,7 +35,7 @@ use super::moe::{self, FieldError, Mla, Moe, SlidingWindow};
 use super::mtp;
 use serde_json::Value;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Model {
     pub name: String,
     pub num_layers: u32,
@@ -80,6 +80,9 @@ pub struct Model {
     /// `num_nextn_predict_layers`, Megatron `mtp_num_layers`; 0: none), each one more layer
     /// of the last layer's kind ([`Model::mtp_depth_params`]).
     pub mtp_layers: u32,
+    /// Facts that change what a framework builds, not what pplan predicts (rotary base,
+    /// QK norm, biases, activation, router scoring; `inputs::arch`).
+    pub arch: super::arch::Arch,
 }
 
 /// The training sequence length of a Hugging Face config.json when `--seq-len` is not given
@@ -429,6 +432,7 @@ impl Model {
                 rms_norm: gated,
                 rotary: gated,
                 mtp_layers: 0,
+                arch: super::arch::Arch::preset(name),
             })
             .or_else(|| {
                 super::moe_presets::moe_preset(name).map(|p| Model {
@@ -452,6 +456,7 @@ impl Model {
                     rms_norm: true,
                     rotary: true,
                     mtp_layers: p.mtp_layers,
+                    arch: super::arch::Arch::preset(p.name),
                 })
             })
     }
@@ -557,6 +562,14 @@ impl Model {
                     && get_opt_bool(&v, "alibi", path)? != Some(true),
                 mtp_layers: mtp::mtp_layers(&v, mtp::HF_KEY, num_layers)
                     .map_err(|e| field_error(path, e))?,
+                arch: super::arch::Arch::from_hf(
+                    &v,
+                    gated_mlp,
+                    ["num_local_experts", "num_experts", "n_routed_experts"]
+                        .iter()
+                        .any(|k| v.get(k).and_then(Value::as_u64).unwrap_or(0) > 0),
+                )
+                .map_err(|e| field_error(path, e))?,
             }
         } else if v.get("num_layers").is_some() {
             refuse_unmodelled(&v, path)?;
@@ -606,6 +619,11 @@ impl Model {
                     })?,
                 mtp_layers: mtp::mtp_layers(&v, mtp::MEGATRON_KEY, num_layers)
                     .map_err(|e| field_error(path, e))?,
+                arch: super::arch::Arch::from_megatron(
+                    &v,
+                    get_opt_bool(&v, "swiglu", path)?.unwrap_or(false),
+                )
+                .map_err(|e| field_error(path, e))?,
             }
         } else {
             return Err(ModelError::UnknownFormat {

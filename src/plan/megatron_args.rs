@@ -18,6 +18,8 @@ use crate::inputs::model::{megatron_dropout, megatron_rms_norm, megatron_rotary,
 use crate::plan::predict::{parse_layout, PipelineSplit};
 use std::collections::BTreeMap;
 
+mod arch;
+
 /// What a Megatron-LM command line trains: the model and the layout, in pplan's terms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MegatronPlan {
@@ -416,7 +418,8 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
     let head_dim = flags
         .num("--kv-channels")?
         .filter(|&d| heads == 0 || d != hidden / heads);
-    let gated = flags.has("--swiglu");
+    // `--quick-geglu` (GPT-OSS) is a gated MLP too.
+    let gated = flags.has("--swiglu") || flags.has("--quick-geglu");
     let ffn = match flags.num("--ffn-hidden-size")? {
         Some(f) => f,
         // arguments.py's defaults (validate_args).
@@ -586,7 +589,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
     let ignored = flags
         .order
         .iter()
-        .filter(|f| !USED.contains(&f.as_str()))
+        .filter(|f| !USED.contains(&f.as_str()) && !arch::USED.contains(&f.as_str()))
         .cloned()
         .collect();
     let name = std::path::Path::new(origin)
@@ -613,7 +616,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         seq_len_defaulted: false,
         moe: None,
         mla: None,
-        sliding_window: None,
+        sliding_window: arch::window_from_flags(&flags, num_layers as u32)?,
         rms_norm: megatron_rms_norm(flags.str("--normalization"))
             .map_err(|got| flags.bad("--normalization", &got, "LayerNorm or RMSNorm"))?,
         rotary: megatron_rotary(flags.str("--position-embedding-type")).map_err(|got| {
@@ -624,6 +627,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
             )
         })?,
         mtp_layers,
+        arch: arch::arch_from_flags(&flags, gated, flags.has("--multi-latent-attention"))?,
     };
     let mut model = model;
     model.moe = moe_from_flags(&flags, model.num_layers, model.ffn_hidden_size)?;

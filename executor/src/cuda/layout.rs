@@ -262,6 +262,8 @@ pub(crate) mod tests_support {
                 normalization: None,
                 position_embedding_type: None,
                 mtp_num_layers: 0,
+                arch: Default::default(),
+                sliding_window: None,
             },
             hardware: "h100-80gb".into(),
             parallelism: Parallelism {

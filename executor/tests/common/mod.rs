@@ -30,6 +30,8 @@ pub fn tiny_model(layers: u32) -> PlanModel {
         normalization: None,
         position_embedding_type: None,
         mtp_num_layers: 0,
+        arch: Default::default(),
+        sliding_window: None,
     }
 }
 

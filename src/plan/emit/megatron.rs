@@ -116,11 +116,41 @@ pub fn shell_word(s: &str) -> String {
     }
 }
 
-/// The rotary base of the bundled models whose `rope_theta` pplan knows by name (Meta's
-/// released Llama 3.1 `config.json`: 500000). Other models: Megatron-LM's default, with a note.
-fn known_rotary_base(name: &str) -> Option<u64> {
-    name.starts_with("llama3-").then_some(500_000)
+/// Bundled hardware of compute capability 10 or later (Blackwell), where Megatron-LM no longer
+/// needs `CUDA_DEVICE_MAX_CONNECTIONS=1` for tensor or context parallelism.
+const BLACKWELL: [&str; 4] = ["b200", "b300", "gb200-nvl72", "gb300-nvl72"];
+
+/// The environment Megatron-LM's `validate_args` checks at start (megatron/training/
+/// arguments.py at d98e8a64): Megatron-FSDP asserts `CUDA_DEVICE_MAX_CONNECTIONS` is not 1
+/// (line 1166); otherwise, with tp or cp above 1 before Blackwell, it asserts 1 (lines
+/// 1452-1479; line 1455: "no longer exists since the Blackwell architecture"). Written as
+/// `export`/`unset` lines between two marker comments, so sourcing the file sets them.
+pub fn environment(plan: &Plan, text: &mut String) {
+    let par = &plan.parallelism;
+    let line = if par.zero >= 2 {
+        Some((
+            "unset CUDA_DEVICE_MAX_CONNECTIONS",
+            "Megatron-FSDP asserts it is not 1 (arguments.py:1166)",
+        ))
+    } else if (par.tp > 1 || par.cp > 1) && !BLACKWELL.contains(&plan.hardware.as_str()) {
+        Some((
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+            "tp or cp above 1 before Blackwell: validate_args asserts 1 (arguments.py:1477)",
+        ))
+    } else {
+        None
+    };
+    if let Some((cmd, why)) = line {
+        let _ = writeln!(text, "{ENV_BEGIN}");
+        let _ = writeln!(text, "# {why}");
+        let _ = writeln!(text, "{cmd}");
+        let _ = writeln!(text, "{ENV_END}");
+    }
 }
+
+/// The marker comments around the environment block.
+pub const ENV_BEGIN: &str = "# >>> environment (pplan emit; source this file before launch)";
+pub const ENV_END: &str = "# <<< environment";
 
 pub fn megatron(plan: &Plan) -> Emitted {
     let par = &plan.parallelism;
@@ -249,37 +279,17 @@ pub fn megatron(plan: &Plan) -> Emitted {
     flag("--ffn-hidden-size", val(m.ffn_hidden_size));
     flag("--seq-length", val(m.seq_length));
     flag("--max-position-embeddings", val(m.seq_length));
-    // The plan's own normalisation and position embedding where it records them (where they
-    // differ from the family's), else the family's.
-    let family = |recorded: &Option<String>, default: &str| {
-        Some(recorded.clone().unwrap_or_else(|| default.to_string()))
-    };
+    // Positions, normalisation, activation, biases, rotary base and scaling, QK norm, norm
+    // epsilon, router scoring and balancing, sliding window: the plan's where it records them,
+    // else the family's (a gated MLP: Llama; else Megatron-LM's GPT).
+    super::megatron_arch::arch_flags(m, &mut flag, &mut notes, &mut assumed);
     if m.gated_mlp {
-        flag(
-            "--position-embedding-type",
-            family(&m.position_embedding_type, "rope"),
-        );
-        match known_rotary_base(&m.name) {
-            Some(base) => flag("--rotary-base", val(base)),
-            None => notes.push(format!(
-                "pplan's model '{}' does not record its rotary base (rope_theta): Megatron-LM's default 10000 applies; add --rotary-base",
-                m.name
-            )),
-        }
-        flag("--normalization", family(&m.normalization, "RMSNorm"));
-        flag("--swiglu", None);
-        flag("--disable-bias-linear", None);
         assumed.push(
-            "a gated MLP is taken as the Llama family: SwiGLU, no linear biases, and RoPE and RMSNorm unless the plan records otherwise (pplan's model records no biases; its parameter count includes LayerNorm and linear biases this network does not have)",
+            "a gated MLP is taken as the Llama family unless the plan records otherwise: SwiGLU, no linear biases, RoPE and RMSNorm (pplan's parameter count includes LayerNorm and linear biases this network does not have)",
         );
     } else {
-        flag(
-            "--position-embedding-type",
-            family(&m.position_embedding_type, "learned_absolute"),
-        );
-        flag("--normalization", family(&m.normalization, "LayerNorm"));
         assumed.push(
-            "an ungated MLP is taken as the GPT family: GELU, linear biases, and learned absolute positions and LayerNorm unless the plan records otherwise (pplan's parameter count omits the seq-length x hidden position embedding)",
+            "an ungated MLP is taken as the GPT family unless the plan records otherwise: GELU, linear biases, learned absolute positions and LayerNorm (pplan's parameter count omits the seq-length x hidden position embedding)",
         );
     }
     if m.untie_embeddings_and_output_weights {
@@ -327,7 +337,7 @@ pub fn megatron(plan: &Plan) -> Emitted {
             }
         }
         assumed.push(
-            "the experts run as grouped GEMMs (pplan's cost model); router load balancing and aux-loss coefficient are left at Megatron-LM's defaults",
+            "the experts run as grouped GEMMs (pplan's cost model); router scoring, balancing and aux-loss coefficient are the plan's where it records them, else Megatron-LM's defaults",
         );
     }
     if m.mtp_num_layers > 0 {
@@ -387,6 +397,9 @@ pub fn megatron(plan: &Plan) -> Emitted {
         // ZeRO-2/3: Megatron-Core's FSDP, sharding gradients (and parameters) too.
         2 | 3 => {
             flag("--use-megatron-fsdp", None);
+            // validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
+            // (megatron/training/arguments.py:1169 at d98e8a64).
+            flag("--ckpt-format", Some("fsdp_dtensor".into()));
             flag(
                 "--data-parallel-sharding-strategy",
                 Some(
@@ -541,6 +554,7 @@ pub fn megatron(plan: &Plan) -> Emitted {
     for n in &notes {
         let _ = writeln!(text, "# cannot express exactly: {n}");
     }
+    environment(plan, &mut text);
     let _ = writeln!(text, "{ARRAY_NAME}=(");
     for (name, value) in flags {
         match value {

@@ -22,6 +22,7 @@
 
 pub mod common;
 pub mod megatron;
+pub mod megatron_arch;
 pub mod target;
 pub mod torchtitan;
 pub mod torchtitan_toml;

@@ -319,6 +319,7 @@ impl Plan {
         self.check_experts(origin)?;
         self.check_recipe(origin)?;
         self.check_mtp(origin)?;
+        self.check_window(origin)?;
         let schedule = self.schedule_ir_at(origin)?;
         self.check_schedule_name(origin, &schedule)?;
         Ok(())
@@ -342,6 +343,35 @@ impl Plan {
         };
         crate::cost::recipe::check(graphs, &ctx)
             .map_err(|e| field(origin, "parallelism.cuda_graph_impl", e))
+    }
+
+    /// A sliding window of at least one token, named for every layer (the cost model and the
+    /// emitters index the pattern by layer).
+    fn check_window(&self, origin: &str) -> Result<(), PlanError> {
+        let Some(w) = &self.model.sliding_window else {
+            return Ok(());
+        };
+        if w.window_size == 0 {
+            return Err(field(
+                origin,
+                "model.sliding_window.window_size",
+                "0 (valid: a positive number of tokens)".to_string(),
+            ));
+        }
+        if w.window_layer_pattern.len() != self.model.num_layers as usize
+            || w.window_layer_pattern.iter().any(|&b| b > 1)
+        {
+            return Err(field(
+                origin,
+                "model.sliding_window.window_layer_pattern",
+                format!(
+                    "{} entries (valid: one 0/1 entry per layer, model.num_layers = {})",
+                    w.window_layer_pattern.len(),
+                    self.model.num_layers
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Multi-token prediction as Megatron-Core's layouts allow it (`Layout::check`): at most

@@ -50,7 +50,7 @@ pub struct Plan {
 }
 
 /// The transformer dimensions a stage is built from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanModel {
     pub name: String,
@@ -98,6 +98,24 @@ pub struct PlanModel {
     /// ([`PlanStage::mtp_layers`]).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub mtp_num_layers: u32,
+    /// Architecture facts that change what is built, not what is predicted (rotary base and
+    /// scaling, QK norm, biases, activation, norm epsilon, router scoring and balancing), in
+    /// Megatron-LM's argument names (`inputs::arch`); omitted when none is recorded.
+    #[serde(default, skip_serializing_if = "crate::inputs::arch::Arch::is_default")]
+    pub arch: crate::inputs::arch::Arch,
+    /// Sliding-window attention (GPT-OSS): the window in tokens and one 0/1 entry per layer,
+    /// 1 where the layer attends within it (Megatron-LM's `--window-size` and
+    /// `--window-attn-skip-freq`); omitted without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<PlanSlidingWindow>,
+}
+
+/// A plan model's sliding-window layers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSlidingWindow {
+    pub window_size: u64,
+    pub window_layer_pattern: Vec<u8>,
 }
 
 /// The experts of a mixture-of-experts plan.
@@ -594,6 +612,11 @@ impl PlanModel {
             position_embedding_type: (m.rotary != m.gated_mlp)
                 .then(|| if m.rotary { "rope" } else { "learned_absolute" }.to_string()),
             mtp_num_layers: m.mtp_layers,
+            arch: m.arch.clone(),
+            sliding_window: m.sliding_window.as_ref().map(|w| PlanSlidingWindow {
+                window_size: w.window,
+                window_layer_pattern: w.layers.iter().map(|&b| b as u8).collect(),
+            }),
         }
     }
 
@@ -642,8 +665,14 @@ impl PlanModel {
                 .map_or(self.gated_mlp, |v| {
                     megatron_rotary(Some(v)).unwrap_or(self.gated_mlp)
                 }),
-            sliding_window: None,
+            sliding_window: self.sliding_window.as_ref().map(|w| {
+                crate::inputs::moe::SlidingWindow {
+                    window: w.window_size,
+                    layers: w.window_layer_pattern.iter().map(|&b| b != 0).collect(),
+                }
+            }),
             mtp_layers: self.mtp_num_layers,
+            arch: self.arch.clone(),
         }
     }
 }
