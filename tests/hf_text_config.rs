@@ -133,3 +133,16 @@ fn linear_attention_hybrids_are_refused_naming_the_key() {
         .to_string();
     assert!(e.contains("text_config"), "{e}");
 }
+
+/// GPT-OSS's config class defaults `tie_word_embeddings` to false (`GptOssConfig`): a config
+/// that omits the key is untied, as the published one states.
+#[test]
+fn gpt_oss_without_the_tie_key_is_untied() {
+    let text = std::fs::read_to_string("tests/data/hf/gpt-oss-120b.json").unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("tie_word_embeddings");
+    let m = Model::from_json(&v.to_string(), "gpt-oss-no-tie.json").unwrap();
+    assert!(!m.tied_embeddings);
+    let published = Model::load("tests/data/hf/gpt-oss-120b.json").unwrap();
+    assert_eq!(m.total_params(), published.total_params());
+}

@@ -69,10 +69,10 @@ pub(crate) const UNGATED_FAMILIES: [&str; 11] = [
 /// Llama 4 classes too: `MixtralConfig`, `Qwen2MoeConfig`, `Qwen3MoeConfig`,
 /// `Qwen3NextConfig`, `DeepseekV2Config`, `DeepseekV3Config`, `Llama4TextConfig`, and
 /// `OlmoConfig`, `Olmo2Config`, `GraniteConfig`); every other family takes
-/// `PretrainedConfig`'s true (Gemma 1/2/3, Cohere). `GptOssConfig` defaults to false too but
-/// is not listed yet: the inline GPT-OSS rows of `data/runs/megatron-bridge-2025-26.json` omit
-/// the key and were calibrated as tied (issue 41 leaves that to a change of its own).
-pub(crate) const UNTIED_BY_DEFAULT: [&str; 16] = [
+/// `PretrainedConfig`'s true (Gemma 1/2/3, Cohere). `GptOssConfig` defaults to false too
+/// (the runs files' GPT-OSS rows give the key, false, as its published config does).
+pub(crate) const UNTIED_BY_DEFAULT: [&str; 17] = [
+    "gpt_oss",
     "llama",
     "mistral",
     "qwen2",
