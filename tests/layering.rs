@@ -374,7 +374,7 @@ fn the_checker_resolves_the_real_layers() {
     assert!(deps("plan/predict/step.rs").contains(&m("cost/mod.rs")));
     assert!(deps("cost/mod.rs").contains(&m("cost/stack.rs")));
     assert!(deps("cli/predict.rs").contains(&m("plan/predict/mod.rs")));
-    assert!(deps("cli/predict.rs").contains(&m("cli/common.rs")));
+    assert!(deps("cli/predict.rs").contains(&m("cli/common/mod.rs")));
 }
 
 fn fake(files: &[(&str, &str)]) -> Vec<(PathBuf, String)> {
