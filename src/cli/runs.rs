@@ -3,7 +3,7 @@
 
 use super::calibrate::CalibrateArgs;
 use super::common::*;
-use super::validate::ValidateArgs;
+use super::validate::args::ValidateArgs;
 use pplan::runs::file::RunsFile;
 use pplan::runs::fit::{self, Param};
 use pplan::runs::validate::{self as rv, GroupBy, Loaded, RunResult};
