@@ -20,10 +20,10 @@
 mod layers;
 mod ops;
 mod steps;
-mod timing;
+pub(crate) mod timing;
 mod transfer;
 
-pub(crate) use timing::time_copy;
+
 
 use super::kernels::{self, elementwise_config, row_block};
 use super::layout::{backward_kind, col_major, Dir, MsgKey};
