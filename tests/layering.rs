@@ -406,13 +406,6 @@ const ALLOWED_CIRCLES: &[(&str, &[&str], &str)] = &[
         // Only draw.rs's tests render an SVG to check a drawing; draw itself never renders.
         "test-only: draw.rs's tests call render::render_svg",
     ),
-    (
-        "src",
-        &["bin::cli::calibrate", "bin::cli::runs"],
-        // Like validate before it became a folder: calibrate dispatches --runs to runs.rs,
-        // which reads CalibrateArgs back. Fix: CalibrateArgs into its own file.
-        "calibrate dispatches to runs; runs reads CalibrateArgs",
-    ),
 ];
 
 /// The files of every circle in `g`: each strongly connected component with more than one

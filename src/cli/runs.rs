@@ -1,7 +1,7 @@
 //! `pplan validate --runs` and `pplan calibrate --runs`: runs files predicted, and hardware
 //! parameters fitted to them (`pplan::runs`).
 
-use super::calibrate::CalibrateArgs;
+use super::calibrate::args::CalibrateArgs;
 use super::common::*;
 use super::validate::args::ValidateArgs;
 use pplan::runs::file::RunsFile;
