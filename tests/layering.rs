@@ -140,8 +140,7 @@ fn code_lines(text: &str) -> Vec<String> {
             let from = i;
             i = r + hashes + 1;
             while i < c.len() {
-                if c[i] == '"' && c[i + 1..].iter().take_while(|&&ch| ch == '#').count() >= hashes
-                {
+                if c[i] == '"' && c[i + 1..].iter().take_while(|&&ch| ch == '#').count() >= hashes {
                     i += 1 + hashes;
                     break;
                 }
@@ -745,7 +744,10 @@ fn an_allowed_circle_passes_a_new_one_fails_and_a_gone_one_is_named() {
     more.push(("plan/c.rs".into(), "use super::b::Y;\n".into()));
     more[3].1 = "fn f() { super::a::g(); super::c::h() }\n".into();
     let v = violations_with(&more, allow);
-    assert!(v.iter().any(|s| s.contains("import circle between files")), "{v:?}");
+    assert!(
+        v.iter().any(|s| s.contains("import circle between files")),
+        "{v:?}"
+    );
     let v = violations_with(&files[..3], allow);
     assert!(v.iter().any(|s| s.contains("is gone")), "{v:?}");
 }

@@ -1,7 +1,5 @@
 //! The CLI's error type and its exit codes: bad input (2) or a failure of pplan itself (1).
 
-
-
 /// An error with its exit code.
 pub(crate) enum CliError {
     /// Bad input or infeasible request: exit code 2.

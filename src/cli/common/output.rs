@@ -11,7 +11,6 @@ pub(crate) fn write_output(path: &Path, flag: &str, contents: &[u8]) -> Result<(
         .map_err(|e| CliError::Input(format!("{flag}: cannot write '{}': {e}", path.display())))
 }
 
-
 /// Draw `tl` to `path` (.svg or .png) for `--gantt`, only `window_ns` of it when given
 /// (`--gantt-window`).
 pub(crate) fn write_gantt(

@@ -1,7 +1,5 @@
 //! The progress line on standard error for long searches.
 
-
-
 /// A progress line with an estimate of the time left, on standard error only: drawn in place
 /// when standard error is a terminal (after the first second, so quick commands stay quiet),
 /// or, with `--progress`, from the start (as plain lines at most once a second when standard

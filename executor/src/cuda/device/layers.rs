@@ -349,7 +349,12 @@ impl CudaWorker {
     }
 
     /// W for one layer: dW += Xᵀ · dY for the four GEMMs.
-    pub(super) fn layer_backward_weight(&self, stage: u32, li: usize, la: &LayerAct) -> Result<(), ExecError> {
+    pub(super) fn layer_backward_weight(
+        &self,
+        stage: u32,
+        li: usize,
+        la: &LayerAct,
+    ) -> Result<(), ExecError> {
         let d = self.p.dims;
         let (t, h, f) = (d.tokens(), d.hidden, d.ffn);
         let w = &self.weights[&stage].layers[li];

@@ -23,8 +23,6 @@ mod steps;
 pub(crate) mod timing;
 mod transfer;
 
-
-
 use super::kernels::{self, elementwise_config, row_block};
 use super::layout::{backward_kind, col_major, Dir, MsgKey};
 use super::ticket::{spin_until, TicketGuard, TicketLock};

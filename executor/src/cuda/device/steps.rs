@@ -4,7 +4,12 @@
 use super::*;
 
 impl CudaWorker {
-    pub(super) fn do_forward(&mut self, stage: u32, mb: u32, spans: &mut Vec<Span>) -> Result<(), ExecError> {
+    pub(super) fn do_forward(
+        &mut self,
+        stage: u32,
+        mb: u32,
+        spans: &mut Vec<Span>,
+    ) -> Result<(), ExecError> {
         self.gpu.ctx.bind_to_thread().map_err(drv)?;
         let (_, nl, emb, out) = self.stage_info(stage)?;
         let d = self.p.dims;

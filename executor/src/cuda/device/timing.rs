@@ -189,9 +189,7 @@ impl CudaWorker {
     pub(crate) fn time_launches(&mut self, calls: u32) -> Result<(f64, f64), ExecError> {
         self.axpy_launches(1, (1, 32), calls)
     }
-
 }
-
 
 /// Seconds of one copy of `elems` f32 from GPU `src` to GPU `dst` as the in-process link does
 /// it: `cuMemcpyPeerAsync` between two GPUs, `cuMemcpyDtoDAsync` when both are the same GPU
