@@ -399,12 +399,6 @@ const ALLOWED_CIRCLES: &[(&str, &[&str], &str)] = &[
         // the scan read inline paths; untangling it is its own change.
         "predict's step pieces call one another inline",
     ),
-    (
-        "src",
-        &["crate::report::gantt::draw", "crate::report::gantt::render"],
-        // Only draw.rs's tests render an SVG to check a drawing; draw itself never renders.
-        "test-only: draw.rs's tests call render::render_svg",
-    ),
 ];
 
 /// The files of every circle in `g`: each strongly connected component with more than one
