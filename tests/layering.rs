@@ -378,14 +378,6 @@ fn find_cycle<N: Ord + Clone>(g: &BTreeMap<N, BTreeSet<N>>) -> Option<Vec<N>> {
 const ALLOWED_CIRCLES: &[(&str, &[&str], &str)] = &[
     (
         "src",
-        &["crate::measured::checks", "crate::measured::timeline"],
-        // A Measured timeline carries the checks' Flagged record, and the checks read the
-        // timeline's RankTrace and return its MeasuredError. Fix: move MeasuredError and
-        // Flagged to a small measured/types.rs both import.
-        "Measured.flagged is checks::Flagged; checks read timeline::RankTrace",
-    ),
-    (
-        "src",
         &[
             "crate::plan::predict::balance",
             "crate::plan::predict::mtp",
