@@ -8,8 +8,8 @@
 //! The fullest rank's row is exactly the prediction's `memory_breakdown` and
 //! `peak_memory_bytes`: both come from [`device_breakdown`].
 
-pub use super::request::RankFigures;
 use super::request::PredictRequest;
+pub use super::request::RankFigures;
 use super::step::StepCosts;
 use crate::cost::memory::{self, MemoryBreakdown};
 use crate::cost::CostModel;
