@@ -15,4 +15,3 @@ pub mod search;
 pub mod search_csv;
 pub mod simulate;
 pub mod validate;
-pub mod validate_measured;

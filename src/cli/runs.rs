@@ -1,9 +1,9 @@
 //! `pplan validate --runs` and `pplan calibrate --runs`: runs files predicted, and hardware
 //! parameters fitted to them (`pplan::runs`).
 
-use super::calibrate::CalibrateArgs;
+use super::calibrate::args::CalibrateArgs;
 use super::common::*;
-use super::validate::ValidateArgs;
+use super::validate::args::ValidateArgs;
 use pplan::runs::file::RunsFile;
 use pplan::runs::fit::{self, Param};
 use pplan::runs::validate::{self as rv, GroupBy, Loaded, RunResult};

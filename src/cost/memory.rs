@@ -18,8 +18,9 @@
 //! itself split over the t ranks, hence 2sbh/t.) The simulator multiplies a stage's
 //! activations by the micro-batches that stage holds at once, which the schedule decides.
 
-use super::stack::{Attention, Overheads, Recompute, Zero};
-use crate::inputs::hardware::Precision;
+use super::fp8_recipe::Fp8Recipe;
+use super::stack::{Attention, CostModel, Overheads, Recompute, Stack, Zero};
+use crate::inputs::hardware::{Hardware, Precision};
 use crate::inputs::model::Model;
 
 pub const WEIGHT_BYTES_PER_PARAM: u64 = 2;
@@ -517,6 +518,39 @@ impl MemoryBreakdown {
             .saturating_add(self.optimizer)
             .saturating_add(self.activations)
             .saturating_add(self.overheads)
+    }
+}
+
+// The stack's and the cost model's inputs to the formulas above. They live here, not in
+// stack.rs, so that memory depends on stack and not the other way round.
+
+impl Stack {
+    /// Per parameter, the low-precision weight copies and the optimizer's state.
+    pub fn state_bytes(&self, hw: &Hardware) -> StateBytes {
+        StateBytes {
+            extra_weight: self.low_precision_copy_bytes(hw),
+            optimizer: self.optimizer_state.bytes_per_param(),
+        }
+    }
+}
+
+impl CostModel<'_> {
+    /// The activation formulas' dimensions for this layout and stack: one micro-batch, the
+    /// sequence split over the context-parallel ranks, the linear layers' saved inputs in the
+    /// stack's precision. With FP8 block scales the saved column-wise cast carries an FP32
+    /// scale per 128 elements, 33/32 bytes an element (as MXFP8's one byte per 32).
+    pub fn act_dims(&self) -> ActDims {
+        let d = ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
+            .context_parallel(self.layout.cp)
+            .precision(self.stack.precision);
+        if self.stack.precision == Precision::Fp8 && self.stack.fp8_recipe == Fp8Recipe::Blockwise {
+            ActDims {
+                input_32ths: 33,
+                ..d
+            }
+        } else {
+            d
+        }
     }
 }
 

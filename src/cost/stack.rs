@@ -482,14 +482,6 @@ impl Stack {
             Precision::Nvfp4 => 1,
         }
     }
-
-    /// Per parameter, the low-precision weight copies and the optimizer's state.
-    pub fn state_bytes(&self, hw: &Hardware) -> super::memory::StateBytes {
-        super::memory::StateBytes {
-            extra_weight: self.low_precision_copy_bytes(hw),
-            optimizer: self.optimizer_state.bytes_per_param(),
-        }
-    }
 }
 
 impl Default for Stack {
@@ -598,24 +590,6 @@ impl CostModel<'_> {
     /// Ranks the sharded state is split over: [`Self::dp_cp`] over the HSDP replicas.
     pub fn shard_ranks(&self) -> u64 {
         (self.dp_cp() / self.layout.dp_replicate.max(1)).max(1)
-    }
-
-    /// The activation formulas' dimensions for this layout and stack: one micro-batch, the
-    /// sequence split over the context-parallel ranks, the linear layers' saved inputs in the
-    /// stack's precision. With FP8 block scales the saved column-wise cast carries an FP32
-    /// scale per 128 elements, 33/32 bytes an element (as MXFP8's one byte per 32).
-    pub fn act_dims(&self) -> super::memory::ActDims {
-        let d = super::memory::ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
-            .context_parallel(self.layout.cp)
-            .precision(self.stack.precision);
-        if self.stack.precision == Precision::Fp8 && self.stack.fp8_recipe == Fp8Recipe::Blockwise {
-            super::memory::ActDims {
-                input_32ths: 33,
-                ..d
-            }
-        } else {
-            d
-        }
     }
 
     /// (b, s, h, a, f, t, head dim) of one micro-batch as `f64`; `s` is the tokens of a

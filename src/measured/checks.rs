@@ -4,8 +4,8 @@
 //! file, the kernel and the rule; one that leaves the run usable (kernels overlapping on one
 //! stream by more than the clock's resolution) is counted and reported as a warning.
 
+pub use super::timeline::Flagged;
 use super::timeline::{MeasuredError, RankTrace};
-use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// No GPU activity lasts a day: a profile covers seconds to minutes of a run, and a kernel
@@ -18,23 +18,6 @@ pub const ACTIVITY_NS_MAX: i64 = 86_400 * 1_000_000_000;
 /// stream is not one stream (CUDA graphs replayed with branches report the graph's stream) or
 /// the record is wrong.
 pub const SAME_STREAM_OVERLAP_NS_MAX: i64 = 1_000;
-
-/// What was flagged but kept: counts for the JSON report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct Flagged {
-    /// Pairs of kernels on one stream of one rank that overlap by more than
-    /// [`SAME_STREAM_OVERLAP_NS_MAX`].
-    pub overlapping_kernels: usize,
-    /// GPU kernels launched outside every step window (profiler warm-up), left out.
-    pub kernels_outside_steps: usize,
-}
-
-impl Flagged {
-    pub fn add(&mut self, other: Flagged) {
-        self.overlapping_kernels += other.overlapping_kernels;
-        self.kernels_outside_steps += other.kernels_outside_steps;
-    }
-}
 
 /// Seconds, for messages.
 fn s(ns: i64) -> String {

@@ -43,8 +43,26 @@ pub struct Measured {
     pub ranks: Vec<RankTrace>,
     /// A log's iterations in file order; empty for a trace.
     pub iterations: Vec<LogIteration>,
-    /// What the readers kept but counted as suspect (super::checks).
-    pub flagged: super::checks::Flagged,
+    /// What the readers kept but counted as suspect (the rules of `super::checks`).
+    pub flagged: Flagged,
+}
+
+/// What was flagged but kept: counts for the JSON report (the rules are in `super::checks`;
+/// the record lives here, with the timeline that carries it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Flagged {
+    /// Pairs of kernels on one stream of one rank that overlap by more than
+    /// [`super::checks::SAME_STREAM_OVERLAP_NS_MAX`].
+    pub overlapping_kernels: usize,
+    /// GPU kernels launched outside every step window (profiler warm-up), left out.
+    pub kernels_outside_steps: usize,
+}
+
+impl Flagged {
+    pub fn add(&mut self, other: Flagged) {
+        self.overlapping_kernels += other.overlapping_kernels;
+        self.kernels_outside_steps += other.kernels_outside_steps;
+    }
 }
 
 /// One rank's GPU timeline.

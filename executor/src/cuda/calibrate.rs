@@ -261,7 +261,7 @@ fn measure(req: &ProfileRequest, d: Dims, bf16: bool) -> Result<ProfileOutput, E
     let one_way = |elems: usize| -> Result<f64, ExecError> {
         let what = format!("copy of {elems} f32");
         let v = timed_samples(repeats, 0.01, |c| {
-            step(&what, device::time_copy(&g0, dst, elems, c))
+            step(&what, device::timing::time_copy(&g0, dst, elems, c))
         })?;
         Ok(profile::median(v))
     };

@@ -212,7 +212,7 @@ fn measure(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     for shift in [18usize, 20, 22, 24, 26, 28] {
         let elems = 1usize << shift;
         let seconds = median(timed_samples(repeats, 0.01, |c| {
-            device::time_copy(&g0, &g0, elems, c)
+            device::timing::time_copy(&g0, &g0, elems, c)
         })?);
         let bytes = 4.0 * elems as f64;
         copy_d2d.push(BandwidthPoint {

@@ -270,9 +270,44 @@ pub struct Prediction {
     /// Each pipeline rank's layers, times and memory (`predict --per-stage` prints them as
     /// `stages`; not part of the default JSON).
     #[serde(skip)]
-    pub ranks: Vec<super::stages::RankFigures>,
+    pub ranks: Vec<RankFigures>,
     #[serde(skip)]
     pub timeline: Option<Timeline>,
+}
+
+/// One pipeline rank (device) of the simulated pipeline (`predict --per-stage`; stages.rs computes
+/// it, here beside the [`Prediction`] that carries it); every tensor- and data-parallel
+/// rank of the same pipeline position holds the same.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankFigures {
+    /// Pipeline rank, 0 first.
+    pub device: u32,
+    /// `first`, `last`, `first+last` (p = 1, or the V placement's device 0) or `middle`:
+    /// the first holds the embedding, the last the output layer and loss.
+    pub role: String,
+    /// The global stage indices this rank holds (v of them with --chunks v).
+    pub stages: Vec<u32>,
+    /// Transformer layers over those stages.
+    pub layers: u32,
+    /// Each of those stages' layers, in the order of `stages`.
+    pub stage_layers: Vec<u32>,
+    /// Each stage's forward of one micro-batch, milliseconds (their sum is `forward_ms`).
+    pub stage_forward_ms: Vec<f64>,
+    /// Each stage's full backward of one micro-batch, milliseconds.
+    pub stage_backward_ms: Vec<f64>,
+    /// One micro-batch's forward through all of the rank's stages, milliseconds.
+    pub forward_ms: f64,
+    /// One micro-batch's full backward through them, milliseconds.
+    pub backward_ms: f64,
+    /// Parameters on one GPU of this rank (all kinds).
+    pub params: u64,
+    /// Of those, routed-expert parameters (0 for a dense model).
+    pub expert_params: u64,
+    /// Memory at this rank's own peak by kind, bytes (as `memory_breakdown`).
+    pub memory_breakdown: MemoryBreakdown,
+    /// This rank's peak as `nvidia-smi` shows it, bytes (the prediction's
+    /// `peak_memory_bytes` is the largest of these).
+    pub peak_memory_bytes: u64,
 }
 
 fn is_zero_u32(x: &u32) -> bool {

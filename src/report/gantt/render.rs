@@ -78,3 +78,76 @@ pub(super) fn encode_png(pixels: &[u8], w: u32, h: u32) -> Result<Vec<u8>, Gantt
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    // The drawing's boxes, checked on the SVG this file renders (draw.rs's own tests cannot
+    // render without importing this file back).
+    use super::super::colours::{kind_rgb, Rgb};
+    use super::super::layout::COMPUTE_LANE_PX;
+    use super::*;
+    use crate::schedule::generators;
+    use crate::schedule::ir::Kind;
+    use crate::sim::{simulate, Costs, SimOptions, Stream, UnitCosts};
+
+    fn hex(c: Rgb) -> String {
+        format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+    }
+
+    /// `(height, fill)` of every `<rect>` in an SVG written by plotters.
+    fn rects(svg: &str) -> Vec<(String, String)> {
+        let attr = |tag: &str, name: &str| -> String {
+            let key = format!(" {name}=\"");
+            tag.find(&key)
+                .map(|i| {
+                    let rest = &tag[i + key.len()..];
+                    rest[..rest.find('"').unwrap_or(rest.len())].to_string()
+                })
+                .unwrap_or_default()
+        };
+        svg.split("<rect")
+            .skip(1)
+            .map(|t| {
+                let tag = &t[..t.find('>').unwrap_or(t.len())];
+                (attr(tag, "height"), attr(tag, "fill"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_box_per_compute_action_1f1b_p4_m8() {
+        let s = generators::one_f_one_b(4, 8);
+        let costs = Costs::uniform(
+            4,
+            4,
+            UnitCosts {
+                forward_ns: 1_000_000,
+                backward_ns: 2_000_000,
+                p2p_ns: 100_000,
+                ..Default::default()
+            },
+        );
+        let tl = simulate(&s, &costs, SimOptions::default())
+            .unwrap()
+            .timeline
+            .unwrap();
+        let svg = render_svg(&tl, &GanttOptions::default()).unwrap();
+        let box_height = (COMPUTE_LANE_PX - 1).to_string();
+        let count = |kind: Kind| {
+            let fill = hex(kind_rgb(kind));
+            rects(&svg)
+                .iter()
+                .filter(|(h, f)| *h == box_height && *f == fill)
+                .count()
+        };
+        assert_eq!(count(Kind::F), 4 * 8);
+        assert_eq!(count(Kind::B), 4 * 8);
+        assert_eq!(count(Kind::I) + count(Kind::W), 0);
+        let compute = tl
+            .spans
+            .iter()
+            .filter(|s| s.stream == Stream::Compute)
+            .count();
+        assert_eq!(count(Kind::F) + count(Kind::B), compute);
+    }
+}

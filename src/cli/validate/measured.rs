@@ -2,8 +2,9 @@
 //! exports, Megatron-LM / torchtitan logs), or with a plan: the breakdown, per-metric errors,
 //! worst stages, action-by-action when the trace names actions, and the chart.
 
-use super::common::*;
-use super::validate::{overlay_gantt, print_comparison, read_trace_events, ValidateArgs};
+use super::args::ValidateArgs;
+use super::trace::{overlay_gantt, print_comparison, read_trace_events};
+use crate::cli::common::*;
 use pplan::measured::breakdown::{breakdown, log_summary, Figures};
 use pplan::measured::timeline::{Measured, Source};
 use pplan::plan::plan_file::Plan;

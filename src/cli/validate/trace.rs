@@ -1,84 +1,13 @@
-//! `pplan validate`: a predicted trace beside a measured one.
+//! `pplan validate --predicted A --measured B` on two pplan traces: the action-by-action
+//! comparison, its table and its overlay chart (the last two shared with [`super::measured`]).
 
-use super::common::*;
+use super::args::ValidateArgs;
+use crate::cli::common::*;
 use pplan::report::gantt::GanttOptions;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-#[derive(clap::Args)]
-pub(crate) struct ValidateArgs {
-    /// The predicted Chrome trace (pplan simulate/predict --trace).
-    #[arg(long)]
-    pub(crate) predicted: Option<PathBuf>,
-    /// A plan (pplan predict/search --output): its predicted step time, bubble, TFLOP/s and
-    /// memory, and its layout (to attribute collectives by group size and to map ranks to
-    /// pipeline devices).
-    #[arg(long)]
-    pub(crate) plan: Option<PathBuf>,
-    /// The measurement: a pplan trace (pplan-exec run --trace; events of several steps carry
-    /// args.step), PyTorch profiler traces (one per rank, .json or .json.gz, or a directory of
-    /// them), an Nsight Systems SQLite export, or a Megatron-LM / torchtitan log.
-    #[arg(long, num_args = 1.., conflicts_with = "runs")]
-    pub(crate) measured: Vec<PathBuf>,
-    /// Runs files (DESIGN.md, "Runs files"; e.g. data/runs/*.json): predict every row as
-    /// `pplan predict` would with its flags and compare it with its measured figure; errors
-    /// per row, per group and overall, the worst rows and the runs predicted not to fit.
-    #[arg(long, num_args = 1.., conflicts_with_all = ["predicted", "plan"])]
-    pub(crate) runs: Vec<PathBuf>,
-    /// With --runs: how the per-group errors group the rows: source (each runs file),
-    /// hardware, model or kind (dense or mixture of experts).
-    #[arg(long, default_value = "source", requires = "runs")]
-    pub(crate) group_by: String,
-    /// With --runs: predict every row on this hardware profile (a bundled name or a JSON
-    /// file, e.g. one `pplan calibrate --runs --out-hardware` wrote) instead of its own.
-    #[arg(long, requires = "runs")]
-    pub(crate) hardware: Option<String>,
-    /// Warm-up steps to discard from each trace (default: 1 when a trace has several steps).
-    #[arg(long, value_parser = count::<usize>)]
-    pub(crate) skip_steps: Option<usize>,
-    /// Compare the common actions even when the two schedules' compute actions differ.
-    #[arg(long)]
-    pub(crate) allow_unmatched: bool,
-    /// Draw predicted (upper lane) against measured (lower lane) per device, or the measured
-    /// step per rank without an action-by-action prediction: FILE.svg or FILE.png.
-    #[arg(long)]
-    pub(crate) gantt: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t)]
-    pub(crate) format: Format,
-}
-
-/// Is this a pplan trace (plain JSON without Kineto's `cat` fields)? Those keep the original
-/// trace-against-trace comparison and its messages.
-fn is_pplan_trace(path: &Path) -> bool {
-    match std::fs::read(path) {
-        Ok(b) => {
-            let t = b.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(&b);
-            matches!(
-                t.iter().find(|c| !c.is_ascii_whitespace()),
-                Some(b'{' | b'[')
-            ) && !t.windows(5).any(|w| w == b"\"cat\"")
-        }
-        Err(_) => true,
-    }
-}
-
-pub(crate) fn cmd_validate(args: ValidateArgs) -> Result<(), CliError> {
-    if !args.runs.is_empty() {
-        return super::runs::cmd_validate_runs(&args);
-    }
-    if args.measured.is_empty() {
-        return input(
-            "validate needs --measured FILE... (a measured run, with --predicted or --plan to compare it with), or --runs FILE... (runs files)",
-        );
-    }
-    let pplan_pair = args.plan.is_none()
-        && args.measured.len() == 1
-        && args.predicted.is_some()
-        && !args.measured[0].is_dir()
-        && is_pplan_trace(&args.measured[0]);
-    if !pplan_pair {
-        return super::validate_measured::cmd(args);
-    }
+/// Compares the predicted and measured pplan traces of `args` action by action.
+pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
     let predicted = args.predicted.clone().unwrap_or_default();
     let measured = args.measured[0].clone();
     use pplan::report::compare::{compare, CompareOptions};
