@@ -232,15 +232,7 @@ mod tests {
     use super::*;
     use crate::inputs::{Hardware, Model};
 
-    fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
-        let mut r = PredictRequest::new(m, hw);
-        r.gpus = 64;
-        r.tp = 8;
-        r.pp = 4;
-        r.global_batch = 64;
-        r.micro_batch = 1;
-        r
-    }
+    use crate::plan::predict::step::tests::base;
 
     #[test]
     fn bad_inputs_name_their_flag() {

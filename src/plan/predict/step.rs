@@ -526,13 +526,14 @@ pub fn grad_reduce_buckets(params: f64, dp: u64) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cost::Recompute;
     use crate::inputs::{Hardware, Model};
     use crate::plan::predict::balance::{balance_problem, balanced_split};
 
-    fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
+    /// A 64-GPU request (t 8, p 4, batch 64, micro-batch 1) the predict tests start from.
+    pub(crate) fn base<'a>(m: &'a Model, hw: &'a Hardware) -> PredictRequest<'a> {
         let mut r = PredictRequest::new(m, hw);
         r.gpus = 64;
         r.tp = 8;
