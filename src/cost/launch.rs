@@ -14,6 +14,14 @@ use super::compute::{BlockCost, Part};
 use super::stack::{Attention, CostModel, Recompute};
 use crate::inputs::hardware::Hardware;
 
+/// A MoE router's kernels: GEMM, score function and top-k each way, its weight gradient
+/// ([`CostModel::moe_kernels`]).
+pub const ROUTER_KERNELS: Kernels = Kernels {
+    forward: 3.0,
+    backward_input: 3.0,
+    backward_weight: 1.0,
+};
+
 /// Kernels launched by each part of a block, for one micro-batch on one rank.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Kernels {
@@ -28,6 +36,14 @@ impl Kernels {
             forward: self.forward + o.forward,
             backward_input: self.backward_input + o.backward_input,
             backward_weight: self.backward_weight + o.backward_weight,
+        }
+    }
+
+    pub fn minus(self, o: Kernels) -> Kernels {
+        Kernels {
+            forward: self.forward - o.forward,
+            backward_input: self.backward_input - o.backward_input,
+            backward_weight: self.backward_weight - o.backward_weight,
         }
     }
 
@@ -127,7 +143,6 @@ impl CostModel<'_> {
         let sp = self.layout.sequence_parallel;
         let dropout = f64::from(u8::from(self.model.dropout));
         let flash = self.stack.attention == Attention::Flash;
-
         let (tp_f, tp_b) = match (t > 1, sp) {
             (false, _) => (0.0, 0.0),
             (true, false) => (2.0, 2.0),
@@ -211,23 +226,14 @@ impl CostModel<'_> {
         if c.attention {
             out = out.plus(dense.scaled(attn_share));
         }
-        let router = Kernels {
-            forward: 3.0,
-            backward_input: 3.0,
-            backward_weight: 1.0,
-        };
         if c.router {
-            out = out.plus(router);
+            out = out.plus(ROUTER_KERNELS);
             if shared {
                 out = out.plus(dense.scaled(0.5));
             }
         }
         if c.experts {
-            out = out.plus(Kernels {
-                forward: moe.forward - router.forward,
-                backward_input: moe.backward_input - router.backward_input,
-                backward_weight: moe.backward_weight - router.backward_weight,
-            });
+            out = out.plus(moe.minus(ROUTER_KERNELS));
         }
         out
     }

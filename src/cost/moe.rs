@@ -10,7 +10,7 @@
 //! `edp = t cp d / (ep etp)`.
 
 use super::compute::{gemm_time_in_s, gemm_time_s, BlockCost, Gemm, Part};
-use super::launch::Kernels;
+use super::launch::{Kernels, ROUTER_KERNELS};
 use super::memory;
 use super::network::{all_gather_s, ranks_per_nvlink_domain};
 use super::stack::{CostModel, Layout, Recompute, Zero, MOE_FORWARD_SYNC_LOSS};
@@ -164,30 +164,28 @@ impl CostModel<'_> {
         let per_domain = ranks_per_nvlink_domain(self.hw, self.layout.tp);
         let local = (per_domain / etp).clamp(1, ep);
         let remote = ep - local;
+        // A deduplicating dispatcher sends a token once per remote GPU (NVLink) and domain
+        // (NICs) that holds one of its experts.
+        let dedup = self.stack.moe_dispatcher.deduplicates();
+        let (n, token) = (
+            self.moe_tokens_per_rank(),
+            2.0 * self.model.hidden_size as f64 * rho,
+        );
+        let nvl_bytes = if dedup {
+            n * token * self.moe_remote_domains_per_token(ep)
+        } else {
+            bytes * (local - 1) as f64
+        };
         if remote == 0 {
-            let nvl_bytes = if self.stack.moe_dispatcher.deduplicates() {
-                self.moe_tokens_per_rank()
-                    * 2.0
-                    * self.model.hidden_size as f64
-                    * rho
-                    * self.moe_remote_domains_per_token(ep)
-            } else {
-                bytes * (local - 1) as f64
-            };
             return nvl_bytes / self.hw.nvlink_bytes_per_s() + self.hw.node.nvlink_latency_s;
         }
         let span_nodes = (ep * etp).div_ceil(self.hw.node.gpus_per_node as u64);
         let leaves = span_nodes > self.hw.network.nodes_per_leaf_switch as u64;
         let nic_bw = self.hw.nic_bytes_per_s_per_gpu(leaves);
-        let (nvl_bytes, nic_bytes) = if self.stack.moe_dispatcher.deduplicates() {
-            let token = 2.0 * self.model.hidden_size as f64 * rho;
-            let n = self.moe_tokens_per_rank();
-            (
-                n * token * self.moe_remote_domains_per_token(ep),
-                n * token * self.moe_remote_domains_per_token(ep.div_ceil(local)),
-            )
+        let nic_bytes = if dedup {
+            n * token * self.moe_remote_domains_per_token(ep.div_ceil(local))
         } else {
-            (bytes * (local - 1) as f64, bytes * remote as f64)
+            bytes * remote as f64
         };
         (nvl_bytes / self.hw.nvlink_bytes_per_s()).max(nic_bytes / nic_bw)
             + self.hw.node.nic_latency_s
@@ -460,17 +458,8 @@ impl CostModel<'_> {
         let base = CostModel { layout, ..dense_cm }
             .layer_kernels()
             .plus(CostModel { layout, ..*self }.moe_kernels(local_experts));
-        let base = Kernels {
-            forward: base.forward - 3.0,
-            backward_input: base.backward_input - 3.0,
-            backward_weight: base.backward_weight - 1.0,
-        };
-        let host_kernels = Kernels {
-            forward: kernels.forward - captured.forward,
-            backward_input: kernels.backward_input - captured.backward_input,
-            backward_weight: kernels.backward_weight - captured.backward_weight,
-        };
-        self.with_moe_host_time(layer, host_kernels, base)
+        let base = base.minus(ROUTER_KERNELS);
+        self.with_moe_host_time(layer, kernels.minus(captured), base)
     }
 
     /// `layer` with the framework's host time for it ([`Stack::moe_layer_host_s`] for the
@@ -484,12 +473,11 @@ impl CostModel<'_> {
     ///
     /// [`Stack::moe_layer_host_s`]: crate::cost::Stack::moe_layer_host_s
     fn with_moe_host_time(&self, layer: BlockCost, kernels: Kernels, base: Kernels) -> BlockCost {
-        let count = |k: Kernels| k.forward + k.backward_input + k.backward_weight;
-        let all = count(kernels);
+        let all = kernels.total();
         if all <= 0.0 {
             return layer;
         }
-        let host = self.stack.moe_layer_host_s * all / count(base).max(1.0);
+        let host = self.stack.moe_layer_host_s * all / base.total().max(1.0);
         let host_f = host * kernels.forward / all;
         let host_b = host - host_f;
         let gpu_f = layer.forward.total_s();
