@@ -212,13 +212,11 @@ impl StackFlags {
                     .into(),
             )),
             None => Ok(None),
-            Some(f) if f.is_finite() && f > 0.0 && f <= 1e6 => Ok(Some(MoeCapacity {
-                factor: f,
+            // Its range is checked with Megatron-Core's other rules (`check_recipe`).
+            Some(factor) => Ok(Some(MoeCapacity {
+                factor,
                 pad: self.moe_pad_expert_input_to_capacity,
             })),
-            Some(f) => Err(FlagError(format!(
-                "--moe-expert-capacity-factor {f}: must be a positive number (1.0: each expert takes its mean share of the tokens)"
-            ))),
         }
     }
 

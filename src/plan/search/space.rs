@@ -349,28 +349,13 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                             let stages = p.saturating_mul(v);
                             let per_pair = if s.splits_backward() { 3u128 } else { 2 };
                             let split = split_for(p, v, s);
-                            // Megatron-Core's micro-batch group where p does not divide m: the
-                            // smallest it accepts.
-                            let interleaved = s == ScheduleName::Interleaved1F1B && v > 1;
-                            let m32 = m.min(u32::MAX as u64) as u32;
-                            let group = match pins.microbatch_group {
-                                // The pinned group where Megatron-Core accepts it (p where p
-                                // divides m is its default: no group recorded).
-                                Some(n) if interleaved => Some(
-                                    check_group(p as u32, m32, n.min(u32::MAX as u64) as u32)
-                                        .ok()
-                                        .map(|()| n)
-                                        .filter(|&n| !(n == p && m % p == 0)),
-                                ),
-                                _ if interleaved && m % p != 0 => {
-                                    Some(smallest_group(p as u32, m32).map(u64::from))
-                                }
-                                _ => None,
+                            // Megatron-Core's micro-batch group where p does not divide m.
+                            let group = if s == ScheduleName::Interleaved1F1B && v > 1 {
+                                microbatch_group(pins.microbatch_group, p, m)
+                            } else {
+                                Ok(None)
                             };
-                            let group_refused = match (pins.microbatch_group, group) {
-                                (Some(n), Some(None)) => !(n == p && m % p == 0),
-                                (_, g) => g == Some(None),
-                            };
+                            let group_refused = group.is_err();
                             let reason = if v > 1 && p == 1 {
                                 Some(Reason::ChunksNeedPipeline)
                             } else if let Err(r) = split {
@@ -416,7 +401,7 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
                                                 split: split.unwrap_or(Split::Even),
                                                 ep,
                                                 etp,
-                                                microbatch_group: group.flatten(),
+                                                microbatch_group: group.ok().flatten(),
                                             });
                                         }
                                     }
@@ -529,6 +514,24 @@ pub(super) fn split_for(
         Ok(Split::Even)
     } else {
         Err(Reason::TooManyStages)
+    }
+}
+
+/// The micro-batch group an interleaved candidate of `p` ranks and `m` micro-batches runs
+/// with (Megatron-Core's `--microbatch-group-size-per-virtual-pipeline-stage`): `None` for
+/// Megatron-LM's default (p, where p divides m), the pinned group where Megatron-Core accepts
+/// it, else the smallest it accepts; `Err` when none holds.
+fn microbatch_group(pinned: Option<u64>, p: u64, m: u64) -> Result<Option<u64>, ()> {
+    let (p32, m32) = (p as u32, m.min(u32::MAX as u64) as u32);
+    match pinned {
+        Some(n) => {
+            check_group(p32, m32, n.min(u32::MAX as u64) as u32).map_err(|_| ())?;
+            Ok((n != p || m % p != 0).then_some(n))
+        }
+        None if m % p == 0 => Ok(None),
+        None => smallest_group(p32, m32)
+            .map(|k| Some(u64::from(k)))
+            .ok_or(()),
     }
 }
 
