@@ -29,12 +29,16 @@ pub enum MoeDispatcher {
 impl MoeDispatcher {
     pub const NAMES: &'static str = "alltoall, deepep, hybridep";
 
-    pub fn parse(s: &str) -> Option<MoeDispatcher> {
+    /// From its name; `Err` says what is valid.
+    pub fn parse(s: &str) -> Result<MoeDispatcher, String> {
         match s {
-            "alltoall" => Some(MoeDispatcher::AllToAll),
-            "deepep" => Some(MoeDispatcher::DeepEp),
-            "hybridep" => Some(MoeDispatcher::HybridEp),
-            _ => None,
+            "alltoall" => Ok(MoeDispatcher::AllToAll),
+            "deepep" => Ok(MoeDispatcher::DeepEp),
+            "hybridep" => Ok(MoeDispatcher::HybridEp),
+            _ => Err(format!(
+                "unknown dispatcher '{s}' (valid: {})",
+                MoeDispatcher::NAMES
+            )),
         }
     }
 
@@ -118,13 +122,17 @@ pub enum CudaGraphImpl {
 impl CudaGraphImpl {
     pub const NAMES: &'static str = "none, local, transformer_engine, full_iteration";
 
-    pub fn parse(s: &str) -> Option<CudaGraphImpl> {
+    /// From its name; `Err` says what is valid.
+    pub fn parse(s: &str) -> Result<CudaGraphImpl, String> {
         match s {
-            "none" => Some(CudaGraphImpl::None),
-            "local" => Some(CudaGraphImpl::Local),
-            "transformer_engine" => Some(CudaGraphImpl::TransformerEngine),
-            "full_iteration" => Some(CudaGraphImpl::FullIteration),
-            _ => None,
+            "none" => Ok(CudaGraphImpl::None),
+            "local" => Ok(CudaGraphImpl::Local),
+            "transformer_engine" => Ok(CudaGraphImpl::TransformerEngine),
+            "full_iteration" => Ok(CudaGraphImpl::FullIteration),
+            _ => Err(format!(
+                "unknown implementation '{s}' (valid: {})",
+                CudaGraphImpl::NAMES
+            )),
         }
     }
 

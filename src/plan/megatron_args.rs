@@ -735,7 +735,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         moe_pad_expert_input_to_capacity: flags.has("--moe-pad-expert-input-to-capacity"),
         cuda_graph_impl: match flags.str("--cuda-graph-impl") {
             Some(i) => {
-                crate::cost::recipe::CudaGraphImpl::parse(i).ok_or_else(|| {
+                crate::cost::recipe::CudaGraphImpl::parse(i).map_err(|_| {
                     flags.bad(
                         "--cuda-graph-impl",
                         i,

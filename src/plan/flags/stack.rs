@@ -222,13 +222,8 @@ impl StackFlags {
 
     /// `--cuda-graph-impl` and `--cuda-graph-modules`.
     fn cuda_graphs(&self) -> Result<CudaGraphs, FlagError> {
-        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl).ok_or_else(|| {
-            FlagError(format!(
-                "--cuda-graph-impl: unknown implementation '{}' (valid: {})",
-                self.cuda_graph_impl,
-                CudaGraphImpl::NAMES
-            ))
-        })?;
+        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl)
+            .map_err(|e| FlagError(format!("--cuda-graph-impl: {e}")))?;
         let modules = CudaGraphModules::parse(self.cuda_graph_modules.iter().map(String::as_str))
             .map_err(|e| FlagError(format!("--cuda-graph-modules: {e}")))?;
         Ok(CudaGraphs {
@@ -331,16 +326,8 @@ impl StackFlags {
                 &self.exp_avg_sq_dtype,
             )
             .map_err(|e| FlagError(format!("--{e}")))?,
-            moe_dispatcher: match MoeDispatcher::parse(&self.moe_dispatcher) {
-                Some(d) => d,
-                None => {
-                    return bad(format!(
-                        "--moe-dispatcher: unknown dispatcher '{}' (valid: {})",
-                        self.moe_dispatcher,
-                        MoeDispatcher::NAMES
-                    ))
-                }
-            },
+            moe_dispatcher: MoeDispatcher::parse(&self.moe_dispatcher)
+                .map_err(|e| FlagError(format!("--moe-dispatcher: {e}")))?,
             moe_capacity: self.moe_capacity()?,
             cuda_graphs: self.cuda_graphs()?,
             ..stack

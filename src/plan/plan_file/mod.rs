@@ -293,16 +293,8 @@ impl Parallelism {
         (String, String),
     > {
         use crate::cost::recipe::*;
-        let d = MoeDispatcher::parse(&self.moe_dispatcher).ok_or_else(|| {
-            (
-                "parallelism.moe_dispatcher".to_string(),
-                format!(
-                    "unknown dispatcher '{}' (valid: {})",
-                    self.moe_dispatcher,
-                    MoeDispatcher::NAMES
-                ),
-            )
-        })?;
+        let d = MoeDispatcher::parse(&self.moe_dispatcher)
+            .map_err(|e| ("parallelism.moe_dispatcher".to_string(), e))?;
         let capacity = self.moe_expert_capacity_factor.map(|factor| MoeCapacity {
             factor,
             pad: self.moe_pad_expert_input_to_capacity,
@@ -313,16 +305,8 @@ impl Parallelism {
                 "needs parallelism.moe_expert_capacity_factor".into(),
             ));
         }
-        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl).ok_or_else(|| {
-            (
-                "parallelism.cuda_graph_impl".to_string(),
-                format!(
-                    "unknown implementation '{}' (valid: {})",
-                    self.cuda_graph_impl,
-                    CudaGraphImpl::NAMES
-                ),
-            )
-        })?;
+        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl)
+            .map_err(|e| ("parallelism.cuda_graph_impl".to_string(), e))?;
         let modules = CudaGraphModules::parse(self.cuda_graph_modules.iter().map(String::as_str))
             .map_err(|e| ("parallelism.cuda_graph_modules".to_string(), e))?;
         Ok((
