@@ -54,7 +54,9 @@ const ONE_H100: [&str; 14] = [
 
 /// Llama 3 70B on 64 H100 (8 DGX nodes) as t = 4, p = 4 with 5 chunks, d = 4, sequence
 /// parallelism, 128 sequences of 8,192 tokens: the layout docs/cost-model.md quotes.
-const LLAMA3_70B_64: [&str; 16] = [
+const LLAMA3_70B_64: [&str; 18] = [
+    "--recompute",
+    "full",
     "--model",
     "llama3-70b",
     "--gpus",

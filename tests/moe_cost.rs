@@ -145,7 +145,7 @@ fn rows_per_expert_expert_dp_and_parameters_per_rank() {
     );
     let params = 1e6;
     assert_eq!(
-        z.expert_state_bytes(params, 0),
+        z.expert_state_bytes(params),
         (4.0 * params + 12.0 * params / 2.0) as u64
     );
     // ZeRO-3 shards weights (with their FP8 copies, 2 bytes) and gradients too.
@@ -157,11 +157,12 @@ fn rows_per_expert_expert_dp_and_parameters_per_rank() {
         4,
         Stack {
             zero: pplan::cost::Zero::Full,
+            precision: pplan::inputs::hardware::Precision::Fp8,
             ..balanced()
         },
     );
     assert_eq!(
-        z3.expert_state_bytes(params, 2),
+        z3.expert_state_bytes(params),
         ((2.0 + 2.0 + 2.0 + 12.0) * params / 2.0) as u64
     );
 }

@@ -21,22 +21,36 @@ fn state_per_rank_for_each_stage() {
     assert_eq!(parts(Zero::Optimizer), (4000, 2000, 1500));
     assert_eq!(parts(Zero::Gradients), (4000, 250, 1500));
     assert_eq!(parts(Zero::Full), (500, 250, 1500));
-    // Working memory: ZeRO-3 gathers two layers (16-bit + copies) and holds one layer's
+    // Working memory (4 bytes a weight: 16-bit + copies): ZeRO-3 gathers two layers and holds one layer's
     // gradients; without resharding every gathered weight stays; ZeRO-2 one layer's gradients.
     assert_eq!(
-        sharded_working_bytes(1000, 100, 8, Zero::Full, true, 2),
+        sharded_working_bytes(1000, 100, 8, Zero::Full, true, 4),
         800 + 200
     );
+    // FP8 weights only (--fp8-param-gather): the gathered layers are their 2 bytes of casts.
+    let fp8_only = StateBytes { weight: 0, ..fp8 };
+    assert_eq!(model_state_parts(1000, 8, Zero::Full, fp8_only).0, 250);
     assert_eq!(
-        sharded_working_bytes(1000, 100, 8, Zero::Full, false, 2),
+        sharded_working_bytes(
+            1000,
+            100,
+            8,
+            Zero::Full,
+            true,
+            fp8_only.weight + fp8_only.extra_weight
+        ),
+        400 + 200
+    );
+    assert_eq!(
+        sharded_working_bytes(1000, 100, 8, Zero::Full, false, 4),
         3500 + 200
     );
     assert_eq!(
-        sharded_working_bytes(1000, 100, 8, Zero::Gradients, true, 2),
+        sharded_working_bytes(1000, 100, 8, Zero::Gradients, true, 4),
         200
     );
     assert_eq!(
-        sharded_working_bytes(1000, 100, 8, Zero::Optimizer, true, 2),
+        sharded_working_bytes(1000, 100, 8, Zero::Optimizer, true, 4),
         0
     );
 }
@@ -229,7 +243,10 @@ fn zero_flags_on_the_command_line() {
     for (args, says) in [
         (&["--zero", "4"][..], "--zero: unknown ZeRO stage '4'"),
         (&["--zero", "3", "--zero1", "off"][..], "disagree"),
-        (&["--dp-replicate", "2"][..], "--dp-replicate 2"),
+        (
+            &["--zero", "0", "--dp-replicate", "2"][..],
+            "--dp-replicate 2",
+        ),
     ] {
         let o = run(args);
         let err = String::from_utf8_lossy(&o.stderr);

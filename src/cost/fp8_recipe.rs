@@ -38,6 +38,16 @@ impl Fp8Recipe {
         Fp8Recipe::Mxfp8,
     ];
 
+    /// Whether Megatron-Bridge's mixed-precision recipe for it keeps the weights in FP8 and
+    /// gathers them so (`fp8_param_gather=True` in `bf16_with_fp8_delayed_scaling_mixed`,
+    /// `bf16_with_fp8_current_scaling_mixed` and `bf16_with_mxfp8_mixed`; False in
+    /// `bf16_with_fp8_subchannel_scaling_mixed`, the block-scaled one;
+    /// src/megatron/bridge/training/mixed_precision.py at 067f987): `--fp8-param-gather`'s
+    /// default with `--stack megatron-core`.
+    pub fn gathers_params_in_fp8(self) -> bool {
+        self != Fp8Recipe::Blockwise
+    }
+
     /// The name `--fp8-recipe` (pplan's and Megatron-LM's) gives it.
     pub fn as_str(self) -> &'static str {
         match self {

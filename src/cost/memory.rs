@@ -32,6 +32,9 @@ pub const OPTIMIZER_BYTES_PER_PARAM: u64 = 12;
 /// copies Transformer Engine keeps and the optimizer's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateBytes {
+    /// The 16-bit weight: 2, or 0 where the weights live only in low precision
+    /// (`--fp8-param-gather`).
+    pub weight: u64,
     pub extra_weight: u64,
     pub optimizer: u64,
 }
@@ -39,6 +42,7 @@ pub struct StateBytes {
 impl StateBytes {
     /// Plain mixed-precision Adam, no low-precision copies.
     pub const ADAM: StateBytes = StateBytes {
+        weight: WEIGHT_BYTES_PER_PARAM,
         extra_weight: 0,
         optimizer: OPTIMIZER_BYTES_PER_PARAM,
     };
@@ -57,10 +61,7 @@ pub fn model_state_parts(params: u64, shard: u64, zero: Zero, per: StateBytes) -
         }
     };
     (
-        part(
-            WEIGHT_BYTES_PER_PARAM + per.extra_weight,
-            zero.shards_weights(),
-        ),
+        part(per.weight + per.extra_weight, zero.shards_weights()),
         part(GRAD_BYTES_PER_PARAM, zero.shards_gradients()),
         part(per.optimizer, zero.shards_optimizer()),
     )
@@ -73,8 +74,8 @@ pub fn model_state_bytes(params: u64, shard: u64, zero: Zero) -> u64 {
 }
 
 /// Working memory of sharded data parallelism on a GPU with `params` parameters whose layers
-/// hold `layer_params` each: ZeRO-3 gathers a layer's 16-bit parameters (and their
-/// low-precision copies) one layer ahead, two layers at a time, and holds one layer's
+/// hold `layer_params` each, `weight` bytes a parameter ([`StateBytes`]' weight and
+/// low-precision copies): ZeRO-3 gathers a layer's parameters one layer ahead, two layers at a time, and holds one layer's
 /// unsharded gradients until they are reduce-scattered; without resharding after the forward
 /// every gathered parameter stays until the backward. ZeRO-2 holds one layer's unsharded
 /// gradients. The sharded part already counted in the model state is not counted again.
@@ -84,9 +85,8 @@ pub fn sharded_working_bytes(
     shard: u64,
     zero: Zero,
     reshard_after_forward: bool,
-    extra_weight_bytes_per_param: u64,
+    weight: u64,
 ) -> u64 {
-    let weight = WEIGHT_BYTES_PER_PARAM + extra_weight_bytes_per_param;
     let grads = GRAD_BYTES_PER_PARAM.saturating_mul(layer_params);
     match zero {
         Zero::Off | Zero::Optimizer => 0,
@@ -528,6 +528,7 @@ impl Stack {
     /// Per parameter, the low-precision weight copies and the optimizer's state.
     pub fn state_bytes(&self, hw: &Hardware) -> StateBytes {
         StateBytes {
+            weight: self.weight_bytes_per_param(hw) - self.low_precision_copy_bytes(hw),
             extra_weight: self.low_precision_copy_bytes(hw),
             optimizer: self.optimizer_state.bytes_per_param(),
         }

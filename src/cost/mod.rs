@@ -36,6 +36,7 @@ pub mod memory;
 pub mod moe;
 pub mod mtp;
 pub mod network;
+pub mod offload;
 pub mod optimizer;
 pub mod recipe;
 pub mod stack;

@@ -764,18 +764,15 @@ impl CostModel<'_> {
         params * self.stack.optimizer_bytes_per_param / shard / self.hw.hbm_bytes_per_s()
     }
 
-    /// Weights (with `extra_weight_bytes_per_param` low-precision copies), gradients and
-    /// optimizer state of a rank's expert parameters, sharded over the expert data-parallel
-    /// group as deep as the ZeRO stage says.
-    pub fn expert_state_bytes(&self, params: f64, extra_weight_bytes_per_param: u64) -> u64 {
+    /// Weights (with their low-precision copies), gradients and optimizer state of a rank's
+    /// expert parameters, sharded over the expert data-parallel group as deep as the ZeRO
+    /// stage says.
+    pub fn expert_state_bytes(&self, params: f64) -> u64 {
         let (w, g, o) = memory::model_state_parts(
             params.ceil() as u64,
             self.expert_dp(),
             self.stack.zero,
-            memory::StateBytes {
-                extra_weight: extra_weight_bytes_per_param,
-                ..self.stack.state_bytes(self.hw)
-            },
+            self.stack.state_bytes(self.hw),
         );
         w.saturating_add(g).saturating_add(o)
     }

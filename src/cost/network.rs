@@ -274,6 +274,15 @@ impl CostModel<'_> {
         (shard / 2.0 + replicas, shard / 2.0)
     }
 
+    /// The distributed optimizer's all-gather of `params` updated parameters held by one rank
+    /// over the ranks that shard them, [`crate::cost::Stack::param_gather_bytes_per_param`] bytes each.
+    pub fn param_gather_s(&self, params: f64) -> f64 {
+        self.dp_all_reduce_s(
+            params * self.stack.param_gather_bytes_per_param(),
+            self.shard_dp(),
+        ) / 2.0
+    }
+
     /// The whole per-step reduction (both halves of [`Self::grad_reduce_parts_s`]).
     pub fn grad_reduce_s(&self, params: f64) -> f64 {
         let (rs, ag) = self.grad_reduce_parts_s(params);
@@ -293,7 +302,7 @@ impl CostModel<'_> {
         let ag_in_step = if self.stack.overlap_param_gather {
             0.0
         } else {
-            ag
+            self.param_gather_s(params)
         };
         match self.stack.zero {
             Zero::Off => rs + ag,
@@ -348,7 +357,7 @@ impl CostModel<'_> {
             return (0.0, 0.0);
         }
         let shard_dp = self.shard_dp();
-        let ag = self.dp_all_reduce_s(params * 2.0, shard_dp) / 2.0;
+        let ag = self.param_gather_s(params);
         let grads = params * self.stack.grad_reduce_bytes_per_param;
         let rs = self.dp_all_reduce_s(grads, shard_dp) / 2.0
             + self.replica_all_reduce_s(grads / self.shard_ranks() as f64);

@@ -293,6 +293,12 @@ pub struct Stack {
     /// the casts' HBM traffic and kernels, the GEMMs' accumulator and the copies kept
     /// (`cost::low_precision`, docs/cost-model.md "FP8 recipes").
     pub fp8_recipe: Fp8Recipe,
+    /// The linear layers' weights are kept only in the low precision (Megatron-Core
+    /// `--fp8-param-gather`, Transformer Engine's `fp8_model_init`): no BF16 copy beside the
+    /// low-precision ones (the FP32 master weights stay in the optimizer), and the distributed
+    /// optimizer's or ZeRO-3's parameter all-gathers move one byte an element
+    /// ([`Stack::param_gather_bytes_per_param`]). In effect with `precision` fp8 or mxfp8.
+    pub fp8_param_gather: bool,
     /// Tensor-parallel all-gathers and reduce-scatters pipelined with the GEMMs they feed or
     /// follow (Megatron-Core `--tp-comm-overlap`, Transformer Engine userbuffers). Megatron
     /// requires sequence parallelism for it; without it the setting has no effect.
@@ -382,6 +388,11 @@ pub struct Stack {
     /// The cross-entropy's kernels (`--cross-entropy-loss-fusion`,
     /// `--cross-entropy-fusion-impl`): their HBM traffic per logit.
     pub cross_entropy_fusion: CrossEntropyFusion,
+    /// Transformer layers whose activations are offloaded to host memory during the forward
+    /// and reloaded for the backward (Megatron-Core `--cpu-offloading-num-layers`, Transformer
+    /// Engine's `get_cpu_offload_context`; docs/cost-model.md "Activation offloading"); 0:
+    /// none.
+    pub cpu_offload_layers: u32,
     /// Adam's state per parameter (`--use-precision-aware-optimizer`, `--main-params-dtype`,
     /// `--exp-avg-dtype`, `--exp-avg-sq-dtype`; `cost::optimizer`).
     pub optimizer_state: OptimizerState,
@@ -474,6 +485,36 @@ impl Stack {
     /// (`Float8BlockScaling`); their FP32 scales, 4 bytes per 128x128 block of a weight, are
     /// left out. BF16: none.
     pub fn low_precision_copy_bytes(&self, hw: &Hardware) -> u64 {
+        self.low_precision_copies(hw)
+    }
+
+    /// Whether the weights live only in the low precision ([`Stack::fp8_param_gather`] with
+    /// an FP8 or MXFP8 precision).
+    pub fn low_precision_params(&self) -> bool {
+        self.fp8_param_gather && matches!(self.precision, Precision::Fp8 | Precision::Mxfp8)
+    }
+
+    /// Bytes per parameter of a weight as a GPU holds it: the BF16 weight (2, none with
+    /// [`Stack::low_precision_params`]) and its low-precision copies.
+    pub fn weight_bytes_per_param(&self, hw: &Hardware) -> u64 {
+        let bf16 = if self.low_precision_params() { 0 } else { 2 };
+        bf16 + self.low_precision_copies(hw)
+    }
+
+    /// Bytes per parameter a parameter all-gather moves (the distributed optimizer's gather of
+    /// the updated weights, ZeRO-3's gather of a layer): the BF16 weight (2), or with
+    /// [`Stack::low_precision_params`] its FP8 row-wise data (1; MXFP8 adds one E8M0 scale per
+    /// 32 elements: Megatron-Core gathers it into the gradient buffer,
+    /// `reuse_grad_buf_for_mxfp8_param_ag`, and restores the column-wise copy locally).
+    pub fn param_gather_bytes_per_param(&self) -> f64 {
+        match (self.low_precision_params(), self.precision) {
+            (false, _) => 2.0,
+            (true, Precision::Mxfp8) => 1.0 + 1.0 / 32.0,
+            (true, _) => 1.0,
+        }
+    }
+
+    fn low_precision_copies(&self, hw: &Hardware) -> u64 {
         match self.precision {
             Precision::Bf16 => 0,
             Precision::Fp8 if self.fp8_recipe == Fp8Recipe::Blockwise => 2,
@@ -491,6 +532,7 @@ impl Default for Stack {
             attention: Attention::Unfused,
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,
+            fp8_param_gather: false,
             tp_comm_overlap: false,
             tp_async_backward: false,
             scatter_gather: true,
@@ -517,6 +559,7 @@ impl Default for Stack {
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: CrossEntropyFusion::Off,
             optimizer_state: OptimizerState::FP32,
+            cpu_offload_layers: 0,
         }
     }
 }

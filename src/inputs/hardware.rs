@@ -140,6 +140,11 @@ pub struct Node {
     pub nic_bandwidth_bytes_per_s: f64,
     pub nic_efficiency: f64,
     pub nic_latency_s: f64,
+    /// Per GPU, per direction: the link between a GPU and its host's memory (PCIe, or
+    /// NVLink-C2C on Grace superchips), over which activations are offloaded
+    /// (`--cpu-offloading-num-layers`). Absent: offloading is refused on this profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link_bytes_per_s: Option<f64>,
 }
 
 /// The network between nodes.

@@ -266,6 +266,14 @@ impl Hardware {
                 }
             }
         }
+        if let Some(v) = self.node.host_link_bytes_per_s {
+            if !(v.is_finite() && (1e6..=1e14).contains(&v)) {
+                return Err(invalid(
+                    "node.host_link_bytes_per_s",
+                    format!("must be from 1e6 to 1e14 bytes/s (got {v})"),
+                ));
+            }
+        }
         if let Some(v) = self.gpu.fp8_split_accumulator_slowdown {
             if !(v.is_finite() && v >= 1.0) {
                 return Err(invalid(

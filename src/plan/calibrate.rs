@@ -209,6 +209,8 @@ fn request<'a>(
         overlap_param_gather: p.overlap_param_gather,
         defer_embedding_wgrad: p.defer_embedding_wgrad_compute,
         wgrad_deferral_limit: p.wgrad_deferral_limit,
+        fp8_param_gather: p.fp8_param_gather,
+        cpu_offload_layers: p.cpu_offloading_num_layers,
         cross_entropy_fusion: p.cross_entropy_fusion.parse().unwrap_or_default(),
         // The plan file's reader has checked the fields.
         optimizer_state: p.optimizer_state().unwrap_or_default(),

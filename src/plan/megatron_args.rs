@@ -73,6 +73,10 @@ pub struct MegatronPlan {
     /// `--use-precision-aware-optimizer`, `--main-params-dtype`, `--exp-avg-dtype`,
     /// `--exp-avg-sq-dtype` (pplan's names; fp32 when absent).
     pub use_precision_aware_optimizer: bool,
+    /// `--fp8-param-gather`.
+    pub fp8_param_gather: bool,
+    /// `--cpu-offloading-num-layers` (0 when absent).
+    pub cpu_offloading_num_layers: u32,
     pub main_params_dtype: String,
     pub exp_avg_dtype: String,
     pub exp_avg_sq_dtype: String,
@@ -324,6 +328,8 @@ const USED: &[&str] = &[
     "--cross-entropy-loss-fusion",
     "--cross-entropy-fusion-impl",
     "--use-precision-aware-optimizer",
+    "--fp8-param-gather",
+    "--cpu-offloading-num-layers",
     "--main-params-dtype",
     "--exp-avg-dtype",
     "--exp-avg-sq-dtype",
@@ -710,6 +716,17 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         .as_str()
         .into(),
         use_precision_aware_optimizer: flags.has("--use-precision-aware-optimizer"),
+        fp8_param_gather: flags.has("--fp8-param-gather"),
+        cpu_offloading_num_layers: match flags.num("--cpu-offloading-num-layers")? {
+            None => 0,
+            Some(k) => u32::try_from(k).map_err(|_| {
+                flags.bad(
+                    "--cpu-offloading-num-layers",
+                    &k.to_string(),
+                    "a layer count below 2^32",
+                )
+            })?,
+        },
         main_params_dtype: flags.str("--main-params-dtype").unwrap_or("fp32").into(),
         exp_avg_dtype: flags.str("--exp-avg-dtype").unwrap_or("fp32").into(),
         exp_avg_sq_dtype: flags.str("--exp-avg-sq-dtype").unwrap_or("fp32").into(),

@@ -490,6 +490,15 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
+    if par.fp8_param_gather {
+        flag("--fp8-param-gather", None);
+    }
+    if par.cpu_offloading_num_layers > 0 {
+        flag(
+            "--cpu-offloading-num-layers",
+            Some(par.cpu_offloading_num_layers.to_string()),
+        );
+    }
     if par.use_precision_aware_optimizer {
         flag("--use-precision-aware-optimizer", None);
         if !par.zero1 {

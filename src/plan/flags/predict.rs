@@ -5,7 +5,7 @@
 
 use super::stack::{zero_stage, StackFlags};
 use super::values::{count, positive, positive_or_auto, Auto, FlagError, OnOff};
-use crate::cost::Recompute;
+use crate::cost::{Recompute, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::model::Model;
 use crate::inputs::profile::LayerProfile;
@@ -122,12 +122,16 @@ pub struct PredictFlags {
     /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
     /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
     /// selective-norm-act (--recompute-modules layernorm moe_act) and selective-norm-moe
-    /// (layernorm moe).
-    #[arg(long, default_value = "full")]
-    pub recompute: String,
-    /// Sequence parallelism (Korthikanti et al. 2022).
-    #[arg(long, value_enum, default_value = "off")]
-    pub sequence_parallel: OnOff,
+    /// (layernorm moe). Default: none with --stack megatron-core (Megatron-LM's
+    /// recompute_granularity default, and what Megatron-Bridge's performance recipes run),
+    /// full with megatron-2021 and torchtitan.
+    #[arg(long)]
+    pub recompute: Option<String>,
+    /// Sequence parallelism (Korthikanti et al. 2022). Default: on with --stack megatron-core
+    /// and --tp > 1 (Megatron-Bridge's recipes set sequence_parallel with tensor
+    /// parallelism), else off.
+    #[arg(long, value_enum)]
+    pub sequence_parallel: Option<OnOff>,
     /// Training sequence length in tokens. Default: the model's (a bundled model's, or a
     /// Megatron-style file's seq_length); a Hugging Face config.json has none, so 4096, or its
     /// max_position_embeddings when shorter (never the whole context window).
@@ -149,7 +153,9 @@ pub struct PredictFlags {
     pub zero1: Option<OnOff>,
     /// ZeRO stage: 0 replicated (DDP), 1 optimizer state sharded (distributed optimizer),
     /// 2 gradients too (reduce-scattered every micro-batch), 3 parameters too (FSDP: gathered
-    /// layer by layer) [default: 0].
+    /// layer by layer). Default: 1 with --stack megatron-core (Megatron-Bridge's recipes run
+    /// the distributed optimizer, use_distributed_optimizer=True), 3 with torchtitan, 0 with
+    /// megatron-2021.
     #[arg(long)]
     pub zero: Option<String>,
     /// HSDP: replicas of the sharded state; the state is sharded over d x cp / R ranks and
@@ -260,8 +266,11 @@ impl PredictFlags {
         hw: &'a Hardware,
         profile: Option<&'a LayerProfile>,
     ) -> Result<PredictRequest<'a>, FlagError> {
+        let megatron_core = self.stack.preset == super::stack::StackPreset::MegatronCore;
         let recompute: Recompute = self
             .recompute
+            .as_deref()
+            .unwrap_or(if megatron_core { "none" } else { "full" })
             .parse()
             .map_err(|e: String| FlagError(format!("--recompute: {e}")))?;
         let schedule = match &self.schedule {
@@ -294,9 +303,14 @@ impl PredictFlags {
         req.chunks = self.chunks.value().unwrap_or(1);
         req.microbatch_group = self.microbatch_group_size_per_virtual_pipeline_stage;
         req.recompute = recompute;
-        req.sequence_parallel = self.sequence_parallel.is_on();
-        let zero =
-            zero_stage(self.zero.as_deref(), self.zero1)?.unwrap_or(self.stack.preset.stack().zero);
+        req.sequence_parallel = self
+            .sequence_parallel
+            .map_or(megatron_core && self.tp > 1, OnOff::is_on);
+        let zero = zero_stage(self.zero.as_deref(), self.zero1)?.unwrap_or(if megatron_core {
+            Zero::Optimizer
+        } else {
+            self.stack.preset.stack().zero
+        });
         if self.stack.overlap_param_gather == Some(OnOff::On)
             && (!zero.shards_optimizer() || zero.shards_weights())
         {
@@ -314,6 +328,21 @@ impl PredictFlags {
             self.stack
                 .apply(zero, !self.no_scatter_gather, self.overlap_grad_reduce, hw)?;
         super::stack::check_recipe(&req.stack, model, Some(recompute))?;
+        crate::cost::offload::check(
+            req.stack.cpu_offload_layers,
+            u64::from(model.num_layers),
+            self.pp,
+            recompute,
+            hw.node.host_link_bytes_per_s,
+            &hw.name,
+        )
+        .map_err(FlagError)?;
+        if req.stack.cpu_offload_layers > 0 && self.chunks != Auto::Value(1) {
+            return Err(FlagError(format!(
+                "--cpu-offloading-num-layers {} needs one model chunk (Megatron-Core offloads within one pipeline stage); valid: --chunks 1",
+                req.stack.cpu_offload_layers
+            )));
+        }
         req.profile = profile;
         req.shared_gpu = self.shared_gpu;
         req.partition = self

@@ -68,6 +68,13 @@ pub struct StackFlags {
     /// that contradicts it is refused.
     #[arg(long, value_name = "RECIPE")]
     pub fp8_recipe: Option<String>,
+    /// Keep the linear layers' weights only in FP8/MXFP8 and all-gather them in it (Megatron-LM
+    /// --fp8-param-gather): no BF16 weight copy, half the parameter all-gather's bytes.
+    /// Default: on with --stack megatron-core and --fp8-recipe delayed, tensorwise or mxfp8
+    /// (Megatron-Bridge's mixed-precision recipes set fp8_param_gather=True for these), off
+    /// otherwise.
+    #[arg(long, value_enum)]
+    pub fp8_param_gather: Option<OnOff>,
     /// Attention kernel: unfused (scores in HBM, Megatron-LM 2021) or flash (fused, no s^2
     /// traffic; the hardware profile's measured kernel efficiency). Default: flash with --stack
     /// megatron-core where the hardware profile has the kernel's measured rates (else unfused),
@@ -179,6 +186,12 @@ pub struct StackFlags {
     /// --cross-entropy-fusion-impl).
     #[arg(long, value_name = "IMPL")]
     pub cross_entropy_fusion_impl: Option<String>,
+    /// Offload the activations of this many transformer layers to host memory in the forward
+    /// and reload them for the backward, on copy streams beside the compute (Megatron-Core
+    /// --cpu-offloading-num-layers; needs --pp 1, no recomputation, and fewer layers than the
+    /// model has). 0: none.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub cpu_offloading_num_layers: u32,
     /// Keep Adam's state in the formats below (Megatron-Core --use-precision-aware-optimizer,
     /// Transformer Engine's FusedAdam): fp32 master weights of BF16 parameters as their low
     /// 16 bits, 10 bytes a parameter instead of 12 with the defaults.
@@ -261,9 +274,23 @@ impl StackFlags {
         let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, OnOff::is_on);
         let (precision, fp8_recipe) =
             precision_and_recipe(self.precision.as_deref(), self.fp8_recipe.as_deref(), hw)?;
+        let fp8_param_gather = match self.fp8_param_gather {
+            Some(OnOff::On) if !matches!(precision, Precision::Fp8 | Precision::Mxfp8) => {
+                return bad(format!(
+                    "--fp8-param-gather on: the weights are kept in FP8 only with --precision fp8 or mxfp8 (given: {precision}); valid: --fp8-param-gather off, or --precision fp8|mxfp8"
+                ))
+            }
+            Some(flag) => flag.is_on(),
+            None => {
+                self.preset == StackPreset::MegatronCore
+                    && fp8_recipe.gathers_params_in_fp8()
+                    && matches!(precision, Precision::Fp8 | Precision::Mxfp8)
+            }
+        };
         Ok(Stack {
             precision,
             fp8_recipe,
+            fp8_param_gather,
             attention: match self.attention {
                 Some(AttentionArg::Unfused) => Attention::Unfused,
                 Some(AttentionArg::Flash) => Attention::Flash,
@@ -330,6 +357,7 @@ impl StackFlags {
                 .map_err(|e| FlagError(format!("--moe-dispatcher: {e}")))?,
             moe_capacity: self.moe_capacity()?,
             cuda_graphs: self.cuda_graphs()?,
+            cpu_offload_layers: self.cpu_offloading_num_layers,
             ..stack
         })
     }

@@ -235,6 +235,14 @@ pub struct Parallelism {
     /// `--cross-entropy-fusion-impl`); `off` omitted.
     #[serde(default = "off", skip_serializing_if = "is_off")]
     pub cross_entropy_fusion: String,
+    /// The linear layers' weights kept only in FP8/MXFP8 and gathered so
+    /// (`--fp8-param-gather`; omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fp8_param_gather: bool,
+    /// Layers whose activations are offloaded to host memory (`--cpu-offloading-num-layers`;
+    /// omitted when 0).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub cpu_offloading_num_layers: u32,
     /// Adam's state in the formats below (`--use-precision-aware-optimizer`; omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub use_precision_aware_optimizer: bool,
@@ -360,6 +368,8 @@ impl Parallelism {
             defer_embedding_wgrad_compute: false,
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: off(),
+            fp8_param_gather: false,
+            cpu_offloading_num_layers: 0,
             use_precision_aware_optimizer: false,
             main_params_dtype: fp32(),
             exp_avg_dtype: fp32(),
@@ -757,6 +767,8 @@ pub fn plan_from_prediction(
             defer_embedding_wgrad_compute: pred.defer_embedding_wgrad_compute,
             wgrad_deferral_limit: pred.wgrad_deferral_limit,
             cross_entropy_fusion: pred.cross_entropy_fusion.clone(),
+            fp8_param_gather: pred.fp8_param_gather,
+            cpu_offloading_num_layers: pred.cpu_offloading_num_layers,
             use_precision_aware_optimizer: pred.use_precision_aware_optimizer,
             main_params_dtype: pred.main_params_dtype.clone(),
             exp_avg_dtype: pred.exp_avg_dtype.clone(),

@@ -182,6 +182,8 @@ pub fn prediction_from(
         defer_embedding_wgrad_compute: req.stack.defer_embedding_wgrad,
         cross_entropy_fusion: req.stack.cross_entropy_fusion.as_str().to_string(),
         wgrad_deferral_limit: req.stack.wgrad_deferral_limit,
+        fp8_param_gather: req.stack.low_precision_params(),
+        cpu_offloading_num_layers: req.stack.cpu_offload_layers,
         use_precision_aware_optimizer: req.stack.optimizer_state.precision_aware(),
         main_params_dtype: req.stack.optimizer_state.master.main_params_dtype().into(),
         exp_avg_dtype: req.stack.optimizer_state.exp_avg.as_str().into(),

@@ -201,6 +201,10 @@ pub struct Prediction {
     /// The cross-entropy's kernels: `off`, `native` or `te` (`--cross-entropy-loss-fusion`,
     /// `--cross-entropy-fusion-impl`).
     pub cross_entropy_fusion: String,
+    /// The linear layers' weights kept only in FP8/MXFP8 (`--fp8-param-gather`, in effect).
+    pub fp8_param_gather: bool,
+    /// Layers whose activations are offloaded to host memory (`--cpu-offloading-num-layers`).
+    pub cpu_offloading_num_layers: u32,
     /// Adam's state in the formats below (`--use-precision-aware-optimizer`).
     pub use_precision_aware_optimizer: bool,
     /// The master weights' format: `fp32` (with the precision-aware optimizer, stored as the

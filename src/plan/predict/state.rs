@@ -116,7 +116,7 @@ pub fn model_state_floor(
             let (w, g, o) =
                 memory::model_state_parts(prm.ceil() as u64, shard, req.stack.zero, per_param);
             let experts = if req.model.moe.is_some() {
-                cm.expert_state_bytes(e, per_param.extra_weight)
+                cm.expert_state_bytes(e)
             } else {
                 0
             };

@@ -227,6 +227,34 @@ pub fn step_costs(
                 ..StageCost::default()
             });
         }
+        // Activation offloading (pp 1: this stage holds every layer): the first N layers'
+        // activations leave the GPU, and the compute waits where their copies lag
+        // (cost::offload).
+        let offloaded = u64::from(req.stack.cpu_offload_layers).min(layers_of(s));
+        if offloaded > 0 {
+            let bytes: u64 = (first_layer..first_layer + offloaded as usize)
+                .map(|l| match prof {
+                    Some(mp) => mp.layers[l].activation_bytes,
+                    None if model.is_moe_layer(l) => moe_layer_act,
+                    None => layer_act,
+                })
+                .sum();
+            let link = req
+                .hardware
+                .node
+                .host_link_bytes_per_s
+                .unwrap_or(f64::INFINITY);
+            let (fwd, bwd) = crate::cost::offload::stall_s(
+                offloaded,
+                layers_of(s),
+                c.forward.total_s() / n,
+                (c.backward_input.total_s() + c.backward_weight.total_s()) / n,
+                bytes as f64 / offloaded as f64 / link,
+            );
+            c.forward.memory_s += fwd;
+            c.backward_input.memory_s += bwd;
+            act = act.saturating_sub(bytes);
+        }
         let StageParams {
             dense: params,
             expert,
@@ -375,7 +403,7 @@ pub fn step_costs(
     )
     .saturating_add(cm.moe_recompute_working_bytes());
     let per_param = req.stack.state_bytes(req.hardware);
-    let extra = per_param.extra_weight;
+    let weight = per_param.weight + per_param.extra_weight;
     let shard = cm.shard_ranks();
     let state = |prm: f64| {
         let (w, g, o) =
@@ -389,7 +417,7 @@ pub fn step_costs(
             shard,
             req.stack.zero,
             req.stack.reshard_after_forward,
-            extra,
+            weight,
         )
     };
     let static_bytes: Vec<u64> = device_params
@@ -465,7 +493,7 @@ pub fn step_costs(
         }
         let mut state_max = 0u64;
         for (d, &e) in device_expert.iter().enumerate() {
-            let state_bytes = cm.expert_state_bytes(e, extra);
+            let state_bytes = cm.expert_state_bytes(e);
             // ZeRO-2/3: a MoE layer's gathered experts and unsharded expert gradients, as
             // for the dense part, over the expert data-parallel group.
             let working = memory::sharded_working_bytes(
@@ -474,7 +502,7 @@ pub fn step_costs(
                 cm.expert_dp(),
                 req.stack.zero,
                 req.stack.reshard_after_forward,
-                extra,
+                weight,
             );
             static_bytes[d] = static_bytes[d]
                 .saturating_add(state_bytes)

@@ -1,0 +1,219 @@
+//! The mechanisms that let the published runs fit: FP8 weights (`--fp8-param-gather`),
+//! activation offloading (`--cpu-offloading-num-layers`), and `--stack megatron-core`'s
+//! defaults where a command is silent (Megatron-Bridge's recipes: no recomputation, sequence
+//! parallelism with t > 1, the distributed optimizer). Each reaches the prediction, the plan
+//! file and the emitted Megatron-LM arguments, and Megatron-Core's rules exit 2 by name.
+
+mod common;
+use common::{json, pplan};
+
+fn predict(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut all = vec!["predict"];
+    all.extend_from_slice(args);
+    all.extend(["--format", "json"]);
+    let (code, out, err) = pplan(&all);
+    let v = if code == 0 {
+        json(&out)
+    } else {
+        serde_json::Value::Null
+    };
+    (code, v, err)
+}
+
+fn ok(args: &[&str]) -> serde_json::Value {
+    let (code, v, err) = predict(args);
+    assert_eq!(code, 0, "{err}");
+    v
+}
+
+fn gb(v: &serde_json::Value, part: &str) -> f64 {
+    v["memory_breakdown"][part].as_u64().unwrap() as f64 / 1e9
+}
+
+/// Megatron-Bridge's Llama 3 70B FP8 recipe on 64 GB200 (`llama3_70b_pretrain_64gpu_gb200_
+/// fp8cs_config`): FSDP, micro-batch 2, 8,192 tokens, 40 of 80 layers offloaded.
+const LLAMA3_70B_FSDP: [&str; 22] = [
+    "--model",
+    "llama3-70b",
+    "--hardware",
+    "gb200-nvl72",
+    "--gpus",
+    "64",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--global-batch",
+    "256",
+    "--micro-batch",
+    "2",
+    "--seq-len",
+    "8192",
+    "--zero",
+    "3",
+    "--precision",
+    "fp8",
+    "--recompute",
+    "none",
+];
+
+#[test]
+fn offloading_takes_the_first_layers_activations_off_the_gpu() {
+    let none = ok(&LLAMA3_70B_FSDP);
+    let mut args = LLAMA3_70B_FSDP.to_vec();
+    args.extend(["--cpu-offloading-num-layers", "40"]);
+    let half = ok(&args);
+    assert_eq!(half["cpu_offloading_num_layers"], 40);
+    // 40 layers' activations leave (about 2.8 GB a layer at b 2, s 8,192 in FP8).
+    let freed = gb(&none, "activations") - gb(&half, "activations");
+    assert!((100.0..130.0).contains(&freed), "{freed}");
+    // On NVLink-C2C (225 GB/s a direction) a layer's copy hides under the next layers.
+    let (t0, t1) = (
+        none["step_time_s"].as_f64().unwrap(),
+        half["step_time_s"].as_f64().unwrap(),
+    );
+    assert!((t1 / t0 - 1.0).abs() < 1e-3, "{t0} {t1}");
+    // On a B200's PCIe (64 GB/s) the same copies outlast the compute: the step waits.
+    let mut pcie = args.clone();
+    pcie[3] = "b200";
+    let mut pcie_none = LLAMA3_70B_FSDP.to_vec();
+    pcie_none[3] = "b200";
+    let slow = ok(&pcie)["step_time_s"].as_f64().unwrap();
+    let base = ok(&pcie_none)["step_time_s"].as_f64().unwrap();
+    assert!(slow > base * 1.05, "{base} {slow}");
+}
+
+#[test]
+fn offloading_follows_megatron_cores_rules() {
+    for (extra, says) in [
+        (
+            &["--cpu-offloading-num-layers", "80"][..],
+            "fewer than the model's 80 layers",
+        ),
+        (
+            &["--cpu-offloading-num-layers", "8", "--recompute", "full"][..],
+            "--recompute none",
+        ),
+    ] {
+        let mut args: Vec<&str> = LLAMA3_70B_FSDP.to_vec();
+        // Later flags win only for values clap takes once: drop the base --recompute.
+        if extra.contains(&"--recompute") {
+            args.truncate(args.len() - 2);
+        }
+        args.extend_from_slice(extra);
+        let (code, _, err) = predict(&args);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+    let (code, _, err) = predict(&[
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "16",
+        "--tp",
+        "1",
+        "--pp",
+        "2",
+        "--global-batch",
+        "64",
+        "--cpu-offloading-num-layers",
+        "4",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--pp 1"), "{err}");
+}
+
+#[test]
+fn fp8_weights_drop_the_bf16_copy_and_are_refused_in_bf16() {
+    let fp8 = ok(&LLAMA3_70B_FSDP);
+    assert_eq!(fp8["fp8_param_gather"], true, "the FP8 recipes' default");
+    let mut kept = LLAMA3_70B_FSDP.to_vec();
+    kept.extend(["--fp8-param-gather", "off"]);
+    let kept = ok(&kept);
+    assert_eq!(kept["fp8_param_gather"], false);
+    // ZeRO-3 over 64 ranks: 70.6 B parameters, 2 bytes of BF16 each no longer held.
+    let saved = gb(&kept, "weights") - gb(&fp8, "weights");
+    assert!((saved - 70.55 * 2.0 / 64.0).abs() < 0.05, "{saved}");
+    let mut bf16: Vec<&str> = LLAMA3_70B_FSDP.to_vec();
+    bf16[19] = "bf16";
+    assert_eq!(ok(&bf16)["fp8_param_gather"], false);
+    bf16.extend(["--fp8-param-gather", "on"]);
+    let (code, _, err) = predict(&bf16);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--fp8-param-gather on") && err.contains("--precision fp8|mxfp8"),
+        "{err}"
+    );
+}
+
+/// With `--stack megatron-core` and nothing else, predict runs what Megatron-Bridge's recipes
+/// run; `--stack megatron-2021` keeps the 2021 defaults.
+#[test]
+fn megatron_core_defaults_are_the_recipes() {
+    let base = [
+        "--model",
+        "llama3-70b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "64",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--global-batch",
+        "128",
+    ];
+    let v = ok(&base);
+    assert_eq!(v["recompute"], "none");
+    assert_eq!(v["sequence_parallel"], true);
+    assert_eq!(v["zero"], 1);
+    let mut old = base.to_vec();
+    old.extend(["--stack", "megatron-2021"]);
+    let v = ok(&old);
+    assert_eq!(v["recompute"], "full");
+    assert_eq!(v["sequence_parallel"], false);
+    assert_eq!(v["zero"], 0);
+    // t = 1: nothing to run in sequence-parallel.
+    let mut t1 = base.to_vec();
+    t1[7] = "1";
+    t1[9] = "8";
+    assert_eq!(ok(&t1)["sequence_parallel"], false);
+}
+
+#[test]
+fn both_switches_are_written_to_the_plan_emitted_and_read_back() {
+    let dir = std::env::temp_dir().join(format!("pplan-memmech-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let mut args = vec!["predict"];
+    args.extend(LLAMA3_70B_FSDP);
+    args.extend([
+        "--cpu-offloading-num-layers",
+        "40",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(p["parallelism"]["fp8_param_gather"], true);
+    assert_eq!(p["parallelism"]["cpu_offloading_num_layers"], 40);
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--fp8-param-gather"), "{out}");
+    assert!(out.contains("--cpu-offloading-num-layers 40"), "{out}");
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert!(back.fp8_param_gather);
+    assert_eq!(back.cpu_offloading_num_layers, 40);
+    std::fs::remove_dir_all(&dir).ok();
+}
