@@ -217,3 +217,98 @@ fn both_switches_are_written_to_the_plan_emitted_and_read_back() {
     assert_eq!(back.cpu_offloading_num_layers, 40);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--recompute selective-mla-up-proj` (Megatron-Core `--recompute-modules mla_up_proj`, the
+/// DeepSeek-V3 recipes'): the queries, keys and values of latent attention are rebuilt in the
+/// backward, `2 (q + k + v)` bytes a token and layer less held, the up-projections' FLOPs run
+/// again; written and read back as Megatron-LM's modules; refused without latent attention.
+#[test]
+fn mla_up_projections_are_recomputed_instead_of_kept() {
+    let base = [
+        "--model",
+        "deepseek-v3",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "1024",
+        "--tp",
+        "2",
+        "--pp",
+        "8",
+        "--ep",
+        "64",
+        "--global-batch",
+        "8192",
+        "--seq-len",
+        "4096",
+        "--precision",
+        "fp8",
+        "--recompute",
+    ];
+    let with = |r: &'static str| {
+        let mut a = base.to_vec();
+        a.push(r);
+        ok(&a)
+    };
+    let (none, mla) = (with("none"), with("selective-mla-up-proj"));
+    assert_eq!(mla["recompute"], "selective-mla-up-proj");
+    // DeepSeek-V3: 128 heads x (128 + 64) for queries and keys, x 128 for values; 4,096
+    // tokens a micro-batch over t = 2: 2 x 65,536 x 4,096 / 2 bytes a layer.
+    let per_layer = 2.0 * 65_536.0 * 4_096.0 / 2.0 / 1e9;
+    let freed = gb(&none, "activations") - gb(&mla, "activations");
+    let layers = freed / per_layer;
+    assert!(layers > 8.0, "{freed} GB: {layers} layer-micro-batches");
+    assert!(
+        (layers - layers.round()).abs() < 0.05,
+        "a whole number of layer-micro-batches: {layers}"
+    );
+    let t = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    assert!(t(&mla, "step_time_s") > t(&none, "step_time_s"));
+    // The recomputed FLOPs count in the hardware FLOP/s, not in the model's.
+    assert!(t(&mla, "tflops_per_gpu") > t(&mla, "model_tflops_per_gpu"));
+    assert_eq!(t(&none, "tflops_per_gpu"), t(&none, "model_tflops_per_gpu"));
+
+    let dir = std::env::temp_dir().join(format!("pplan-mla-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let mut args = vec!["predict"];
+    args.extend(base);
+    args.extend(["selective-mla-up-proj", "--output", plan.to_str().unwrap()]);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--recompute-granularity selective")
+            && out.contains("--recompute-modules mla_up_proj"),
+        "{out}"
+    );
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert_eq!(back.recompute, "selective-mla-up-proj");
+    std::fs::remove_dir_all(&dir).ok();
+
+    let (code, _, err) = predict(&[
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+        "--recompute",
+        "selective-mla-up-proj",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("multi_latent_attention"), "{err}");
+}

@@ -236,31 +236,8 @@ impl CostModel<'_> {
         ]
     }
 
-    /// [`CostModel::layer_gemms`] with multi-head latent attention (DeepSeek-V2/V3): the four
-    /// projections into queries, the key/value latent and back up to keys and values are one
-    /// GEMM of `K = h` whose width gives their FLOPs exactly (`2 b s` per parameter); scores
-    /// over `qk_nope + qk_rope` head dimensions, values of `v_head_dim`, output projection from
-    /// `a v_head_dim`.
-    fn mla_layer_gemms(&self, mla: &crate::inputs::moe::Mla, f: f64) -> [Gemm; 6] {
-        let (b, s, h, a, _, t, _) = self.dims();
-        let s_kv = self.model.seq_len as f64;
-        let (dqk, dv) = (mla.qk_head_dim() as f64, mla.v_head_dim as f64);
-        let o = a * dv * h;
-        let proj = mla.params(self.model.hidden_size, self.model.num_heads) as f64 - o;
-        let mlp_in = if self.model.gated_mlp { 2.0 * f } else { f };
-        let g = |m, n, k, batch| Gemm { m, n, k, batch };
-        [
-            g(b * s, proj / h / t, h, 1.0),
-            g(s, s_kv, dqk, b * a / t),
-            g(s, dv, s_kv, b * a / t),
-            g(b * s, h, a * dv / t, 1.0),
-            g(b * s, mlp_in / t, h, 1.0),
-            g(b * s, h, f / t, 1.0),
-        ]
-    }
-
     /// Tensor- times context-parallel ranks: the ranks one micro-batch's layer is spread over.
-    fn ranks_per_layer(&self) -> f64 {
+    pub(super) fn ranks_per_layer(&self) -> f64 {
         (self.layout.tp * self.layout.cp.max(1)) as f64
     }
 
@@ -556,6 +533,12 @@ impl CostModel<'_> {
             // MoE modules add theirs in `moe_layer`).
             Recompute::NormAct | Recompute::NormMoe => Part {
                 memory_s: self.norm_forward_bytes() / hbm,
+                ..Part::default()
+            },
+            // The latent attention's up-projections again (their rotary embedding is an
+            // elementwise pass over the queries and keys, left in the GEMMs' shadow).
+            Recompute::MlaUpProj => Part {
+                gemm_s: self.mla_up_proj_gemms().iter().map(lin).sum(),
                 ..Part::default()
             },
             // Every second layer recomputed whole: half a forward per layer on average.

@@ -194,6 +194,8 @@ impl CostModel<'_> {
             Recompute::SelectiveOp => elementwise_f + 2.0,
             Recompute::NormAct | Recompute::NormMoe => 2.0,
             Recompute::SelectiveLayer => forward / 2.0,
+            // The two up-projection GEMMs and the rotary embedding's kernel.
+            Recompute::MlaUpProj => 3.0,
         };
         Kernels {
             forward,

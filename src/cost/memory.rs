@@ -227,6 +227,11 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         (Recompute::NormAct | Recompute::NormMoe, false) => 6 * sbh + (24 * sbh + as2b) / t as u128,
         (Recompute::NormAct | Recompute::NormMoe, true) => (30 * sbh + as2b) / t as u128,
         (Recompute::SelectiveOp, _) => selective_op_bytes(d),
+        // Latent attention runs with flash attention ([`layer_activation_bytes_for`]); the
+        // 2021 table has no up-projection to drop.
+        (Recompute::MlaUpProj, sp) => {
+            return layer_activation_bytes(d, Recompute::None, sp);
+        }
         (Recompute::SelectiveLayer, sp) => {
             (layer_activation_bytes(d, Recompute::None, sp) as u128
                 + layer_activation_bytes(d, Recompute::Full, sp) as u128)
@@ -285,7 +290,22 @@ pub fn layer_activation_bytes_for(
         (Attention::Flash, Recompute::None | Recompute::Selective) => {
             flash_layer_bytes(d, sequence_parallel)
         }
+        (Attention::Flash, Recompute::MlaUpProj) => {
+            flash_layer_bytes(d, sequence_parallel).saturating_sub(mla_up_proj_bytes(d))
+        }
     }
+}
+
+/// The queries, keys and values a latent-attention layer's up-projections and rotary
+/// embedding produce, `2 (q + k + v)` bytes a token split over t: what `mla_up_proj`
+/// recomputation frees after the attention kernel's forward and rebuilds one layer at a time
+/// in the backward. 0 without latent attention.
+pub fn mla_up_proj_bytes(d: ActDims) -> u64 {
+    if d.latent == 0 {
+        return 0;
+    }
+    let v = 2 * (d.q + d.k + d.v) as u128 * d.s as u128 * d.b as u128 / d.t as u128;
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 /// Flash attention's log-sum-exp per row, 4 bytes x a s b / t.
@@ -394,6 +414,7 @@ pub fn recompute_working_bytes_for(
             recompute_working_bytes(d, recompute, sequence_parallel)
         }
         (Attention::Flash, Recompute::Selective) => 0,
+        (Attention::Flash, Recompute::MlaUpProj) => mla_up_proj_bytes(d),
         (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
             norm_recompute_bytes(d, sequence_parallel)
         }
@@ -430,6 +451,7 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
         Recompute::SelectiveOp => layer_activation_bytes(d, Recompute::None, sequence_parallel)
             .saturating_sub(layer_activation_bytes(d, recompute, sequence_parallel)),
         Recompute::NormAct | Recompute::NormMoe => norm_output_bytes(d, sequence_parallel),
+        Recompute::MlaUpProj => mla_up_proj_bytes(d),
     }
 }
 
@@ -574,12 +596,31 @@ mod tests {
                 Recompute::SelectiveOp
                 | Recompute::SelectiveLayer
                 | Recompute::NormAct
-                | Recompute::NormMoe,
+                | Recompute::NormMoe
+                | Recompute::MlaUpProj,
                 _,
             ) => {
                 unreachable!("not in Table 2: the tests iterate over Recompute::ALL")
             }
         }
+    }
+
+    /// DeepSeek-V3's latent attention (128 heads, qk 128 + 64, v 128): `mla_up_proj` frees
+    /// the queries, keys and values, 2 x 128 x (192 + 192 + 128) bytes a token over t.
+    #[test]
+    fn mla_up_proj_frees_the_queries_keys_and_values() {
+        let mut m = Model::preset("deepseek-v3").unwrap();
+        m.seq_len = 4096;
+        let d = ActDims::new(&m, 1, 2);
+        assert_eq!(mla_up_proj_bytes(d), 2 * 128 * (192 + 192 + 128) * 4096 / 2);
+        assert_eq!(
+            layer_activation_bytes_for(d, Recompute::None, true, Attention::Flash)
+                - layer_activation_bytes_for(d, Recompute::MlaUpProj, true, Attention::Flash),
+            mla_up_proj_bytes(d)
+        );
+        // No latent attention, nothing to free.
+        let llama = ActDims::new(&Model::preset("llama3-8b").unwrap(), 1, 1);
+        assert_eq!(mla_up_proj_bytes(llama), 0);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod kernel_bytes;
 pub mod launch;
 pub mod low_precision;
 pub mod memory;
+pub mod mla;
 pub mod moe;
 pub mod mtp;
 pub mod network;

@@ -42,13 +42,20 @@ pub enum Recompute {
     /// whole MoE block (router, dispatch and combine, experts) checkpointed, run again before
     /// its backward.
     NormMoe,
+    /// Megatron-Core's `--recompute-modules mla_up_proj` (Megatron-Bridge's DeepSeek-V3
+    /// recipes): multi-head latent attention's up-projections and rotary embedding are
+    /// checkpointed without their outputs (`CheckpointWithoutOutput`), so the queries, keys and
+    /// values are freed after the attention kernel's forward and rebuilt from the kept
+    /// latents before its backward (multi_latent_attention.py at d98e8a64,
+    /// `recompute_up_proj`). Latent attention only.
+    MlaUpProj,
 }
 
 impl Recompute {
     /// Megatron-LM's modes: what the search enumerates.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
     /// Every mode a user can pin (`--recompute`, a plan's `parallelism.recompute`).
-    pub const EVERY: [Recompute; 7] = [
+    pub const EVERY: [Recompute; 8] = [
         Recompute::None,
         Recompute::Selective,
         Recompute::Full,
@@ -56,6 +63,7 @@ impl Recompute {
         Recompute::SelectiveLayer,
         Recompute::NormAct,
         Recompute::NormMoe,
+        Recompute::MlaUpProj,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -66,6 +74,7 @@ impl Recompute {
             Recompute::SelectiveLayer => "selective-layer",
             Recompute::NormAct => "selective-norm-act",
             Recompute::NormMoe => "selective-norm-moe",
+            Recompute::MlaUpProj => "selective-mla-up-proj",
         }
     }
 }

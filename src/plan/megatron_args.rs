@@ -267,9 +267,10 @@ impl Flags {
 /// Megatron-Core's `--recompute-modules` lists (with `--recompute-granularity selective`)
 /// that pplan models beside the default `core_attn`, each with the `--recompute` value it is;
 /// the modules in sorted order. Emitting and reading Megatron-LM arguments both use it.
-pub const RECOMPUTE_MODULES: [(&str, [&str; 2]); 2] = [
-    ("selective-norm-act", ["layernorm", "moe_act"]),
-    ("selective-norm-moe", ["layernorm", "moe"]),
+pub const RECOMPUTE_MODULES: [(&str, &[&str]); 3] = [
+    ("selective-norm-act", &["layernorm", "moe_act"]),
+    ("selective-norm-moe", &["layernorm", "moe"]),
+    ("selective-mla-up-proj", &["mla_up_proj"]),
 ];
 
 const USED: &[&str] = &[
@@ -572,7 +573,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
             modules.sort_unstable();
             match modules.as_slice() {
                 [] | ["core_attn"] => "selective",
-                listed => match RECOMPUTE_MODULES.iter().find(|(_, m)| m == listed) {
+                listed => match RECOMPUTE_MODULES.iter().find(|(_, m)| *m == listed) {
                     Some((recompute, _)) => recompute,
                     None => {
                         let valid: Vec<String> =

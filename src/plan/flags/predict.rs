@@ -121,8 +121,9 @@ pub struct PredictFlags {
     /// Activation recomputation: none, selective (Megatron: the attention core), full,
     /// torchtitan's selective-op (every second linear GEMM and the elementwise kernels) and
     /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
-    /// selective-norm-act (--recompute-modules layernorm moe_act) and selective-norm-moe
-    /// (layernorm moe). Default: none with --stack megatron-core (Megatron-LM's
+    /// selective-norm-act (--recompute-modules layernorm moe_act), selective-norm-moe
+    /// (layernorm moe) and selective-mla-up-proj (mla_up_proj: latent attention's queries,
+    /// keys and values rebuilt from its latents in the backward). Default: none with --stack megatron-core (Megatron-LM's
     /// recompute_granularity default, and what Megatron-Bridge's performance recipes run),
     /// full with megatron-2021 and torchtitan.
     #[arg(long)]

@@ -109,6 +109,7 @@ pub fn prediction_from(
         // No GEMM is recomputed by the norms or the expert activation; the MoE block's
         // recompute is counted below.
         Recompute::NormAct | Recompute::NormMoe => 0.0,
+        Recompute::MlaUpProj => cm.mla_up_proj_flops() / req.micro_batch as f64,
     };
     let layers_fwd = match &model.moe {
         None => layers as f64 * layer_fwd,

@@ -520,6 +520,15 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         }
     }
     check_expert_parallel(req, dp)?;
+    if req.recompute == Recompute::MlaUpProj && req.model.mla.is_none() {
+        return Err(PredictError::Recompute {
+            recompute: req.recompute.to_string(),
+            reason: format!(
+                "Megatron-Core recomputes the up-projections of multi-head latent attention only ('mla_up_proj in recompute_modules is only supported with multi_latent_attention'), and {} has none; valid: none, selective, full",
+                req.model.name
+            ),
+        });
+    }
     if matches!(
         req.recompute,
         Recompute::SelectiveOp | Recompute::SelectiveLayer
