@@ -75,9 +75,14 @@ fn restore_default_sigpipe() {
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    let cli = match Cli::try_parse_from(cli::common::join_negative_values(
-        std::env::args_os().collect(),
-    )) {
+    // `predict --plan FILE`, `simulate --plan FILE`: the plan's flags in front of the typed
+    // ones, before clap checks that the required ones are there.
+    let argv = cli::common::join_negative_values(std::env::args_os().collect());
+    let argv = match cli::common::expand_plan(argv) {
+        Ok(argv) => argv,
+        Err(e) => return exit_code(Err(e)),
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -96,6 +101,11 @@ fn main() -> ExitCode {
         Command::Partition(args) => cmd_partition(args),
         Command::Calibrate(args) => cmd_calibrate(args),
     };
+    exit_code(result)
+}
+
+/// The exit code of a command's result, its error on standard error.
+fn exit_code(result: Result<(), CliError>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Input(msg)) => {
