@@ -11,6 +11,7 @@ use cli::emit::{cmd_emit, EmitArgs};
 use cli::generate::{cmd_generate, GenerateArgs};
 use cli::partition::{cmd_partition, PartitionArgs};
 use cli::predict::{cmd_predict, PredictArgs};
+use cli::report::{cmd_report, ReportArgs};
 use cli::schedule_search::{cmd_schedule_search, SearchArgs};
 use cli::search::{cmd_search, PlanSearchArgs};
 use cli::simulate::{cmd_simulate, SimulateArgs};
@@ -60,6 +61,11 @@ enum Command {
     /// Fit a layer profile (and the hardware profile's link, memory and compute terms) to a
     /// measured run of a plan, so that predict reproduces it (docs/validate.md).
     Calibrate(CalibrateArgs),
+    /// Write one self-contained HTML page about a plan: step time, throughput, MFU, run cost,
+    /// the step's Gantt chart, memory per pipeline rank, a search's alternatives, the emitted
+    /// Megatron-LM and torchtitan commands, and a measured run beside the prediction
+    /// (docs/report.md).
+    Report(ReportArgs),
 }
 
 /// Writing to a closed pipe (`pplan ... | head`) ends the process quietly, as other Unix tools
@@ -100,6 +106,7 @@ fn main() -> ExitCode {
         Command::Search(args) => cmd_search(args),
         Command::Partition(args) => cmd_partition(args),
         Command::Calibrate(args) => cmd_calibrate(args),
+        Command::Report(args) => cmd_report(args),
     };
     exit_code(result)
 }
