@@ -47,26 +47,13 @@ pub(crate) fn cmd_report(args: ReportArgs) -> Result<(), CliError> {
             Some((origin, s))
         }
     };
+    let flags = plan_predict_flags(&plan, &[], &plan_file)?;
+    let step = super::predict::predict_flags(&flags, Some(&plan), true)?;
     let measured = if args.measured.is_empty() {
         None
     } else {
-        let (m, b, log) = load_measured(&args.measured, Some(&plan), args.skip_steps)?;
-        let report = validate_measured(
-            &m,
-            b,
-            log,
-            Some(Beside::Plan {
-                file: plan_file.clone(),
-                plan: &plan,
-            }),
-            args.skip_steps,
-            false,
-        )
-        .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
-        Some(report)
+        Some(measured_beside(&args, &plan, &plan_file, &step.pred)?)
     };
-    let flags = plan_predict_flags(&plan, &[], &plan_file)?;
-    let step = super::predict::predict_flags(&flags, Some(&plan), true)?;
     let run = run_request.map(|(tokens, price)| {
         pplan::plan::run_cost::run_cost(
             tokens,
@@ -95,4 +82,60 @@ pub(crate) fn cmd_report(args: ReportArgs) -> Result<(), CliError> {
         page.len().div_ceil(1024)
     );
     Ok(())
+}
+
+/// The measured run of `--measured` beside this page's prediction `pred` of `plan`: the
+/// headline figures (the plan's recorded prediction replaced by `pred`'s, so the page agrees
+/// with itself), and for a pplan/executor trace the action-by-action comparison with the
+/// predicted step (its overlay chart and per-kind errors), as `pplan validate` makes them.
+fn measured_beside(
+    args: &ReportArgs,
+    plan: &pplan::plan::plan_file::Plan,
+    plan_file: &str,
+    pred: &pplan::plan::predict::Prediction,
+) -> Result<pplan::report::measured::ValidateReport, CliError> {
+    let mut plan = plan.clone();
+    plan.predicted = Some(pplan::plan::plan_file::PlanPrediction {
+        step_time_s: pred.step_time_s,
+        tflops_per_gpu: pred.tflops_per_gpu,
+        mfu: pred.mfu,
+        bubble_fraction: pred.bubble_fraction,
+        peak_memory_bytes: pred.peak_memory_bytes,
+    });
+    let (m, b, log) = load_measured(&args.measured, Some(&plan), args.skip_steps)?;
+    let source = m.source;
+    let mut report = validate_measured(
+        &m,
+        b,
+        log,
+        Some(Beside::Plan {
+            file: plan_file.to_string(),
+            plan: &plan,
+        }),
+        args.skip_steps,
+        false,
+    )
+    .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
+    if let (pplan::measured::timeline::Source::Pplan, [path], Some(tl)) =
+        (source, args.measured.as_slice(), &pred.timeline)
+    {
+        let measured_events = super::validate::trace::read_trace_events("--measured", path)?;
+        let predicted_events = pplan::report::trace::from_timeline(tl).trace_events;
+        match pplan::report::compare::compare(
+            &predicted_events,
+            &format!("pplan predict --plan {plan_file}"),
+            &measured_events,
+            &path.display().to_string(),
+            pplan::report::compare::CompareOptions {
+                skip_steps: args.skip_steps,
+                allow_unmatched: true,
+            },
+        ) {
+            Ok(c) => report.actions = Some(c),
+            Err(e) => report
+                .warnings
+                .push(format!("no action-by-action comparison: {e}")),
+        }
+    }
+    Ok(report)
 }

@@ -53,7 +53,19 @@ struct MeasuredView {
     source: &'static str,
     metrics: Vec<MetricRow>,
     stages: Vec<StageView>,
+    /// Action by action (pplan traces): per kind of action, predicted against measured.
+    kinds: Vec<KindRow>,
+    actions: String,
     warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct KindRow {
+    kind: String,
+    count: usize,
+    predicted_ms: String,
+    measured_ms: String,
+    error: String,
 }
 
 #[derive(Serialize)]
@@ -454,6 +466,37 @@ pub fn render(input: &ReportInput) -> Result<String, ReportError> {
                     .unwrap_or_else(|| "–".into()),
             })
             .collect(),
+        kinds: r
+            .actions
+            .iter()
+            .flat_map(|c| &c.by_kind)
+            .map(|(kind, k)| KindRow {
+                kind: kind.clone(),
+                count: k.count,
+                predicted_ms: format!("{:.3}", k.predicted_ms),
+                measured_ms: format!("{:.3}", k.measured_ms),
+                error: k
+                    .error
+                    .map(|e| format!("{:+.2}%", e * 100.0))
+                    .unwrap_or_else(|| "–".into()),
+            })
+            .collect(),
+        actions: r
+            .actions
+            .as_ref()
+            .map(|c| {
+                format!(
+                    "{} actions matched; step {:.4} s predicted against {:.4} s measured ({:+.2}%), mean |error| per action {:.2}%, bubble {:.3} against {:.3}",
+                    c.actions_matched,
+                    c.step_time_predicted_s,
+                    c.step_time_measured_s,
+                    c.step_time_error * 100.0,
+                    c.action_error_mean_abs * 100.0,
+                    c.bubble_predicted,
+                    c.bubble_measured
+                )
+            })
+            .unwrap_or_default(),
         warnings: r.warnings.clone(),
     });
     let overlay = overlay_svg_value(input.measured)?;
