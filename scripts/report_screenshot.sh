@@ -19,9 +19,13 @@ cargo build --release --quiet
 pplan="$root/target/release/pplan"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$pplan" search --gpus 3072 --output "$work/best.json" --format json > "$work/search.json"
-"$pplan" report --plan "$work/best.json" --search "$work/search.json" --tokens 450B \
-  --gpu-hour-price 2 --output "$work/report.html"
+# In the work folder, so that the page names the files as a user would have typed them.
+(
+  cd "$work"
+  "$pplan" search --gpus 3072 --output best.json --format json > search.json
+  "$pplan" report --plan best.json --search search.json --tokens 450B --gpu-hour-price 2 \
+    --output report.html
+)
 profile="$(mktemp -d)"
 sandbox=()
 if [ "$(id -u)" = 0 ]; then sandbox=(--no-sandbox); fi
