@@ -125,8 +125,7 @@ pub(crate) fn predict_flags(
         )),
         other => CliError::Input(other.to_string()),
     })?;
-    let stack = req.stack.clone();
-    drop(req);
+    let stack = req.stack;
     Ok(Predicted { model, pred, stack })
 }
 

@@ -53,7 +53,7 @@ pub fn gantt(tl: &Timeline, title: &str) -> Result<GanttView, GanttError> {
             index[s.device as usize].map(|i| crate::sim::Span {
                 device: i,
                 peer: None,
-                ..s.clone()
+                ..*s
             })
         })
         .collect();
