@@ -31,8 +31,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay a schedule (built-in or a CSV file) with unit costs and report makespan, bubble,
-    /// per-device busy/idle time and memory; optionally draw a Gantt chart and write a trace.
+    /// Replay a schedule (built-in or a CSV file) with unit costs, a layer profile's or a plan
+    /// file's predicted costs (--plan) and report makespan, bubble, per-device busy/idle time
+    /// and memory; optionally draw a Gantt chart and write a trace.
     Simulate(SimulateArgs),
     /// Write a built-in schedule as a CSV file in PyTorch's compute_only format.
     Generate(GenerateArgs),

@@ -422,7 +422,9 @@ pub(crate) fn run_simulation(
             phases.total,
             &format!("drawing the Gantt chart ({} spans)", tl.spans.len()),
         );
-        let unit_label = if scale == 1_000_000 {
+        let unit_label = if args.plan.is_some() {
+            "ms".to_string()
+        } else if scale == 1_000_000 {
             "ms (1 unit)".to_string()
         } else {
             format!("units ({} ms each)", scale / 1_000_000)
