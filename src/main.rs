@@ -11,6 +11,7 @@ use cli::emit::{cmd_emit, EmitArgs};
 use cli::generate::{cmd_generate, GenerateArgs};
 use cli::partition::{cmd_partition, PartitionArgs};
 use cli::predict::{cmd_predict, PredictArgs};
+use cli::report::{cmd_report, ReportArgs};
 use cli::schedule_search::{cmd_schedule_search, SearchArgs};
 use cli::search::{cmd_search, PlanSearchArgs};
 use cli::simulate::{cmd_simulate, SimulateArgs};
@@ -30,8 +31,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay a schedule (built-in or a CSV file) with unit costs and report makespan, bubble,
-    /// per-device busy/idle time and memory; optionally draw a Gantt chart and write a trace.
+    /// Replay a schedule (built-in or a CSV file) with unit costs, a layer profile's or a plan
+    /// file's predicted costs (--plan) and report makespan, bubble, per-device busy/idle time
+    /// and memory; optionally draw a Gantt chart and write a trace.
     Simulate(SimulateArgs),
     /// Write a built-in schedule as a CSV file in PyTorch's compute_only format.
     Generate(GenerateArgs),
@@ -60,6 +62,11 @@ enum Command {
     /// Fit a layer profile (and the hardware profile's link, memory and compute terms) to a
     /// measured run of a plan, so that predict reproduces it (docs/validate.md).
     Calibrate(CalibrateArgs),
+    /// Write one self-contained HTML page about a plan: step time, throughput, MFU, run cost,
+    /// the step's Gantt chart, memory per pipeline rank, a search's alternatives, the emitted
+    /// Megatron-LM and torchtitan commands, and a measured run beside the prediction
+    /// (docs/report.md).
+    Report(ReportArgs),
 }
 
 /// Writing to a closed pipe (`pplan ... | head`) ends the process quietly, as other Unix tools
@@ -75,9 +82,14 @@ fn restore_default_sigpipe() {
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    let cli = match Cli::try_parse_from(cli::common::join_negative_values(
-        std::env::args_os().collect(),
-    )) {
+    // `predict --plan FILE`, `simulate --plan FILE`: the plan's flags in front of the typed
+    // ones, before clap checks that the required ones are there.
+    let argv = cli::common::join_negative_values(std::env::args_os().collect());
+    let argv = match cli::common::expand_plan(argv) {
+        Ok(argv) => argv,
+        Err(e) => return exit_code(Err(e)),
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -95,7 +107,13 @@ fn main() -> ExitCode {
         Command::Search(args) => cmd_search(args),
         Command::Partition(args) => cmd_partition(args),
         Command::Calibrate(args) => cmd_calibrate(args),
+        Command::Report(args) => cmd_report(args),
     };
+    exit_code(result)
+}
+
+/// The exit code of a command's result, its error on standard error.
+fn exit_code(result: Result<(), CliError>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Input(msg)) => {

@@ -571,3 +571,111 @@ fn json_type_errors_name_the_field_path() {
     ];
     refused(&args, &["--model", &model, "num_layers"]);
 }
+
+/// `--plan` on predict and simulate, and `pplan report`'s inputs (issue 44): a missing or
+/// broken plan, a file that is not search output, an unreadable trace and an output folder
+/// that does not exist each exit 2 naming the file and, where there is one, the field.
+#[test]
+fn plan_hub_and_report_bad_inputs() {
+    let good = "tests/data/measured/cpu-exec/1f1b.plan.json";
+    let page = tmp("hub.html");
+    let page = page.to_str().unwrap();
+    for cmd in ["predict", "simulate"] {
+        refused(
+            &[cmd, "--plan", "no-such-plan.json"],
+            &["--plan", "no-such-plan.json"],
+        );
+    }
+    refused(
+        &["report", "--plan", "no-such-plan.json", "--output", page],
+        &["no-such-plan.json"],
+    );
+    // A plan whose field has the wrong type names the field.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(good).unwrap()).unwrap();
+    v["parallelism"]["tp"] = "two".into();
+    let bad_plan = tmp("hub-bad.plan.json");
+    std::fs::write(&bad_plan, v.to_string()).unwrap();
+    let bad_plan = bad_plan.to_str().unwrap();
+    for args in [
+        vec!["predict", "--plan", bad_plan],
+        vec!["simulate", "--plan", bad_plan],
+        vec!["report", "--plan", bad_plan, "--output", page],
+    ] {
+        refused(&args, &["hub-bad.plan.json", "parallelism.tp"]);
+    }
+    // Search results that are not `pplan search --format json` output.
+    let not_json = tmp("hub-search-not-json.json");
+    std::fs::write(&not_json, "results: none").unwrap();
+    let no_results = tmp("hub-search-no-results.json");
+    std::fs::write(&no_results, r#"{"evaluated": 3}"#).unwrap();
+    let no_time = tmp("hub-search-no-time.json");
+    std::fs::write(
+        &no_time,
+        r#"{"evaluated": 3, "feasible": 1, "results": [{"tp": 1}]}"#,
+    )
+    .unwrap();
+    for (file, field) in [
+        (&not_json, "not JSON"),
+        (&no_results, "results"),
+        (&no_time, "results[0].step_time_s"),
+    ] {
+        refused(
+            &[
+                "report",
+                "--plan",
+                good,
+                "--search",
+                file.to_str().unwrap(),
+                "--output",
+                page,
+            ],
+            &[
+                "--search",
+                file.file_name().unwrap().to_str().unwrap(),
+                field,
+            ],
+        );
+    }
+    refused(
+        &[
+            "report",
+            "--plan",
+            good,
+            "--search",
+            "no-such-search.json",
+            "--output",
+            page,
+        ],
+        &["--search", "no-such-search.json"],
+    );
+    // An unreadable measured trace.
+    refused(
+        &[
+            "report",
+            "--plan",
+            good,
+            "--measured",
+            "no-such-trace.json",
+            "--output",
+            page,
+        ],
+        &["--measured", "no-such-trace.json"],
+    );
+    // An output folder that does not exist.
+    refused(
+        &[
+            "report",
+            "--plan",
+            good,
+            "--output",
+            "no-such-dir/report.html",
+        ],
+        &["--output", "no-such-dir/report.html"],
+    );
+    // simulate --plan takes the plan's micro-batches.
+    refused(
+        &["simulate", "--plan", good, "--microbatches", "4"],
+        &["--microbatches", "the plan's"],
+    );
+}

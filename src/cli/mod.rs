@@ -8,6 +8,7 @@ pub mod generate;
 pub mod partition;
 pub mod predict;
 pub mod predict_stages;
+pub mod report;
 pub mod runs;
 pub mod schedule_search;
 pub mod schema;

@@ -5,6 +5,11 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub(crate) struct PredictArgs {
+    /// Predict a plan file (`pplan search --output`, `predict --output`): its model, hardware,
+    /// layout, schedule and stack, as if each were typed as a flag; flags given on top replace
+    /// the plan's values (each replacement is said on standard error).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plan: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) flags: PredictFlags,
     #[command(flatten)]
@@ -51,14 +56,52 @@ pub(crate) fn cmd_predict(args: PredictArgs) -> Result<(), CliError> {
     r
 }
 
-fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), CliError> {
+/// A prediction from flags, with what it was made of: the model (the plan's, with `--plan`,
+/// unless `--model` names another) and the stack it ran on.
+pub(crate) struct Predicted {
+    pub(crate) model: pplan::inputs::model::Model,
+    pub(crate) pred: pplan::plan::predict::Prediction,
+    pub(crate) stack: pplan::cost::Stack,
+}
+
+/// `--model` and `--hardware` as `flags` name them; with a plan whose model `--model` still
+/// names (the plan's own flags), the plan's model dimensions instead of a bundled model.
+pub(crate) fn load_flag_inputs(
+    flags: &PredictFlags,
+    plan: Option<&pplan::plan::plan_file::Plan>,
+) -> Result<
+    (
+        pplan::inputs::model::Model,
+        pplan::inputs::hardware::Hardware,
+    ),
+    CliError,
+> {
+    let Some(plan) = plan.filter(|p| p.model.name == flags.model) else {
+        return load_model_and_hardware(&flags.model, flags.seq_len, &flags.hardware);
+    };
+    let mut model = plan.model.to_model();
+    if let Some(len) = flags.seq_len {
+        model.seq_len = len;
+    }
+    model
+        .check()
+        .map_err(|e| CliError::Input(format!("--plan: model: {e}")))?;
+    let hw = pplan::inputs::hardware::Hardware::load(&flags.hardware)
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    Ok((model, hw))
+}
+
+/// Predict what `flags` describe (`plan`: the plan they came from, for its model), keeping
+/// the timeline when `record_timeline`; shared by `predict`, `search --gantt` and `report`.
+pub(crate) fn predict_flags(
+    flags: &PredictFlags,
+    plan: Option<&pplan::plan::plan_file::Plan>,
+    record_timeline: bool,
+) -> Result<Predicted, CliError> {
     use pplan::plan::flags::FlagsPredictError;
     use pplan::plan::predict::PredictError;
-    let flags = &args.flags;
-    let (mut model, hw) = load_model_and_hardware(&flags.model, flags.seq_len, &flags.hardware)?;
+    let (mut model, hw) = load_flag_inputs(flags, plan)?;
     flags.apply_to_model(&mut model)?;
-    let window = parse_gantt_window(args.gantt_window.as_deref())?;
-    let run_request = args.run.parse()?;
     let profile = flags.profile.as_deref().map(load_profile).transpose()?;
     let mut req = flags.request(&model, &hw, profile.as_ref())?;
     if let (None, pplan::plan::predict::Split::Megatron(rule)) =
@@ -73,13 +116,7 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             rule.flags().join(" ")
         );
     }
-    req.record_timeline = args.trace.is_some() || args.gantt.is_some();
-    let phases = 1
-        + u64::from(args.trace.is_some())
-        + u64::from(args.gantt.is_some())
-        + u64::from(args.output.is_some());
-    let mut phase = 1;
-    progress.phase(phase, phases, "building the costs and simulating the step");
+    req.record_timeline = record_timeline;
     let pred = flags.predict(&req).map_err(|e| match e {
         FlagsPredictError::Predict(PredictError::Internal(m)) => CliError::Internal(m),
         FlagsPredictError::Predict(PredictError::Profile(m)) => CliError::Input(format!(
@@ -88,6 +125,26 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
         )),
         other => CliError::Input(other.to_string()),
     })?;
+    let stack = req.stack;
+    Ok(Predicted { model, pred, stack })
+}
+
+fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), CliError> {
+    let flags = &args.flags;
+    let plan = args.plan.as_deref().map(load_plan).transpose()?;
+    let window = parse_gantt_window(args.gantt_window.as_deref())?;
+    let run_request = args.run.parse()?;
+    let phases = 1
+        + u64::from(args.trace.is_some())
+        + u64::from(args.gantt.is_some())
+        + u64::from(args.output.is_some());
+    let mut phase = 1;
+    progress.phase(phase, phases, "building the costs and simulating the step");
+    let Predicted { model, pred, stack } = predict_flags(
+        flags,
+        plan.as_ref(),
+        args.trace.is_some() || args.gantt.is_some(),
+    )?;
     if let (Some(path), Some(tl)) = (&args.trace, &pred.timeline) {
         phase += 1;
         progress.phase(phase, phases, "writing the Chrome trace");
@@ -104,23 +161,12 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
             phases,
             &format!("drawing the Gantt chart ({} spans)", tl.spans.len()),
         );
-        let title = format!(
-            "{}: t={} p={} d={} b={} m={} {} v={}",
-            pred.model,
-            pred.tp,
-            pred.pp,
-            pred.dp,
-            pred.micro_batch,
-            pred.microbatches,
-            pred.schedule,
-            pred.chunks
-        );
-        write_gantt(tl, title, "s".to_string(), 1e9, path, window)?;
+        write_gantt(tl, gantt_title(&pred), "s".to_string(), 1e9, path, window)?;
     }
     if let Some(path) = &args.output {
         phase += 1;
         progress.phase(phase, phases, "writing the plan");
-        write_plan(path, &model, &flags.hardware, &pred, &req.stack)?;
+        write_plan(path, &model, &flags.hardware, &pred, &stack)?;
     }
     let run = run_request.map(|(tokens, price)| {
         pplan::plan::run_cost::run_cost(
@@ -235,6 +281,21 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
         }
     }
     Ok(())
+}
+
+/// The title of a prediction's Gantt chart.
+pub(crate) fn gantt_title(pred: &pplan::plan::predict::Prediction) -> String {
+    format!(
+        "{}: t={} p={} d={} b={} m={} {} v={}",
+        pred.model,
+        pred.tp,
+        pred.pp,
+        pred.dp,
+        pred.micro_batch,
+        pred.microbatches,
+        pred.schedule,
+        pred.chunks
+    )
 }
 
 /// The run's lines of the table (`--tokens`).

@@ -112,6 +112,13 @@ pub(crate) struct PlanSearchArgs {
     /// Write the best configuration as a plan file (plan.json).
     #[arg(long)]
     pub(crate) output: Option<PathBuf>,
+    /// Draw the best configuration's step as a Gantt chart (FILE.svg or FILE.png), as
+    /// `pplan predict --plan` draws the plan `--output` writes.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) gantt: Option<PathBuf>,
+    /// Write the best configuration's step as a Chrome trace (open in Perfetto).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) trace: Option<PathBuf>,
     /// Output format: table, json, or csv (one row a ranked result, the JSON result fields as
     /// columns with their units in the header; RFC 4180).
     #[arg(long, value_enum, default_value_t)]
@@ -200,8 +207,28 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
         other => CliError::Input(other.to_string()),
     })?;
     let elapsed_s = started.elapsed().as_secs_f64();
-    if let (Some(path), Some(best)) = (&args.output, outcome.results.first()) {
-        write_plan(path, &model, &args.hardware, &best.prediction, &req.stack)?;
+    if let Some(best) = outcome.results.first() {
+        if let Some(path) = &args.output {
+            write_plan(path, &model, &args.hardware, &best.prediction, &req.stack)?;
+        }
+        if args.gantt.is_some() || args.trace.is_some() {
+            // The best as its plan, predicted again with its timeline: what `predict --plan`
+            // would draw.
+            let plan = plan_of(&model, &args.hardware, &best.prediction, &req.stack)?;
+            let flags = plan_predict_flags(&plan, &[], "the best configuration")?;
+            let step = super::predict::predict_flags(&flags, Some(&plan), true)?;
+            if let (Some(path), Some(tl)) = (&args.trace, &step.pred.timeline) {
+                write_output(
+                    path,
+                    "--trace",
+                    pplan::report::trace::to_json(tl).as_bytes(),
+                )?;
+            }
+            if let (Some(path), Some(tl)) = (&args.gantt, &step.pred.timeline) {
+                let title = super::predict::gantt_title(&step.pred);
+                write_gantt(tl, title, "s".to_string(), 1e9, path, None)?;
+            }
+        }
     }
     // The run each result implies (--tokens), in result order.
     let runs: Vec<pplan::plan::run_cost::RunCost> = match run_request {

@@ -6,7 +6,7 @@ use pplan::schedule::generators::ScheduleName;
 use pplan::schedule::ir::Schedule;
 use pplan::sim::{self, Costs, SimOptions, SimResult, UnitCosts};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub(crate) struct SimulateArgs {
@@ -22,8 +22,15 @@ pub(crate) struct SimulateArgs {
     /// With --profile: a hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72
     /// or a JSON file) whose
     /// links time each transfer (last layer's output_bytes / bandwidth + latency); default: free.
-    #[arg(long, requires = "profile")]
+    /// With --plan: the hardware the plan's costs are computed for instead of the plan's.
+    #[arg(long)]
     pub(crate) hardware: Option<String>,
+    /// Simulate a plan file's step (`pplan search --output`, `predict --output`): its schedule
+    /// (the plan's --schedule, --stages, --chunks and micro-batches, unless given) with the
+    /// costs `pplan predict --plan FILE` computes (model, hardware, layout, stack); times in
+    /// milliseconds. Flags given on top replace the plan's (said on standard error).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["profile", "forward", "backward", "backward_input", "backward_weight", "p2p"])]
+    pub(crate) plan: Option<PathBuf>,
     /// Time of one micro-batch's forward through one device's whole share of the model
     /// (a chunk takes T/V). Unit-less; 1 unit is drawn as 1 ms.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
@@ -164,6 +171,15 @@ fn simulate_with_progress(args: &SimulateArgs, progress: &Progress) -> Result<()
             args.schedule.schedule
         ));
     }
+    if let Some(path) = &args.plan {
+        let costs = simulate_plan_costs(args, path, s)?;
+        return run_simulation(args, &loaded, &costs, 1_000_000, true, progress, &phases);
+    }
+    if args.hardware.is_some() && args.profile.is_none() {
+        return input(
+            "--hardware times the transfers of a --profile, or the costs of a --plan; valid: add --profile FILE or --plan FILE, or drop --hardware",
+        );
+    }
     if let Some(path) = &args.profile {
         let profile = load_profile(path)?;
         let costs = simulate_profile_costs(args, &profile, s)?;
@@ -271,6 +287,43 @@ fn backward_split(
     })
 }
 
+/// `simulate --plan`: the costs `predict --plan` computes for the plan (with the typed
+/// `--hardware`, `--schedule`, `--stages`, `--chunks` on top), for the schedule `s`.
+fn simulate_plan_costs(args: &SimulateArgs, path: &Path, s: &Schedule) -> Result<Costs, CliError> {
+    use pplan::plan::predict::{check, step_costs, PredictError};
+    let plan = load_plan(path)?;
+    let origin = path.display().to_string();
+    let sch = &args.schedule;
+    let typed = simulate_plan_flags(
+        &plan,
+        args.hardware.as_deref(),
+        &sch.schedule,
+        sch.stages,
+        sch.chunks,
+        sch.microbatch_group_size_per_virtual_pipeline_stage,
+    );
+    let flags = plan_predict_flags(&plan, &typed, &origin)?;
+    let (mut model, hw) = super::predict::load_flag_inputs(&flags, Some(&plan))?;
+    flags.apply_to_model(&mut model)?;
+    let mut req = flags.request(&model, &hw, None)?;
+    req.chunks = u64::from(s.chunks());
+    let err = |e: PredictError| match e {
+        PredictError::Internal(m) => CliError::Internal(m),
+        e => CliError::Input(format!("--plan '{origin}': {e}")),
+    };
+    let dp = check(&req).map_err(err)?;
+    if u64::from(s.num_microbatches) != req.global_batch / dp / req.micro_batch {
+        return input(format!(
+            "--plan '{origin}': the schedule has {} micro-batches, the plan's batch gives {}",
+            s.num_microbatches,
+            req.global_batch / dp / req.micro_batch
+        ));
+    }
+    Ok(step_costs(&req, dp, s.num_stages, s.placement)
+        .map_err(err)?
+        .costs)
+}
+
 /// `simulate --profile`: stage costs from the profile's layers, cut evenly or at --boundaries.
 pub(crate) fn simulate_profile_costs(
     args: &SimulateArgs,
@@ -369,7 +422,9 @@ pub(crate) fn run_simulation(
             phases.total,
             &format!("drawing the Gantt chart ({} spans)", tl.spans.len()),
         );
-        let unit_label = if scale == 1_000_000 {
+        let unit_label = if args.plan.is_some() {
+            "ms".to_string()
+        } else if scale == 1_000_000 {
             "ms (1 unit)".to_string()
         } else {
             format!("units ({} ms each)", scale / 1_000_000)

@@ -76,16 +76,15 @@ pub(crate) fn parse_gantt_window(text: Option<&str>) -> Result<Option<(u64, u64)
     Ok(Some((a_ns, b_ns)))
 }
 
-/// Write `pred` as a plan file; the schedule is regenerated from its name, p, m and v.
-/// `stack` is what the prediction assumed: its context-parallel exchange (recorded when
-/// cp > 1), dispatcher, capacity and CUDA graphs.
-pub(crate) fn write_plan(
-    path: &Path,
+/// `pred` as a plan; the schedule is regenerated from its name, p, m and v. `stack` is what
+/// the prediction assumed: its context-parallel exchange (recorded when cp > 1), dispatcher,
+/// capacity and CUDA graphs.
+pub(crate) fn plan_of(
     model: &pplan::inputs::model::Model,
     hardware: &str,
     pred: &pplan::plan::predict::Prediction,
     stack: &pplan::cost::Stack,
-) -> Result<(), CliError> {
+) -> Result<pplan::plan::plan_file::Plan, CliError> {
     let name: ScheduleName = pred
         .schedule
         .parse()
@@ -102,6 +101,18 @@ pub(crate) fn write_plan(
         plan.parallelism.cp_comm = stack.cp_comm.as_str().to_string();
     }
     plan.parallelism.set_recipe(stack);
+    Ok(plan)
+}
+
+/// Write `pred` as a plan file ([`plan_of`]).
+pub(crate) fn write_plan(
+    path: &Path,
+    model: &pplan::inputs::model::Model,
+    hardware: &str,
+    pred: &pplan::plan::predict::Prediction,
+    stack: &pplan::cost::Stack,
+) -> Result<(), CliError> {
+    let plan = plan_of(model, hardware, pred, stack)?;
     write_output(path, "--output", plan.to_json().as_bytes())
 }
 

@@ -11,21 +11,37 @@ use pplan::plan::plan_file::Plan;
 use pplan::report::measured::{validate_measured, Prediction, ValidateReport};
 use std::path::Path;
 
+/// A measured run read from `paths` (ranks placed by `plan` when given) and broken down: a
+/// log's iterations, or a trace's figures (`skip_steps` warm-up steps).
+pub(crate) type MeasuredRun = (
+    Measured,
+    Option<pplan::measured::breakdown::Breakdown>,
+    Option<pplan::measured::breakdown::LogSummary>,
+);
+
+/// Read and break down the measured run of `paths` (`--measured`), beside `plan`.
+pub(crate) fn load_measured(
+    paths: &[std::path::PathBuf],
+    plan: Option<&Plan>,
+    skip_steps: Option<usize>,
+) -> Result<MeasuredRun, CliError> {
+    let measured = pplan::measured::load::load(paths, plan.map(Plan::layout_sizes))
+        .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
+    let is_log = matches!(measured.source, Source::MegatronLog | Source::TorchtitanLog);
+    Ok(if is_log {
+        let l = log_summary(&measured, skip_steps)
+            .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
+        (measured, None, Some(l))
+    } else {
+        let b = breakdown(&measured, skip_steps)
+            .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
+        (measured, Some(b), None)
+    })
+}
+
 pub(crate) fn cmd(args: ValidateArgs) -> Result<(), CliError> {
     let plan = args.plan.as_deref().map(load_plan).transpose()?;
-    let measured =
-        pplan::measured::load::load(&args.measured, plan.as_ref().map(Plan::layout_sizes))
-            .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
-    let is_log = matches!(measured.source, Source::MegatronLog | Source::TorchtitanLog);
-    let (mb, log) = if is_log {
-        let l = log_summary(&measured, args.skip_steps)
-            .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
-        (None, Some(l))
-    } else {
-        let b = breakdown(&measured, args.skip_steps)
-            .map_err(|e| CliError::Input(format!("--measured: {e}")))?;
-        (Some(b), None)
-    };
+    let (measured, mb, log) = load_measured(&args.measured, plan.as_ref(), args.skip_steps)?;
     let events;
     let prediction = if let Some(path) = &args.predicted {
         let file = path.display().to_string();

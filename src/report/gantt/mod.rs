@@ -26,7 +26,7 @@
 
 mod colours;
 mod draw;
-mod font;
+pub(crate) mod font;
 mod layout;
 mod options;
 mod render;
