@@ -202,6 +202,27 @@ fn both_switches_are_written_to_the_plan_emitted_and_read_back() {
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     assert_eq!(p["parallelism"]["fp8_param_gather"], true);
     assert_eq!(p["parallelism"]["cpu_offloading_num_layers"], 40);
+    // The plan predicts again as it was predicted (`predict --plan`).
+    let (code, again, err) = pplan(&[
+        "predict",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let again = json(&again);
+    let mut direct = LLAMA3_70B_FSDP.to_vec();
+    direct.extend(["--cpu-offloading-num-layers", "40"]);
+    let direct = ok(&direct);
+    for k in [
+        "step_time_s",
+        "peak_memory_bytes",
+        "fp8_param_gather",
+        "cpu_offloading_num_layers",
+    ] {
+        assert_eq!(again[k], direct[k], "{k}");
+    }
     let (code, out, err) = pplan(&[
         "emit",
         "--plan",

@@ -198,6 +198,24 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
             "parallelism.cross_entropy_fusion",
         ));
     }
+    out.push(PlanArg {
+        yields_to: &["--precision", "--fp8-recipe", "--stack"],
+        ..arg(
+            "--fp8-param-gather",
+            on_off(p.fp8_param_gather),
+            "parallelism.fp8_param_gather",
+        )
+    });
+    if p.cpu_offloading_num_layers > 0 {
+        out.push(PlanArg {
+            yields_to: &["--pp", "--chunks", "--recompute", "--model"],
+            ..arg(
+                "--cpu-offloading-num-layers",
+                p.cpu_offloading_num_layers,
+                "parallelism.cpu_offloading_num_layers",
+            )
+        });
+    }
     out.extend([
         arg(
             "--use-precision-aware-optimizer",
