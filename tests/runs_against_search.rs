@@ -49,7 +49,10 @@ fn own_layout_is_validates_and_best_is_searchs() {
         // The own layout is predicted exactly as validate --runs predicts it.
         assert_eq!(c["own_layout"], w["layout"], "{id}");
         assert_eq!(c["own_step_time_s"], w["step_time_s"], "{id}");
-        assert_eq!(c["own_tokens_per_s_per_gpu"], w["tokens_per_s_per_gpu"], "{id}");
+        assert_eq!(
+            c["own_tokens_per_s_per_gpu"], w["tokens_per_s_per_gpu"],
+            "{id}"
+        );
         assert_eq!(c["own_fits"], w["fits"], "{id}");
         assert_eq!(c["measured_tokens_per_s_per_gpu"], w["measured"], "{id}");
         assert!(c["problem"].is_null(), "{id}: {}", c["problem"]);
@@ -63,14 +66,20 @@ fn own_layout_is_validates_and_best_is_searchs() {
         // The search's best is its best: at least as fast as the row's own layout where that
         // layout fits, and it is ranked against the feasible candidates.
         if c["own_fits"] == true {
-            assert!(claims >= -1e-12, "{id}: the search found nothing as fast as the row");
+            assert!(
+                claims >= -1e-12,
+                "{id}: the search found nothing as fast as the row"
+            );
         }
         let at_most = c["own_rank_at_most"].as_u64().unwrap();
         assert!(at_most >= 1 && at_most <= c["search_feasible"].as_u64().unwrap() + 1);
         if let Some(rank) = c["own_rank"].as_u64() {
             assert!(rank <= at_most, "{id}");
         }
-        assert_eq!(c["own_in_space"], true, "{id}: a recipe layout the search enumerates");
+        assert_eq!(
+            c["own_in_space"], true,
+            "{id}: a recipe layout the search enumerates"
+        );
         assert!(c["differences"].is_array());
     }
     // The excluded row is shown, not counted.
@@ -113,8 +122,19 @@ fn the_rows_search_is_pplan_search_without_the_layout_flags() {
         .find(|r| r["id"] == "m090")
         .unwrap();
     let layout = [
-        "--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--micro-batch", "--schedule",
-        "--chunks", "--recompute", "--sequence-parallel", "--zero", "--pipeline-layout",
+        "--tp",
+        "--pp",
+        "--dp",
+        "--cp",
+        "--ep",
+        "--etp",
+        "--micro-batch",
+        "--schedule",
+        "--chunks",
+        "--recompute",
+        "--sequence-parallel",
+        "--zero",
+        "--pipeline-layout",
     ];
     let mut args: Vec<String> = vec![
         "search".into(),
@@ -155,7 +175,10 @@ fn the_rows_search_is_pplan_search_without_the_layout_flags() {
     let best = &s["results"][0];
     let c = row(&v, "m090");
     assert_eq!(c["search_step_time_s"], best["step_time_s"]);
-    assert_eq!(c["search_tokens_per_s_per_gpu"], best["tokens_per_s_per_gpu"]);
+    assert_eq!(
+        c["search_tokens_per_s_per_gpu"],
+        best["tokens_per_s_per_gpu"]
+    );
     assert_eq!(c["search_recompute"], best["recompute"]);
     assert_eq!(c["search_feasible"], s["feasible"]);
     assert_eq!(c["search_evaluated"], s["evaluated"]);

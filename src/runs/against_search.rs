@@ -113,8 +113,7 @@ fn without_layout(args: &[String]) -> Vec<String> {
         } else if takes_value {
             // `--zero1` may be given bare (on); the others always take a value.
             let next_is_value = !inline_value
-                && (flag != "--zero1"
-                    || args.get(i + 1).is_some_and(|n| n == "on" || n == "off"));
+                && (flag != "--zero1" || args.get(i + 1).is_some_and(|n| n == "on" || n == "off"));
             i += if next_is_value { 2 } else { 1 };
         } else {
             out.push(a.clone());
@@ -145,7 +144,9 @@ fn same_layout(c: &Candidate, p: &Prediction) -> bool {
 fn search_row(l: &Loaded, own: &Prediction) -> Result<SearchSide, String> {
     let p = l.prepared.as_ref().map_err(Clone::clone)?;
     if p.profile.is_some() {
-        return Err("the row predicts from a layer profile (--profile), which search does not take".into());
+        return Err(
+            "the row predicts from a layer profile (--profile), which search does not take".into(),
+        );
     }
     // The row's stack switches, parsed by predict's own parser from its args less the layout.
     let mut row = p.row.clone();
@@ -224,7 +225,11 @@ pub fn differences(own: &Prediction, best: &Prediction) -> Vec<String> {
         ("d", own.dp.to_string(), best.dp.to_string()),
         ("ep", own.ep.to_string(), best.ep.to_string()),
         ("etp", own.etp.to_string(), best.etp.to_string()),
-        ("b", own.micro_batch.to_string(), best.micro_batch.to_string()),
+        (
+            "b",
+            own.micro_batch.to_string(),
+            best.micro_batch.to_string(),
+        ),
         ("schedule", own.schedule.clone(), best.schedule.clone()),
         ("v", own.chunks.to_string(), best.chunks.to_string()),
         ("recompute", own.recompute.clone(), best.recompute.clone()),
@@ -376,7 +381,11 @@ fn median_and_max(claims: &[(&str, f64)]) -> (f64, f64, Option<String>) {
             Some((_, y)) if y >= x => m,
             _ => Some((id, x)),
         });
-    (median, max.map_or(0.0, |m| m.1), max.map(|m| m.0.to_string()))
+    (
+        median,
+        max.map_or(0.0, |m| m.1),
+        max.map(|m| m.0.to_string()),
+    )
 }
 
 /// The counted claims summarised.
@@ -473,7 +482,11 @@ pub fn markdown(files: &[RunsFile], rows: &[Compared]) -> String {
                             claims
                         },
                         rank_cell(sd),
-                        if sd.own_in_space { "" } else { " (not in space)" },
+                        if sd.own_in_space {
+                            ""
+                        } else {
+                            " (not in space)"
+                        },
                         differences(p, b).join(", ")
                     )
                 }
