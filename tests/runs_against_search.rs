@@ -209,6 +209,31 @@ fn against_search_needs_runs() {
     assert!(err.contains("--runs"), "{err}");
 }
 
+/// The rows of docs/search.md's table for the fixture's rows (copied unchanged from the
+/// Bridge file) are what the command prints for them now: a cheap check, in CI, that the
+/// page's table is not stale; the whole table is checked by the ignored test below.
+#[test]
+fn docs_search_table_rows_of_the_fixture_are_current() {
+    let (code, out, err) = pplan(&["validate", "--runs", FILE, "--against-search"]);
+    assert_eq!(code, 0, "{err}");
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/search.md"),
+    )
+    .unwrap();
+    for id in ["m090", "m068", "m248"] {
+        let prefix = format!("| {id} |");
+        let now = out.lines().find(|l| l.starts_with(&prefix)).unwrap();
+        let page = doc
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("docs/search.md has no row {id}"));
+        assert_eq!(
+            page, now,
+            "docs/search.md's table is stale: run scripts/refresh_search_table.py"
+        );
+    }
+}
+
 /// docs/search.md's table is the command's output, byte for byte:
 /// `cargo test --release --test runs_against_search -- --ignored` (a search per row of
 /// both Bridge files: minutes on 2 cores). `scripts/refresh_search_table.py` rewrites it.
