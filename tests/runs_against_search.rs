@@ -22,7 +22,7 @@ fn row<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
 }
 
 #[test]
-fn own_layout_is_validates_and_best_is_searchs() {
+fn own_layout_is_predicted_as_validate_does_and_the_claim_is_the_ratio() {
     let (code, out, err) = pplan(&[
         "validate",
         "--runs",
