@@ -68,11 +68,44 @@ pub(crate) fn cmd_validate_runs(args: &ValidateArgs) -> Result<(), CliError> {
         }
     }
     let results = rv::predict_rows(&rows);
+    if args.against_search {
+        return against_search(&files, &rows, results, args.format);
+    }
     match args.format {
         Format::Json => print_json(&rv::to_json(&results, by))?,
         Format::Table => print!("{}", rv::markdown(&files, &results, by)),
     }
     report_problems(&results)
+}
+
+/// `validate --runs --against-search`: each row's own layout beside an unpinned search's best.
+fn against_search(
+    files: &[RunsFile],
+    rows: &[Loaded],
+    results: Vec<RunResult>,
+    format: Format,
+) -> Result<(), CliError> {
+    use pplan::runs::against_search as vs;
+    let compared = vs::compare_rows(rows, results);
+    match format {
+        Format::Json => print_json(&vs::to_json(&compared))?,
+        Format::Table => print!("{}", vs::markdown(files, &compared)),
+    }
+    let problems = vs::problems(&compared);
+    for c in &problems {
+        if let Err(e) = &c.search {
+            eprintln!("error: runs file '{}': row {}: {e}", c.own.file, c.own.id);
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        input(format!(
+            "{} of {} rows could not be compared (each named above)",
+            problems.len(),
+            compared.len()
+        ))
+    }
 }
 
 /// `--cv`.

@@ -8,12 +8,15 @@
 //! - [`predict`] parses a row's flags with `predict`'s own parser and reads the model,
 //!   hardware and layer profile it names;
 //! - [`validate`] predicts the rows and summarises the errors per group;
+//! - [`against_search`] puts each row's own layout beside an unpinned search's best
+//!   (`validate --runs --against-search`);
 //! - [`fit`] fits named profile parameters by least squares, with leave-one-group-out
 //!   cross-validation.
 //!
 //! Reads the runs files and the model, hardware and profile files they name; writes nothing.
 //! May import every other part of the library; nothing imports it but the CLI.
 
+pub mod against_search;
 pub mod file;
 pub mod fit;
 pub mod metric;

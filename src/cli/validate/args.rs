@@ -32,6 +32,12 @@ pub(crate) struct ValidateArgs {
     /// file, e.g. one `pplan calibrate --runs --out-hardware` wrote) instead of its own.
     #[arg(long, requires = "runs")]
     pub(crate) hardware: Option<String>,
+    /// With --runs: beside each row's own layout, the best layout an unpinned `pplan search`
+    /// finds for the same model, GPUs, global batch, sequence length, hardware and stack
+    /// switches (the row's flags less its layout), how much faster pplan predicts it ("search
+    /// claims") and where the row's layout ranks among the search's feasible candidates.
+    #[arg(long, requires = "runs")]
+    pub(crate) against_search: bool,
     /// Warm-up steps to discard from each trace (default: 1 when a trace has several steps).
     #[arg(long, value_parser = count::<usize>)]
     pub(crate) skip_steps: Option<usize>,

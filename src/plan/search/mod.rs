@@ -103,6 +103,17 @@ pub fn search(
     req: &SearchRequest,
     progress: Option<&(dyn Fn(u64, u64) + Sync)>,
 ) -> Result<SearchOutcome, SearchError> {
+    search_with_bounds(req, progress).map(|(outcome, _)| outcome)
+}
+
+/// [`search`], and every feasible candidate's proven lower bound on its step time, in
+/// nanoseconds, ascending: the candidates that can be faster than a given step time are
+/// among those whose bound is below it, so where a layout outside the top K would rank is
+/// bounded without simulating the rest (`pplan validate --runs --against-search`).
+pub fn search_with_bounds(
+    req: &SearchRequest,
+    progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+) -> Result<(SearchOutcome, Vec<u64>), SearchError> {
     check_inputs(req)?;
     let mut tally = Tally::new();
     let (layouts, layouts_valid, evaluated, cands) = enumerate(req, &mut tally);
@@ -230,6 +241,8 @@ pub fn search(
             .then(a.cand.tie_key().cmp(&b.cand.tie_key()))
     });
 
+    let bounds_ns: Vec<u64> = feasible.iter().map(|f| f.lower_bound_ns).collect();
+
     // Best first, in fixed batches.
     let total = feasible.len() as u64;
     let done = AtomicU64::new(0);
@@ -316,7 +329,7 @@ pub fn search(
     for (k, r) in best.iter_mut().enumerate() {
         r.rank = k + 1;
     }
-    Ok(SearchOutcome {
+    let outcome = SearchOutcome {
         model: req.model.name.clone(),
         hardware: req.hardware.name.clone(),
         gpus: req.gpus,
@@ -333,7 +346,8 @@ pub fn search(
         schedules_summarised,
         rejected,
         results: best,
-    })
+    };
+    Ok((outcome, bounds_ns))
 }
 
 #[cfg(test)]
