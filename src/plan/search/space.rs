@@ -194,14 +194,19 @@ pub(super) fn enumerate(req: &SearchRequest, tally: &mut Tally) -> (u64, u64, u6
     };
     // Mixture of experts: Megatron-Core's recompute modules too (the ModelZoo recipes'
     // `layernorm moe_act`, and `layernorm moe` for long sequences).
+    // Latent attention: Megatron-Core's `mla_up_proj` module too (the DeepSeek-V3 recipes').
     let recomputes: Vec<Recompute> = match pins.recompute {
         Some(r) => vec![r],
-        None if req.model.moe.is_some() => {
+        None => {
             let mut v = Recompute::ALL.to_vec();
-            v.extend([Recompute::NormAct, Recompute::NormMoe]);
+            if req.model.moe.is_some() {
+                v.extend([Recompute::NormAct, Recompute::NormMoe]);
+            }
+            if req.model.mla.is_some() {
+                v.push(Recompute::MlaUpProj);
+            }
             v
         }
-        None => Recompute::ALL.to_vec(),
     };
     // Per-layer CUDA graphs do not run with full recomputation (Megatron-Core refuses it):
     // unpinned, it is not enumerated (a pinned one was refused with the flags).
