@@ -55,13 +55,7 @@ pub(crate) fn overlay_gantt(
     path: &Path,
 ) -> Result<(), CliError> {
     let longest = c.step_time_predicted_s.max(c.step_time_measured_s);
-    let (unit, ns_per_unit) = if longest >= 1.0 {
-        ("s", 1e9)
-    } else if longest >= 1e-3 {
-        ("ms", 1e6)
-    } else {
-        ("us", 1e3)
-    };
+    let (unit, ns_per_unit) = pplan::report::gantt::time_unit_for(longest);
     let opts = GanttOptions {
         title: format!(
             "predicted (upper) vs measured (lower): step {:.4} vs {:.4} {unit} ({:+.1}%)",

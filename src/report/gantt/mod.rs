@@ -32,6 +32,7 @@ mod options;
 mod render;
 
 pub use options::{
-    Aggregate, GanttError, GanttOptions, AUTO_WIDTH_MAX_PX, MAX_SIDE_PX, MIN_WIDTH_PX,
+    time_unit_for, Aggregate, GanttError, GanttOptions, AUTO_WIDTH_MAX_PX, MAX_SIDE_PX,
+    MIN_WIDTH_PX,
 };
 pub use render::{chart_size_px, render_png, render_svg, write_file};

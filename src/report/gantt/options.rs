@@ -9,6 +9,18 @@ pub const AUTO_WIDTH_MAX_PX: u32 = 4_000;
 /// An explicit `width_px` below this is raised to it, so that labels and legend still fit.
 pub const MIN_WIDTH_PX: u32 = 360;
 
+/// The time unit a chart of a step `longest_s` seconds long is labelled in, and nanoseconds per
+/// unit: seconds from 1 s, milliseconds from 1 ms, else microseconds.
+pub fn time_unit_for(longest_s: f64) -> (&'static str, f64) {
+    if longest_s >= 1.0 {
+        ("s", 1e9)
+    } else if longest_s >= 1e-3 {
+        ("ms", 1e6)
+    } else {
+        ("us", 1e3)
+    }
+}
+
 /// How to draw a chart. `Default` gives milliseconds and an automatic width.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GanttOptions {
