@@ -86,10 +86,18 @@ fn round_trip(
     (first, again, p["parallelism"].clone())
 }
 
+/// (name, base flags, the switch's flags, its JSON and plan field, its value)
+type Case<'a> = (
+    &'a str,
+    &'a [&'a str],
+    Vec<&'a str>,
+    &'a str,
+    serde_json::Value,
+);
+
 #[test]
 fn every_switch_predicts_again_from_its_plan() {
-    // (name, base, extra flags, the JSON and plan field, its value)
-    let cases: Vec<(&str, &[&str], Vec<&str>, &str, serde_json::Value)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "p2p-off",
             &DENSE,

@@ -21,7 +21,7 @@ mod check;
 mod parallelism;
 
 pub use parallelism::Parallelism;
-use parallelism::{default_cp_comm, default_fp8_recipe};
+use parallelism::{default_cp_comm, default_fp8_recipe, is_false, is_true, is_zero_u32, yes};
 
 /// The `format` field every plan carries.
 pub const PLAN_FORMAT: &str = "pplan-plan";
@@ -151,27 +151,8 @@ pub struct PlanMla {
     pub v_head_dim: u64,
 }
 
-fn is_zero_u32(x: &u32) -> bool {
-    *x == 0
-}
 fn is_zero(x: &u64) -> bool {
     *x == 0
-}
-
-fn one() -> u64 {
-    1
-}
-fn is_one(v: &u64) -> bool {
-    *v == 1
-}
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-fn yes() -> bool {
-    true
-}
-fn is_true(b: &bool) -> bool {
-    *b
 }
 
 /// One pipeline stage.

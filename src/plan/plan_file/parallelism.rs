@@ -1,7 +1,6 @@
 //! The plan file's `parallelism` object: the parallel layout and every training-stack switch
 //! a prediction ran with, each omitted at the value plans written before it existed imply.
 
-use super::{is_false, is_one, is_true, is_zero_u32, one, yes};
 use crate::cost::optimizer::OptimizerStateError;
 use crate::cost::OptimizerState;
 use serde::{Deserialize, Serialize};
@@ -432,4 +431,25 @@ fn default_stack() -> String {
 }
 fn is_default_stack(s: &str) -> bool {
     s == "megatron-2021"
+}
+
+// Shared with the other plan-file types (`super` imports them from here, so the import runs
+// one way).
+fn one() -> u64 {
+    1
+}
+fn is_one(v: &u64) -> bool {
+    *v == 1
+}
+pub(super) fn is_false(b: &bool) -> bool {
+    !*b
+}
+pub(super) fn yes() -> bool {
+    true
+}
+pub(super) fn is_true(b: &bool) -> bool {
+    *b
+}
+pub(super) fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
