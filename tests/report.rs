@@ -47,7 +47,7 @@ const SMALL: [&str; 8] = [
 /// The search's best, predicted again from its plan alone, has the same step time (exactly),
 /// and simulate replays the same step (in milliseconds); over plans that exercise the
 /// plan's flags: interleaving, DualPipeV, a Megatron-Core split rule (a layout), torchtitan,
-/// and a MoE plan with recipe switches.
+/// stack switches off their preset's defaults, and a MoE plan with recipe switches.
 #[test]
 fn predict_and_simulate_plan_give_the_search_step_time() {
     let cases: Vec<(&str, Vec<&str>)> = vec![
@@ -78,6 +78,22 @@ fn predict_and_simulate_plan_give_the_search_step_time() {
         (
             "torchtitan",
             [&SMALL[..], &["--stack", "torchtitan"]].concat(),
+        ),
+        // Switches the plan records only off their stack's defaults (tests/plan_switches.rs).
+        (
+            "switches",
+            [
+                &SMALL[..],
+                &[
+                    "--overlap-p2p-comm",
+                    "off",
+                    "--gradient-accumulation-fusion",
+                    "off",
+                    "--grad-reduce-dtype",
+                    "fp32",
+                ],
+            ]
+            .concat(),
         ),
         (
             "moe",

@@ -734,6 +734,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             nic_bandwidth_bytes_per_s: link_bw,
             nic_efficiency: 1.0,
             nic_latency_s: lat,
+            // Not measured by this profiler: no host link, so no activation offloading.
+            host_link_bytes_per_s: None,
         },
         network: Network {
             topology: "fat-tree".into(),

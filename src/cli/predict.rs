@@ -166,7 +166,14 @@ fn predict_with_progress(args: PredictArgs, progress: &Progress) -> Result<(), C
     if let Some(path) = &args.output {
         phase += 1;
         progress.phase(phase, phases, "writing the plan");
-        write_plan(path, &model, &flags.hardware, &pred, &stack)?;
+        write_plan(
+            path,
+            &model,
+            &flags.hardware,
+            &pred,
+            &stack,
+            flags.profile.as_deref(),
+        )?;
     }
     let run = run_request.map(|(tokens, price)| {
         pplan::plan::run_cost::run_cost(

@@ -33,7 +33,7 @@ pub(crate) struct ReportArgs {
 
 pub(crate) fn cmd_report(args: ReportArgs) -> Result<(), CliError> {
     let plan_file = args.plan.display().to_string();
-    let plan = load_plan(&args.plan)?;
+    let plan = load_plan_to_predict(&args.plan)?;
     let run_request = args.run.parse()?;
     let search = match &args.search {
         None => None,

@@ -209,12 +209,19 @@ pub(crate) fn cmd_search(args: PlanSearchArgs) -> Result<(), CliError> {
     let elapsed_s = started.elapsed().as_secs_f64();
     if let Some(best) = outcome.results.first() {
         if let Some(path) = &args.output {
-            write_plan(path, &model, &args.hardware, &best.prediction, &req.stack)?;
+            write_plan(
+                path,
+                &model,
+                &args.hardware,
+                &best.prediction,
+                &req.stack,
+                None,
+            )?;
         }
         if args.gantt.is_some() || args.trace.is_some() {
             // The best as its plan, predicted again with its timeline: what `predict --plan`
             // would draw.
-            let plan = plan_of(&model, &args.hardware, &best.prediction, &req.stack)?;
+            let plan = plan_of(&model, &args.hardware, &best.prediction, &req.stack, None)?;
             let flags = plan_predict_flags(&plan, &[], "the best configuration")?;
             let step = super::predict::predict_flags(&flags, Some(&plan), true)?;
             if let (Some(path), Some(tl)) = (&args.trace, &step.pred.timeline) {

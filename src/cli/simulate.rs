@@ -291,7 +291,7 @@ fn backward_split(
 /// `--hardware`, `--schedule`, `--stages`, `--chunks` on top), for the schedule `s`.
 fn simulate_plan_costs(args: &SimulateArgs, path: &Path, s: &Schedule) -> Result<Costs, CliError> {
     use pplan::plan::predict::{check, step_costs, PredictError};
-    let plan = load_plan(path)?;
+    let plan = load_plan_to_predict(path)?;
     let origin = path.display().to_string();
     let sch = &args.schedule;
     let typed = simulate_plan_flags(

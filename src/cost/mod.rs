@@ -41,6 +41,7 @@ pub mod offload;
 pub mod optimizer;
 pub mod recipe;
 pub mod stack;
+pub mod switches;
 pub mod tp;
 
 pub use compute::{

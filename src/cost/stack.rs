@@ -466,14 +466,16 @@ impl Stack {
         }
     }
 
-    /// The framework these switches describe, as `--stack` names it: `torchtitan` when
-    /// sharding runs as FSDP2, `megatron-core` when the weight-gradient accumulation is fused,
-    /// sends do not block and the tensor-parallel backward is asynchronous (what
-    /// [`Stack::megatron_core`] sets), else `megatron-2021`.
+    /// The preset this stack was built from, as `--stack` names it, read off the two
+    /// choices no flag changes: `torchtitan` with eager (unfused) kernels, `megatron-core`
+    /// with the asynchronous tensor-parallel backward, else `megatron-2021`. The switches a
+    /// flag sets (`--gradient-accumulation-fusion`, `--overlap-p2p-comm`, `--fsdp-copies`,
+    /// ...) do not change the name, so a plan that records it and the switches that differ
+    /// from its defaults is predicted again on the same preset.
     pub fn preset_name(&self) -> &'static str {
-        if self.fsdp2 {
+        if !self.fused_kernels {
             "torchtitan"
-        } else if self.grad_accumulation_fusion && !self.blocking_p2p && self.tp_async_backward {
+        } else if self.tp_async_backward {
             "megatron-core"
         } else {
             "megatron-2021"

@@ -197,7 +197,10 @@ fn request<'a>(
     req.recompute = p.recompute.parse::<Recompute>()?;
     req.sequence_parallel = p.sequence_parallel;
     // The plan file's reader has checked the name.
-    let framework = Stack::preset(&p.stack).unwrap_or_default();
+    let framework = p
+        .switches()
+        .apply(Stack::preset(&p.stack).unwrap_or_default());
+    req.shared_gpu = p.shared_gpu;
     req.stack = Stack {
         attention: if p.attention == "flash" {
             Attention::Flash

@@ -98,6 +98,16 @@ pub struct MegatronPlan {
     /// (or the deprecated `--cuda-graph-scope`; `full` dropped: the whole layer).
     pub cuda_graph_impl: String,
     pub cuda_graph_modules: Vec<String>,
+    /// `--no-overlap-p2p-communication`: `Some(false)` (absent: `None`, Megatron-LM's
+    /// default, overlapped), as a plan file's `overlap_p2p_comm`.
+    pub overlap_p2p_comm: Option<bool>,
+    /// `--no-gradient-accumulation-fusion`: `Some(false)` (absent: `None`, fused).
+    pub gradient_accumulation_fusion: Option<bool>,
+    /// `--accumulate-allreduce-grads-in-fp32` (`fp32`) or `--grad-reduce-in-bf16` (`bf16`);
+    /// `None` without either.
+    pub grad_reduce_dtype: Option<String>,
+    /// `--overlap-moe-expert-parallel-comm`.
+    pub moe_comm_overlap: bool,
     /// Flags read but not used by pplan, in order of first appearance.
     pub ignored: Vec<String>,
 }
@@ -331,6 +341,11 @@ const USED: &[&str] = &[
     "--use-precision-aware-optimizer",
     "--fp8-param-gather",
     "--cpu-offloading-num-layers",
+    "--no-overlap-p2p-communication",
+    "--no-gradient-accumulation-fusion",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--grad-reduce-in-bf16",
+    "--overlap-moe-expert-parallel-comm",
     "--main-params-dtype",
     "--exp-avg-dtype",
     "--exp-avg-sq-dtype",
@@ -780,6 +795,18 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
                 .map(String::from)
                 .collect()
         },
+        overlap_p2p_comm: flags.has("--no-overlap-p2p-communication").then_some(false),
+        gradient_accumulation_fusion: flags
+            .has("--no-gradient-accumulation-fusion")
+            .then_some(false),
+        grad_reduce_dtype: if flags.has("--accumulate-allreduce-grads-in-fp32") {
+            Some("fp32".into())
+        } else if flags.has("--grad-reduce-in-bf16") {
+            Some("bf16".into())
+        } else {
+            None
+        },
+        moe_comm_overlap: flags.has("--overlap-moe-expert-parallel-comm"),
         ignored,
     })
 }

@@ -13,6 +13,35 @@ pub(crate) fn load_plan(path: &Path) -> Result<pplan::plan::plan_file::Plan, Cli
         .map_err(|e| CliError::Input(format!("--plan: {e}")))
 }
 
+/// A plan to predict again (`predict --plan`, `simulate --plan`, `pplan report`): as
+/// [`load_plan`], with `parallelism.profile` (a relative path read against the plan file's
+/// folder) resolved and present, else bad input naming the field.
+pub(crate) fn load_plan_to_predict(path: &Path) -> Result<pplan::plan::plan_file::Plan, CliError> {
+    let mut plan = load_plan(path)?;
+    if let Some(profile) = &plan.parallelism.profile {
+        let given = Path::new(profile);
+        let resolved = if given.is_relative() {
+            path.parent().unwrap_or(Path::new("")).join(given)
+        } else {
+            given.to_path_buf()
+        };
+        if !resolved.is_file() {
+            return Err(CliError::Input(format!(
+                "--plan: {}: field `parallelism.profile`: the layer profile '{}' is not there{}; valid: the path of the measured layer profile the plan was predicted with (absolute, or relative to the plan file's folder), or no field to predict with the cost model's own layer costs",
+                path.display(),
+                profile,
+                if given.is_relative() {
+                    format!(" (read as '{}')", resolved.display())
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        plan.parallelism.profile = Some(resolved.to_string_lossy().into_owned());
+    }
+    Ok(plan)
+}
+
 /// `--model` (with an optional `--seq-len` override) and `--hardware`, as predict and search read them.
 pub(crate) fn load_model_and_hardware(
     model: &str,

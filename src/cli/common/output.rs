@@ -78,12 +78,14 @@ pub(crate) fn parse_gantt_window(text: Option<&str>) -> Result<Option<(u64, u64)
 
 /// `pred` as a plan; the schedule is regenerated from its name, p, m and v. `stack` is what
 /// the prediction assumed: its context-parallel exchange (recorded when cp > 1), dispatcher,
-/// capacity and CUDA graphs.
+/// capacity and CUDA graphs. `profile` is the `--profile` layer profile the prediction read,
+/// recorded as an absolute path so that the plan reads it from anywhere.
 pub(crate) fn plan_of(
     model: &pplan::inputs::model::Model,
     hardware: &str,
     pred: &pplan::plan::predict::Prediction,
     stack: &pplan::cost::Stack,
+    profile: Option<&Path>,
 ) -> Result<pplan::plan::plan_file::Plan, CliError> {
     let name: ScheduleName = pred
         .schedule
@@ -101,6 +103,11 @@ pub(crate) fn plan_of(
         plan.parallelism.cp_comm = stack.cp_comm.as_str().to_string();
     }
     plan.parallelism.set_recipe(stack);
+    if let Some(path) = profile {
+        let absolute = std::fs::canonicalize(path)
+            .map_err(|e| CliError::Input(format!("--profile '{}': {e}", path.display())))?;
+        plan.parallelism.profile = Some(absolute.to_string_lossy().into_owned());
+    }
     Ok(plan)
 }
 
@@ -111,8 +118,9 @@ pub(crate) fn write_plan(
     hardware: &str,
     pred: &pplan::plan::predict::Prediction,
     stack: &pplan::cost::Stack,
+    profile: Option<&Path>,
 ) -> Result<(), CliError> {
-    let plan = plan_of(model, hardware, pred, stack)?;
+    let plan = plan_of(model, hardware, pred, stack, profile)?;
     write_output(path, "--output", plan.to_json().as_bytes())
 }
 

@@ -4,7 +4,7 @@
 //! is parsed; `simulate --plan`, `search --gantt` and `report` parse the plan's flags alone.
 
 use super::error::CliError;
-use super::load::load_plan;
+use super::load::load_plan_to_predict;
 use pplan::plan::flags::{join_negative_values, plan_args, PredictFlags};
 use pplan::plan::plan_file::Plan;
 use std::ffi::OsString;
@@ -94,7 +94,7 @@ pub(crate) fn expand_plan(argv: Vec<OsString>) -> Result<Vec<OsString>, CliError
     if rest.iter().any(|a| a == "--help" || a == "-h") {
         return Ok(argv);
     }
-    let plan = load_plan(&path)?;
+    let plan = load_plan_to_predict(&path)?;
     let mut out = argv[..2].to_vec();
     if command == "predict" {
         out.extend(merge(&plan, rest));

@@ -50,6 +50,34 @@ pub(crate) fn common_notes(plan: &Plan, notes: &mut Vec<String>) {
     }
 }
 
+/// Notes for the switches the prediction assumed that no framework sets (they describe the
+/// run, not the framework): the routing imbalance, the framework's MoE host time, devices
+/// sharing one GPU, a measured layer profile. `framework` names the target in the notes.
+pub(crate) fn prediction_input_notes(plan: &Plan, framework: &str, notes: &mut Vec<String>) {
+    let par = &plan.parallelism;
+    if !crate::cost::switches::is_default_moe_imbalance(&par.moe_imbalance) {
+        notes.push(format!(
+            "the prediction assumed {}x the mean tokens on the busiest expert-parallel rank (pplan --moe-imbalance): an outcome of the router, not a {framework} setting",
+            par.moe_imbalance
+        ));
+    }
+    if let Some(ms) = par.moe_layer_host_ms {
+        notes.push(format!(
+            "the prediction assumed {ms} ms of host time per MoE layer and micro-batch (pplan --moe-layer-host-ms): a property of the run, not a {framework} setting"
+        ));
+    }
+    if par.shared_gpu {
+        notes.push(format!(
+            "the prediction ran every pipeline device on one shared GPU (pplan --shared-gpu, as pplan-exec with PPLAN_CUDA_SHARE=serialize); {framework} runs one rank per GPU"
+        ));
+    }
+    if let Some(path) = &par.profile {
+        notes.push(format!(
+            "the prediction's layer costs came from the measured layer profile '{path}' (pplan --profile), not from {framework}'s settings"
+        ));
+    }
+}
+
 /// The PyTorch schedule class (`get_schedule_class` name) that runs exactly the plan's order,
 /// if one does.
 pub(crate) fn torch_class(plan: &Plan) -> Option<&'static str> {
@@ -256,6 +284,32 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             par.main_params_dtype, par.exp_avg_dtype, par.exp_avg_sq_dtype
         ));
     }
+    if par.overlap_p2p_comm == Some(false) {
+        notes.push(
+            "blocking pipeline sends (pplan --overlap-p2p-comm off) are not set here: torch.distributed.pipelining's sends are asynchronous".into(),
+        );
+    }
+    if par.gradient_accumulation_fusion == Some(true) {
+        notes.push(
+            "the fused weight-gradient accumulation (pplan --gradient-accumulation-fusion on) is Megatron-Core's; torchtitan accumulates gradients in a separate kernel".into(),
+        );
+    }
+    if par.fsdp_copies == Some(false) {
+        notes.push(
+            "sharded parameters as views of flat buffers (pplan --fsdp-copies off: FSDP1, Megatron) are not set here: torchtitan's FSDP2 copies in and out of its collectives".into(),
+        );
+    }
+    if par.moe_comm_overlap {
+        notes.push(
+            "the MoE all-to-alls overlapped with another micro-batch's compute (pplan --moe-comm-overlap on, Megatron-Core --overlap-moe-expert-parallel-comm) are not set here".into(),
+        );
+    }
+    if par.no_scatter_gather {
+        notes.push(
+            "pipeline activations sent whole from every tensor-parallel rank (pplan --no-scatter-gather) are not a torchtitan setting".into(),
+        );
+    }
+    prediction_input_notes(plan, "torchtitan", notes);
     // FSDP2 always reduces gradients under the backward, which is what the plan says when
     // the reduction is overlapped; an in-line reduction it cannot run.
     if !par.overlap_grad_reduce {

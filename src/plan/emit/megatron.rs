@@ -499,6 +499,38 @@ pub fn megatron(plan: &Plan) -> Emitted {
             Some(par.cpu_offloading_num_layers.to_string()),
         );
     }
+    // Recorded only where they differ from the plan's stack; Megatron-LM's defaults (at
+    // MEGATRON_COMMIT) are overlapped sends and fused accumulation, so only "off" is a flag.
+    if par.overlap_p2p_comm == Some(false) {
+        flag("--no-overlap-p2p-communication", None);
+    }
+    if par.gradient_accumulation_fusion == Some(false) {
+        flag("--no-gradient-accumulation-fusion", None);
+    }
+    match par.grad_reduce_dtype.as_deref() {
+        Some("fp32") => flag("--accumulate-allreduce-grads-in-fp32", None),
+        Some(_) => flag("--grad-reduce-in-bf16", None),
+        None => {}
+    }
+    if par.moe_comm_overlap {
+        flag("--overlap-moe-expert-parallel-comm", None);
+    }
+    if par.fsdp_copies == Some(true) {
+        notes.push(
+            "FSDP2's copies in and out of the sharded collectives (pplan --fsdp-copies on) are not Megatron-LM's: its parameters and gradients are views of flat buffers".into(),
+        );
+    }
+    if !par.reshard_after_forward && par.zero >= 3 {
+        notes.push(
+            "keeping the gathered parameters from the forward to the backward (pplan --reshard-after-forward off) is not set here: Megatron-FSDP's optim_grads_params reshards them".into(),
+        );
+    }
+    if par.no_scatter_gather {
+        notes.push(
+            "pipeline activations sent whole from every tensor-parallel rank (pplan --no-scatter-gather) have no flag in this Megatron-LM (its --no-scatter-gather-tensors-in-pipeline is gone)".into(),
+        );
+    }
+    super::common::prediction_input_notes(plan, "Megatron-LM", &mut notes);
     if par.use_precision_aware_optimizer {
         flag("--use-precision-aware-optimizer", None);
         if !par.zero1 {

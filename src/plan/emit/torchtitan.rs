@@ -63,10 +63,22 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         })
     ));
 
+    // Recorded only where the plan's stack did not imply it (torchtitan's own default is
+    // float32, the torchtitan stack's).
+    if let Some(d) = &par.grad_reduce_dtype {
+        body.push(format!(
+            "config.training.mixed_precision_reduce = {}",
+            quoted(reduce_dtype(d))
+        ));
+    }
+
     let mut pc = Vec::new();
     let (replicate, shard) = torchtitan_dp_degrees(plan, &mut notes);
     pc.push(format!("data_parallel_replicate_degree={replicate}"));
     pc.push(format!("data_parallel_shard_degree={shard}"));
+    if !par.reshard_after_forward {
+        pc.push(format!("fsdp_reshard_after_forward={}", quoted("never")));
+    }
     pc.push(format!("tensor_parallel_degree={}", par.tp));
     if par.cp > 1 {
         pc.push(format!("context_parallel_degree={}", par.cp));
@@ -236,4 +248,13 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         notes,
         schedule_csv,
     })
+}
+
+/// torchtitan's `mixed_precision_reduce` for a plan's `grad_reduce_dtype`.
+pub(crate) fn reduce_dtype(d: &str) -> &'static str {
+    if d == "fp32" {
+        "float32"
+    } else {
+        "bfloat16"
+    }
 }

@@ -57,10 +57,20 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
         })
     ));
 
+    if let Some(d) = &par.grad_reduce_dtype {
+        training.push(format!(
+            "mixed_precision_reduce = {}",
+            quoted(super::torchtitan::reduce_dtype(d))
+        ));
+    }
+
     let mut parallelism = Vec::new();
     let (replicate, shard) = torchtitan_dp_degrees(plan, &mut notes);
     parallelism.push(format!("data_parallel_replicate_degree = {replicate}"));
     parallelism.push(format!("data_parallel_shard_degree = {shard}"));
+    if !par.reshard_after_forward {
+        parallelism.push(format!("fsdp_reshard_after_forward = {}", quoted("never")));
+    }
     parallelism.push(format!("tensor_parallel_degree = {}", par.tp));
     if par.cp > 1 {
         parallelism.push(format!("context_parallel_degree = {}", par.cp));

@@ -238,6 +238,7 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
             "parallelism.exp_avg_sq_dtype",
         ),
     ]);
+    out.extend(recorded_switches(p));
     let counts: Vec<u32> = plan.stages.iter().map(|s| s.num_layers).collect();
     let even = counts == even_split(m.num_layers, counts.len() as u32);
     let mtp_elsewhere = plan.mtp_stage().is_some_and(|s| s + 1 != plan.stages.len());
@@ -246,6 +247,92 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
             yields_to: STAGE_FLAGS,
             ..arg("--pipeline-layout", megatron_layout(plan), "stages")
         });
+    }
+    out
+}
+
+/// The switches `parallelism` records only where they differ from their defaults
+/// ([`crate::cost::switches::RecordedSwitches`], `shared_gpu`, `profile`), as flags. The
+/// stack-dependent ones give way to a `--stack` typed on top, which brings its own defaults.
+fn recorded_switches(p: &crate::plan::plan_file::Parallelism) -> Vec<PlanArg> {
+    let stack_dependent = |a: PlanArg| PlanArg {
+        yields_to: &["--stack"],
+        ..a
+    };
+    let switch = |flag: &'static str, field: &'static str| PlanArg {
+        flag,
+        value: None,
+        field,
+        yields_to: &[],
+    };
+    let mut out = Vec::new();
+    if let Some(on) = p.overlap_p2p_comm {
+        out.push(stack_dependent(arg(
+            "--overlap-p2p-comm",
+            on_off(on),
+            "parallelism.overlap_p2p_comm",
+        )));
+    }
+    if let Some(on) = p.gradient_accumulation_fusion {
+        out.push(stack_dependent(arg(
+            "--gradient-accumulation-fusion",
+            on_off(on),
+            "parallelism.gradient_accumulation_fusion",
+        )));
+    }
+    if let Some(d) = &p.grad_reduce_dtype {
+        out.push(stack_dependent(arg(
+            "--grad-reduce-dtype",
+            d,
+            "parallelism.grad_reduce_dtype",
+        )));
+    }
+    if let Some(on) = p.fsdp_copies {
+        out.push(stack_dependent(arg(
+            "--fsdp-copies",
+            on_off(on),
+            "parallelism.fsdp_copies",
+        )));
+    }
+    if !p.reshard_after_forward {
+        out.push(arg(
+            "--reshard-after-forward",
+            "off",
+            "parallelism.reshard_after_forward",
+        ));
+    }
+    if !crate::cost::switches::is_default_moe_imbalance(&p.moe_imbalance) {
+        out.push(arg(
+            "--moe-imbalance",
+            p.moe_imbalance,
+            "parallelism.moe_imbalance",
+        ));
+    }
+    if p.moe_comm_overlap {
+        out.push(arg(
+            "--moe-comm-overlap",
+            "on",
+            "parallelism.moe_comm_overlap",
+        ));
+    }
+    if let Some(ms) = p.moe_layer_host_ms {
+        out.push(stack_dependent(arg(
+            "--moe-layer-host-ms",
+            ms,
+            "parallelism.moe_layer_host_ms",
+        )));
+    }
+    if p.no_scatter_gather {
+        out.push(switch(
+            "--no-scatter-gather",
+            "parallelism.no_scatter_gather",
+        ));
+    }
+    if let Some(path) = &p.profile {
+        out.push(arg("--profile", path, "parallelism.profile"));
+    }
+    if p.shared_gpu {
+        out.push(switch("--shared-gpu", "parallelism.shared_gpu"));
     }
     out
 }

@@ -136,6 +136,9 @@ impl Plan {
                 ),
             ));
         }
+        if let Err((name, reason)) = par.check_switches() {
+            return Err(field(origin, name, reason));
+        }
         if !["p2p", "all-gather"].contains(&par.cp_comm.as_str()) {
             return Err(field(
                 origin,

@@ -11,8 +11,6 @@
 //! stage count and placement, every action parses, and the schedule passes the one validator)
 //! so that the executor never starts a run that cannot finish. No IO here.
 
-use crate::cost::optimizer::OptimizerStateError;
-use crate::cost::OptimizerState;
 use crate::inputs::model::{megatron_rms_norm, megatron_rotary, Model};
 use crate::inputs::profile::even_split;
 use crate::schedule::ir::{Action, Placement, Schedule, WeightUpdate};
@@ -20,6 +18,10 @@ use crate::schedule::validate::validate;
 use serde::{Deserialize, Serialize};
 
 mod check;
+mod parallelism;
+
+pub use parallelism::Parallelism;
+use parallelism::{default_cp_comm, default_fp8_recipe, is_false, is_true, is_zero_u32, yes};
 
 /// The `format` field every plan carries.
 pub const PLAN_FORMAT: &str = "pplan-plan";
@@ -149,319 +151,8 @@ pub struct PlanMla {
     pub v_head_dim: u64,
 }
 
-/// The parallel layout.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Parallelism {
-    pub gpus: u64,
-    pub tp: u64,
-    pub pp: u64,
-    pub dp: u64,
-    /// Context-parallel size (omitted when 1).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub cp: u64,
-    /// How context-parallel ranks exchange keys and values: `p2p` (a ring, the default,
-    /// omitted) or `all-gather` (pplan's `--cp-comm`, Megatron-Core's `--cp-comm-type`).
-    #[serde(
-        default = "default_cp_comm",
-        skip_serializing_if = "is_default_cp_comm"
-    )]
-    pub cp_comm: String,
-    /// Expert-parallel size (mixture of experts; omitted when 1).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub ep: u64,
-    /// Expert tensor-parallel size (omitted when 1).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub etp: u64,
-    /// Sequences per micro-batch (b).
-    pub micro_batch: u64,
-    /// Sequences per optimizer step over all data-parallel replicas (B).
-    pub global_batch: u64,
-    /// Chunks (virtual stages) per pipeline device (v).
-    pub chunks: u64,
-    /// `none`, `selective` or `full`.
-    pub recompute: String,
-    pub sequence_parallel: bool,
-    /// Optimizer state sharded over data-parallel ranks (ZeRO stage 1).
-    #[serde(default)]
-    pub zero1: bool,
-    /// ZeRO stage when above 1 (2: gradients sharded too, 3: parameters too; omitted at 0
-    /// and 1, which `zero1` says). Needs `zero1`.
-    #[serde(default, skip_serializing_if = "below_two")]
-    pub zero: u8,
-    /// HSDP replicas of the sharded state (omitted when 1).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub dp_replicate: u64,
-    /// Number format of the linear layers: `bf16` (default, omitted), `fp8`, `mxfp8`, `nvfp4`.
-    #[serde(
-        default = "default_precision",
-        skip_serializing_if = "is_default_precision"
-    )]
-    pub precision: String,
-    /// With `precision` `fp8`, the FP8 recipe (`--fp8-recipe`): `delayed` (Megatron-LM's
-    /// default, omitted), `tensorwise` or `blockwise`.
-    #[serde(
-        default = "default_fp8_recipe",
-        skip_serializing_if = "is_default_fp8_recipe"
-    )]
-    pub fp8_recipe: String,
-    /// Attention kernel: `unfused` (default, omitted) or `flash`.
-    #[serde(
-        default = "default_attention",
-        skip_serializing_if = "is_default_attention"
-    )]
-    pub attention: String,
-    /// The framework the plan was predicted for (`--stack`): `megatron-core`, `torchtitan`,
-    /// or `megatron-2021` (the default, omitted: plans written before the field existed).
-    #[serde(default = "default_stack", skip_serializing_if = "is_default_stack")]
-    pub stack: String,
-    /// Tensor-parallel collectives pipelined with the GEMMs (omitted when off).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub tp_comm_overlap: bool,
-    /// Data-parallel gradient reduction overlapped with the backward (omitted when off).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub overlap_grad_reduce: bool,
-    /// Parameter all-gather overlapped with the next forward (omitted when off).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub overlap_param_gather: bool,
-    /// The last stage's output-layer weight gradients run at its pipeline flush
-    /// (`--defer-embedding-wgrad-compute`; omitted when off).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub defer_embedding_wgrad_compute: bool,
-    /// With it, how many micro-batches' are deferred (0: all, omitted).
-    #[serde(default, skip_serializing_if = "is_zero_u32")]
-    pub wgrad_deferral_limit: u32,
-    /// The cross-entropy's kernels: `native` or `te` (`--cross-entropy-loss-fusion`,
-    /// `--cross-entropy-fusion-impl`); `off` omitted.
-    #[serde(default = "off", skip_serializing_if = "is_off")]
-    pub cross_entropy_fusion: String,
-    /// The linear layers' weights kept only in FP8/MXFP8 and gathered so
-    /// (`--fp8-param-gather`; omitted when off).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub fp8_param_gather: bool,
-    /// Layers whose activations are offloaded to host memory (`--cpu-offloading-num-layers`;
-    /// omitted when 0).
-    #[serde(default, skip_serializing_if = "is_zero_u32")]
-    pub cpu_offloading_num_layers: u32,
-    /// Adam's state in the formats below (`--use-precision-aware-optimizer`; omitted when off).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub use_precision_aware_optimizer: bool,
-    /// `fp32`, `fp16` or `none` (omitted when `fp32`).
-    #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
-    pub main_params_dtype: String,
-    /// `fp32`, `fp16`, `bf16` or `fp8` (omitted when `fp32`).
-    #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
-    pub exp_avg_dtype: String,
-    #[serde(default = "fp32", skip_serializing_if = "is_fp32")]
-    pub exp_avg_sq_dtype: String,
-    /// Mixture of experts: `alltoall` (omitted), `deepep` or `hybridep` (Megatron-Core's flex
-    /// dispatcher with that backend).
-    #[serde(default = "alltoall", skip_serializing_if = "is_alltoall")]
-    pub moe_dispatcher: String,
-    /// Token dropping: the capacity factor (omitted: dropless).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub moe_expert_capacity_factor: Option<f64>,
-    /// With it, every expert's input padded to its capacity (omitted when not).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub moe_pad_expert_input_to_capacity: bool,
-    /// CUDA graphs: `local`, `transformer_engine` or `full_iteration` (`none` omitted).
-    #[serde(default = "none", skip_serializing_if = "is_none_str")]
-    pub cuda_graph_impl: String,
-    /// The regions per-layer graphs capture (`attn`, `mlp`, `moe`, `moe_router`,
-    /// `moe_preprocess`); empty (omitted): the whole layer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cuda_graph_modules: Vec<String>,
-}
-
-impl Parallelism {
-    /// The dispatcher, capacity and CUDA-graph fields from the stack a prediction ran on.
-    pub fn set_recipe(&mut self, stack: &crate::cost::Stack) {
-        self.moe_dispatcher = stack.moe_dispatcher.as_str().to_string();
-        self.moe_expert_capacity_factor = stack.moe_capacity.map(|c| c.factor);
-        self.moe_pad_expert_input_to_capacity = stack.moe_capacity.is_some_and(|c| c.pad);
-        self.cuda_graph_impl = stack.cuda_graphs.implementation.as_str().to_string();
-        self.cuda_graph_modules = stack
-            .cuda_graphs
-            .modules
-            .names()
-            .into_iter()
-            .map(String::from)
-            .collect();
-    }
-
-    /// The stack fields above as the cost model's, or the field that is wrong.
-    pub fn recipe(
-        &self,
-    ) -> Result<
-        (
-            crate::cost::recipe::MoeDispatcher,
-            Option<crate::cost::recipe::MoeCapacity>,
-            crate::cost::recipe::CudaGraphs,
-        ),
-        (String, String),
-    > {
-        use crate::cost::recipe::*;
-        let d = MoeDispatcher::parse(&self.moe_dispatcher)
-            .map_err(|e| ("parallelism.moe_dispatcher".to_string(), e))?;
-        let capacity = self.moe_expert_capacity_factor.map(|factor| MoeCapacity {
-            factor,
-            pad: self.moe_pad_expert_input_to_capacity,
-        });
-        if capacity.is_none() && self.moe_pad_expert_input_to_capacity {
-            return Err((
-                "parallelism.moe_pad_expert_input_to_capacity".into(),
-                "needs parallelism.moe_expert_capacity_factor".into(),
-            ));
-        }
-        let implementation = CudaGraphImpl::parse(&self.cuda_graph_impl)
-            .map_err(|e| ("parallelism.cuda_graph_impl".to_string(), e))?;
-        let modules = CudaGraphModules::parse(self.cuda_graph_modules.iter().map(String::as_str))
-            .map_err(|e| ("parallelism.cuda_graph_modules".to_string(), e))?;
-        Ok((
-            d,
-            capacity,
-            CudaGraphs {
-                implementation,
-                modules,
-            },
-        ))
-    }
-
-    /// Adam's state the fields say, or which field is wrong (its name in the plan file) and
-    /// what is valid.
-    pub fn optimizer_state(&self) -> Result<OptimizerState, OptimizerStateError> {
-        OptimizerState::from_megatron(
-            self.use_precision_aware_optimizer,
-            &self.main_params_dtype,
-            &self.exp_avg_dtype,
-            &self.exp_avg_sq_dtype,
-        )
-    }
-
-    /// A layout with the default stack fields (`bf16`, `unfused`, no overlaps) and zeros for
-    /// the rest; for struct update syntax (`..Parallelism::stack_defaults()`).
-    pub fn stack_defaults() -> Parallelism {
-        Parallelism {
-            gpus: 0,
-            tp: 0,
-            pp: 0,
-            dp: 0,
-            cp: 1,
-            cp_comm: default_cp_comm(),
-            ep: 1,
-            etp: 1,
-            micro_batch: 0,
-            global_batch: 0,
-            chunks: 0,
-            recompute: String::new(),
-            sequence_parallel: false,
-            zero1: false,
-            zero: 0,
-            dp_replicate: 1,
-            precision: default_precision(),
-            fp8_recipe: default_fp8_recipe(),
-            attention: default_attention(),
-            stack: default_stack(),
-            tp_comm_overlap: false,
-            overlap_grad_reduce: false,
-            overlap_param_gather: false,
-            defer_embedding_wgrad_compute: false,
-            wgrad_deferral_limit: 0,
-            cross_entropy_fusion: off(),
-            fp8_param_gather: false,
-            cpu_offloading_num_layers: 0,
-            use_precision_aware_optimizer: false,
-            main_params_dtype: fp32(),
-            exp_avg_dtype: fp32(),
-            exp_avg_sq_dtype: fp32(),
-            moe_dispatcher: alltoall(),
-            moe_expert_capacity_factor: None,
-            moe_pad_expert_input_to_capacity: false,
-            cuda_graph_impl: none(),
-            cuda_graph_modules: Vec::new(),
-        }
-    }
-}
-
-fn alltoall() -> String {
-    "alltoall".into()
-}
-fn is_alltoall(s: &str) -> bool {
-    s == "alltoall"
-}
-fn none() -> String {
-    "none".into()
-}
-fn is_none_str(s: &str) -> bool {
-    s == "none"
-}
-
-fn off() -> String {
-    "off".into()
-}
-fn is_off(s: &str) -> bool {
-    s == "off"
-}
-fn fp32() -> String {
-    "fp32".into()
-}
-fn is_fp32(s: &str) -> bool {
-    s == "fp32"
-}
-fn is_zero_u32(x: &u32) -> bool {
-    *x == 0
-}
 fn is_zero(x: &u64) -> bool {
     *x == 0
-}
-
-fn below_two(z: &u8) -> bool {
-    *z < 2
-}
-fn one() -> u64 {
-    1
-}
-fn is_one(v: &u64) -> bool {
-    *v == 1
-}
-fn default_cp_comm() -> String {
-    "p2p".to_string()
-}
-fn is_default_cp_comm(c: &str) -> bool {
-    c == "p2p"
-}
-fn default_precision() -> String {
-    "bf16".to_string()
-}
-fn is_default_precision(p: &str) -> bool {
-    p == "bf16"
-}
-fn default_fp8_recipe() -> String {
-    "delayed".to_string()
-}
-fn is_default_fp8_recipe(r: &str) -> bool {
-    r == "delayed"
-}
-fn default_attention() -> String {
-    "unfused".to_string()
-}
-fn is_default_attention(a: &str) -> bool {
-    a == "unfused"
-}
-fn default_stack() -> String {
-    "megatron-2021".to_string()
-}
-fn is_default_stack(s: &str) -> bool {
-    s == "megatron-2021"
-}
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-fn yes() -> bool {
-    true
-}
-fn is_true(b: &bool) -> bool {
-    *b
 }
 
 /// One pipeline stage.
@@ -734,7 +425,7 @@ pub fn plan_from_prediction(
     if let Some(st) = pred.mtp_stage.and_then(|s| stages.get_mut(s as usize)) {
         st.mtp_layers = model.mtp_layers;
     }
-    Plan {
+    let mut plan = Plan {
         format: PLAN_FORMAT.to_string(),
         version: PLAN_VERSION,
         model: PlanModel::from_model(model),
@@ -773,6 +464,7 @@ pub fn plan_from_prediction(
             main_params_dtype: pred.main_params_dtype.clone(),
             exp_avg_dtype: pred.exp_avg_dtype.clone(),
             exp_avg_sq_dtype: pred.exp_avg_sq_dtype.clone(),
+            shared_gpu: pred.shared_gpu,
             // The prediction does not record these; the caller sets them from the stack
             // (`Parallelism::set_recipe`).
             ..Parallelism::stack_defaults()
@@ -790,7 +482,9 @@ pub fn plan_from_prediction(
             bubble_fraction: pred.bubble_fraction,
             peak_memory_bytes: pred.peak_memory_bytes,
         }),
-    }
+    };
+    plan.parallelism.set_switches(&pred.switches);
+    plan
 }
 
 impl Plan {

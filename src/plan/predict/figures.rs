@@ -189,6 +189,8 @@ pub fn prediction_from(
         main_params_dtype: req.stack.optimizer_state.master.main_params_dtype().into(),
         exp_avg_dtype: req.stack.optimizer_state.exp_avg.as_str().into(),
         exp_avg_sq_dtype: req.stack.optimizer_state.exp_avg_sq.as_str().into(),
+        switches: req.stack.recorded_switches(),
+        shared_gpu: req.shared_gpu,
         tokens_per_s: samples * model.seq_len as f64 / step_time_s,
         tokens_per_s_per_gpu: samples * model.seq_len as f64 / step_time_s / req.gpus as f64,
         params: model.total_params(),

@@ -213,6 +213,16 @@ pub struct Prediction {
     pub main_params_dtype: String,
     pub exp_avg_dtype: String,
     pub exp_avg_sq_dtype: String,
+    /// The stack switches a flag sets beside those above (`overlap_p2p_comm`,
+    /// `gradient_accumulation_fusion`, `grad_reduce_dtype`, `fsdp_copies`,
+    /// `moe_layer_host_ms`, `reshard_after_forward`, `moe_imbalance`, `moe_comm_overlap`,
+    /// `no_scatter_gather`), each present only where it differs from its default (the
+    /// preset's, for the first five).
+    #[serde(flatten)]
+    pub switches: crate::cost::switches::RecordedSwitches,
+    /// The pipeline devices share one GPU (`--shared-gpu`; omitted when not).
+    #[serde(skip_serializing_if = "is_false")]
+    pub shared_gpu: bool,
     pub tokens_per_s: f64,
     /// `tokens_per_s` over the GPUs.
     pub tokens_per_s_per_gpu: f64,
@@ -312,6 +322,10 @@ pub struct RankFigures {
     /// This rank's peak as `nvidia-smi` shows it, bytes (the prediction's
     /// `peak_memory_bytes` is the largest of these).
     pub peak_memory_bytes: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero_u32(x: &u32) -> bool {
