@@ -550,7 +550,11 @@ impl Stack {
     /// Per parameter, the low-precision weight copies and the optimizer's state.
     pub fn state_bytes(&self, hw: &Hardware) -> StateBytes {
         StateBytes {
-            weight: self.weight_bytes_per_param(hw) - self.low_precision_copy_bytes(hw),
+            weight: if self.low_precision_params() {
+                0
+            } else {
+                WEIGHT_BYTES_PER_PARAM
+            },
             extra_weight: self.low_precision_copy_bytes(hw),
             optimizer: self.optimizer_state.bytes_per_param(),
         }

@@ -496,20 +496,19 @@ impl Stack {
     /// (`Float8BlockScaling`); their FP32 scales, 4 bytes per 128x128 block of a weight, are
     /// left out. BF16: none.
     pub fn low_precision_copy_bytes(&self, hw: &Hardware) -> u64 {
-        self.low_precision_copies(hw)
+        match self.precision {
+            Precision::Bf16 => 0,
+            Precision::Fp8 if self.fp8_recipe == Fp8Recipe::Blockwise => 2,
+            Precision::Fp8 if hw.gpu.fp8_any_layout => 1,
+            Precision::Fp8 | Precision::Mxfp8 => 2,
+            Precision::Nvfp4 => 1,
+        }
     }
 
     /// Whether the weights live only in the low precision ([`Stack::fp8_param_gather`] with
     /// an FP8 or MXFP8 precision).
     pub fn low_precision_params(&self) -> bool {
         self.fp8_param_gather && matches!(self.precision, Precision::Fp8 | Precision::Mxfp8)
-    }
-
-    /// Bytes per parameter of a weight as a GPU holds it: the BF16 weight (2, none with
-    /// [`Stack::low_precision_params`]) and its low-precision copies.
-    pub fn weight_bytes_per_param(&self, hw: &Hardware) -> u64 {
-        let bf16 = if self.low_precision_params() { 0 } else { 2 };
-        bf16 + self.low_precision_copies(hw)
     }
 
     /// Bytes per parameter a parameter all-gather moves (the distributed optimizer's gather of
@@ -522,16 +521,6 @@ impl Stack {
             (false, _) => 2.0,
             (true, Precision::Mxfp8) => 1.0 + 1.0 / 32.0,
             (true, _) => 1.0,
-        }
-    }
-
-    fn low_precision_copies(&self, hw: &Hardware) -> u64 {
-        match self.precision {
-            Precision::Bf16 => 0,
-            Precision::Fp8 if self.fp8_recipe == Fp8Recipe::Blockwise => 2,
-            Precision::Fp8 if hw.gpu.fp8_any_layout => 1,
-            Precision::Fp8 | Precision::Mxfp8 => 2,
-            Precision::Nvfp4 => 1,
         }
     }
 }

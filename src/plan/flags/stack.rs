@@ -281,11 +281,8 @@ impl StackFlags {
                 ))
             }
             Some(flag) => flag.is_on(),
-            None => {
-                self.preset == StackPreset::MegatronCore
-                    && fp8_recipe.gathers_params_in_fp8()
-                    && matches!(precision, Precision::Fp8 | Precision::Mxfp8)
-            }
+            // In effect only with FP8 or MXFP8 (`Stack::low_precision_params`).
+            None => self.preset == StackPreset::MegatronCore && fp8_recipe.gathers_params_in_fp8(),
         };
         Ok(Stack {
             precision,
