@@ -326,6 +326,67 @@ fn the_a100_gemm_terms_are_what_calibrate_fits_to_table_1() {
     assert!((hw.gpu.gemm_half_dim / half - 1.0).abs() < 1e-3, "{half}");
 }
 
+/// The Blackwell GEMM ceiling is what `pplan calibrate --runs` fits to the dense
+/// Megatron-Bridge runs on B200 and GB200 (`--kind dense --hardware b200,gb200-nvl72`), the
+/// four Blackwell profiles carry it and list it as fitted, and the fit is refused without
+/// rows of the kind asked for.
+#[test]
+fn blackwell_gemm_ceiling_is_fitted_and_carried() {
+    let bundled = pplan::inputs::Hardware::bundled("gb200-nvl72")
+        .unwrap()
+        .gpu
+        .gemm_efficiency_max;
+    for name in ["b200", "gb200-nvl72", "b300", "gb300-nvl72"] {
+        let hw = pplan::inputs::Hardware::bundled(name).unwrap();
+        assert_eq!(hw.gpu.gemm_efficiency_max, bundled, "{name}");
+        assert!(
+            hw.fitted.iter().any(|f| f == "gpu.gemm_efficiency_max"),
+            "{name}"
+        );
+    }
+    let (code, _, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        "data/runs/megatron-2021-table1-a100.json",
+        "--fit",
+        "gpu.gemm_efficiency_max",
+        "--kind",
+        "moe",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--kind moe: no runs of that kind"), "{err}");
+}
+
+/// `cargo test --release --test cli_runs -- --ignored`: the Blackwell fit from the command
+/// (about 15 s in a release build).
+#[test]
+#[ignore]
+fn blackwell_gemm_ceiling_is_what_calibrate_fits_to_the_dense_runs() {
+    let (code, out, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        "data/runs/megatron-bridge-2025-26.json",
+        "--fit",
+        "gpu.gemm_efficiency_max",
+        "--hardware",
+        "b200,gb200-nvl72",
+        "--kind",
+        "dense",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["count"], 37);
+    let max = v["fitted"]["gpu.gemm_efficiency_max"].as_f64().unwrap();
+    let hw = pplan::inputs::Hardware::bundled("b200").unwrap();
+    assert!(
+        (hw.gpu.gemm_efficiency_max / max - 1.0).abs() < 1e-4,
+        "bundled {}, fitted {max}: re-fit with the command and update the profiles",
+        hw.gpu.gemm_efficiency_max
+    );
+}
+
 /// A fit that lands on the edge of the parameter's plausible range is refused with the reason:
 /// runs three times faster than pplan predicts ask for a training factor above 1.
 #[test]

@@ -174,13 +174,37 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
     let files = load_files(&args.runs)?;
     let loaded = rv::load_rows(&files);
     let results = rv::predict_rows(&loaded);
-    // The rows fitted: predicted at the priors, not excluded, on --hardware's profile.
+    // The rows fitted: predicted at the priors, not excluded, on --hardware's profiles and of
+    // --kind's kind.
+    let wanted: Option<Vec<&str>> = args
+        .hardware
+        .as_ref()
+        .map(|h| h.split(',').map(str::trim).collect());
     let mut picked: Vec<(&Loaded, &RunResult)> = loaded
         .iter()
         .zip(&results)
         .filter(|(_, r)| r.counted_error().is_some())
-        .filter(|(_, r)| args.hardware.as_ref().is_none_or(|h| &r.hardware == h))
+        .filter(|(_, r)| {
+            wanted
+                .as_ref()
+                .is_none_or(|w| w.contains(&r.hardware.as_str()))
+        })
+        .filter(|(_, r)| {
+            args.kind
+                .as_ref()
+                .is_none_or(|k| r.group(GroupBy::Kind) == *k)
+        })
         .collect();
+    if let Some(k) = &args.kind {
+        if picked.is_empty() {
+            return input(format!(
+                "--kind {k}: no runs of that kind to fit{}",
+                args.hardware
+                    .as_ref()
+                    .map_or(String::new(), |h| format!(" on --hardware {h}"))
+            ));
+        }
+    }
     if let Some(h) = &args.hardware {
         if picked.is_empty() {
             let mut names: Vec<&str> = results.iter().map(|r| r.hardware.as_str()).collect();
@@ -262,6 +286,10 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
             args.hardware
                 .as_ref()
                 .map_or(String::new(), |h| format!(" --hardware {h}"))
+                + &args
+                    .kind
+                    .as_ref()
+                    .map_or(String::new(), |k| format!(" --kind {k}"))
         );
         for (p, &v) in params.iter().zip(&all.values) {
             fit::set(&mut hw, p, v);

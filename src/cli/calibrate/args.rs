@@ -31,9 +31,14 @@ pub(crate) struct CalibrateArgs {
     #[arg(long)]
     pub(crate) profile: Option<PathBuf>,
     /// The hardware profile to fit (default: the plan's `hardware`). With --runs: only the
-    /// rows on this profile (its `name`) are fitted, and --out-hardware writes it.
+    /// rows on this profile (its `name`) are fitted, and --out-hardware writes it; several
+    /// names, comma-separated, fit one value shared by their rows (profiles of one GPU die).
     #[arg(long)]
     pub(crate) hardware: Option<String>,
+    /// With --runs: only the rows of this kind are fitted: dense or moe (mixture of experts),
+    /// for a parameter that stands for a mechanism of that kind of model.
+    #[arg(long, requires = "runs", value_parser = ["dense", "moe"])]
+    pub(crate) kind: Option<String>,
     /// Where to write the calibrated layer profile.
     #[arg(long, conflicts_with = "runs")]
     pub(crate) out_profile: Option<PathBuf>,
