@@ -1,7 +1,7 @@
 //! One training step's costs in one call: [`costs`] turns the [`CostModel`] (model, hardware,
 //! layout, stack) and the planner's [`StageSplit`] (each stage's transformer layers, the stage
-//! of the multi-token prediction depths, the micro-batch count, each stage's device, and a
-//! measured layer profile when there is one) into every action's duration and bytes
+//! of the multi-token prediction depths, the micro-batch count and a measured layer profile
+//! when there is one) with each stage's device into every action's duration and bytes
 //! ([`StepCost`]): each stage's forward, input-gradient and weight-gradient backward (seconds),
 //! the activations it keeps and its tensor-parallel communication; each boundary's send; each
 //! stage's gradient reduction; each device's optimizer step, static bytes and parameters.
@@ -34,8 +34,6 @@ pub struct StageSplit<'a> {
     pub microbatches: u64,
     /// A measured layer profile lined up with the model, replacing the cost model's layers.
     pub profile: Option<ModelProfile<'a>>,
-    /// The pipeline device (of `layout.pp`) that runs each stage.
-    pub device_of: &'a dyn Fn(usize) -> usize,
 }
 
 /// The three actions of one stage for one micro-batch, in seconds.
@@ -108,8 +106,9 @@ pub struct StepCost {
 /// embedding, the output layer and the multi-token prediction depths.
 type StageKey = ([u64; 4], bool, bool, bool);
 
-/// The step's costs for `split` (see the module's documentation).
-pub fn costs(cm: &CostModel, split: &StageSplit) -> StepCost {
+/// The step's costs for `split`, stage `s` on pipeline device `device_of(s)` (of
+/// `layout.pp`); see the module's documentation.
+pub fn costs(cm: &CostModel, split: &StageSplit, device_of: impl Fn(usize) -> usize) -> StepCost {
     let lc = LayerCosts::new(cm, split);
     let rank_params = stage_params(cm, split.layers, split.mtp_stage);
     let num_stages = split.layers.len();
@@ -142,7 +141,7 @@ pub fn costs(cm: &CostModel, split: &StageSplit) -> StepCost {
         stages.push(a);
         first_layer += n;
     }
-    let d = devices(cm, split, &lc, &rank_params);
+    let d = devices(cm, split, &lc, &rank_params, device_of);
     StepCost {
         stages,
         sends: sends(cm, split),
@@ -575,18 +574,18 @@ pub struct Devices {
 /// Each device's static bytes (weights, gradients and optimizer state of its stages'
 /// parameters `rank_params`, sharded as deep as the ZeRO stage says, and its working buffers)
 /// and optimizer step, each stage's gradient reduction, and the deferred output-layer weight
-/// gradients of the last stage's flush.
+/// gradients of the last stage's flush; stage `s` on device `device_of(s)`.
 pub fn devices(
     cm: &CostModel,
     split: &StageSplit,
     lc: &LayerCosts,
     rank_params: &[StageParams],
+    device_of: impl Fn(usize) -> usize,
 ) -> Devices {
     let model = cm.model;
     let stack = &cm.stack;
     let p = cm.layout.pp;
     let num_stages = split.layers.len();
-    let device_of = split.device_of;
     let mut device_params = vec![0.0f64; p as usize];
     for (s, r) in rank_params.iter().enumerate() {
         device_params[device_of(s)] += r.dense;
@@ -632,7 +631,7 @@ pub fn devices(
     // both).
     let emb_grad = memory::embedding_grad_bytes(model.vocab_size, model.hidden_size, cm.layout.tp);
     let first = device_of(0);
-    let mtp = split.mtp_stage.map(device_of).filter(|&d| d != first);
+    let mtp = split.mtp_stage.map(&device_of).filter(|&d| d != first);
     for d in std::iter::once(first).chain(mtp) {
         static_bytes[d] = static_bytes[d]
             .saturating_add(emb_grad.saturating_sub(working))
@@ -729,7 +728,7 @@ pub fn model_state_floor(
     cm: &CostModel,
     stage_layers: &[u32],
     mtp_stage: Option<usize>,
-    device_of: &dyn Fn(usize) -> usize,
+    device_of: impl Fn(usize) -> usize,
 ) -> Vec<u64> {
     let p = cm.layout.pp as usize;
     let mut dense = vec![0.0f64; p];

@@ -49,7 +49,7 @@ pub fn model_state_floor(
     let layers = stage_layers_for(req, dp, num_stages, placement)?;
     let p = req.pp as u32;
     let mtp = super::mtp::mtp_stage(req, layers.len());
-    Ok(step::model_state_floor(&cm, &layers, mtp, &|s| {
+    Ok(step::model_state_floor(&cm, &layers, mtp, |s| {
         placement.device_of(s as u32, p) as usize
     }))
 }

@@ -7,7 +7,7 @@
 
 use super::request::*;
 use super::state::stage_layers_for;
-use crate::cost::step::{self as cost_step, Actions, StageSplit};
+use crate::cost::step::{self as cost_step, Actions, StageActions, StageSplit};
 use crate::schedule::ir::Placement;
 use crate::sim::{Costs, StageCost, TpCommNs};
 
@@ -60,7 +60,6 @@ pub fn step_costs(
     };
     let microbatches = req.global_batch / dp / req.micro_batch;
     let p = req.pp as u32;
-    let device_of = |s: usize| placement.device_of(s as u32, p) as usize;
     let step = cost_step::costs(
         &cm,
         &StageSplit {
@@ -68,8 +67,8 @@ pub fn step_costs(
             mtp_stage: super::mtp::mtp_stage(req, num_stages as usize),
             microbatches,
             profile,
-            device_of: &device_of,
         },
+        |s| placement.device_of(s as u32, p) as usize,
     );
     // Far above any GPU's memory, and small enough that the simulator's sums over up to
     // MAX_SIMULATED_ACTIONS in-flight micro-batches cannot overflow.
@@ -77,36 +76,42 @@ pub fn step_costs(
         .stages
         .iter()
         .any(|a| a.activation_bytes > MEMORY_CLAMP_BYTES);
-    let stages = step
-        .stages
-        .iter()
-        .map(|a| StageCost {
-            activation_bytes: a.activation_bytes.min(MEMORY_CLAMP_BYTES),
-            weight_grad_bytes: a.weight_grad_bytes,
-            ..actions_ns(&a.time)
-        })
-        .collect();
-    let tensor_parallel = step
-        .stages
-        .iter()
-        .map(|a| TpCommNs {
-            forward_ns: ns(a.tp_comm.forward_s),
-            backward_ns: ns(a.tp_comm.backward_s),
-            overlapped: a.tp_comm.overlapped,
-        })
-        .collect();
-    let unpaired_extra = step
-        .stages
-        .iter()
-        .filter_map(|a| a.unpaired_extra.as_ref().map(actions_ns))
-        .collect();
+    let n = step.stages.len();
+    let (mut stages, mut tensor_parallel) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut unpaired_extra = Vec::new();
+    // Equal stages (the middle ones, mostly, consecutive) convert once.
+    let mut last: Option<(&StageActions, StageCost, TpCommNs, Option<StageCost>)> = None;
+    for a in &step.stages {
+        let (stage, tp, unpaired) = match last {
+            Some((b, stage, tp, unpaired)) if b == a => (stage, tp, unpaired),
+            _ => {
+                let stage = StageCost {
+                    activation_bytes: a.activation_bytes.min(MEMORY_CLAMP_BYTES),
+                    weight_grad_bytes: a.weight_grad_bytes,
+                    ..actions_ns(&a.time)
+                };
+                let tp = TpCommNs {
+                    forward_ns: ns(a.tp_comm.forward_s),
+                    backward_ns: ns(a.tp_comm.backward_s),
+                    overlapped: a.tp_comm.overlapped,
+                };
+                let unpaired = a.unpaired_extra.as_ref().map(actions_ns);
+                last = Some((a, stage, tp, unpaired));
+                (stage, tp, unpaired)
+            }
+        };
+        stages.push(stage);
+        tensor_parallel.push(tp);
+        unpaired_extra.extend(unpaired);
+    }
     let sync_ns = ns(step.send_sync_s);
+    let mut send_ns = ns_repeated();
     let send: Vec<u64> = step
         .sends
         .iter()
-        .map(|x| ns(x.tensor_s) * x.tensors + sync_ns)
+        .map(|x| send_ns(x.tensor_s) * x.tensors + sync_ns)
         .collect();
-    let to_ns = |v: Vec<f64>| -> Vec<u64> { v.into_iter().map(ns).collect() };
+    let to_ns = |v: Vec<f64>| -> Vec<u64> { v.into_iter().map(ns_repeated()).collect() };
     let costs = Costs {
         stages,
         send_forward_ns: send.clone(),
@@ -132,6 +137,18 @@ pub fn step_costs(
         device_params: step.device_params,
         device_expert_params: step.device_expert_params,
     })
+}
+
+/// [`ns`], remembering its last argument: a run of equal values (equal stages' sends and
+/// reductions) rounds once.
+fn ns_repeated() -> impl FnMut(f64) -> u64 {
+    let mut last = (f64::NAN, 0);
+    move |x| {
+        if x != last.0 {
+            last = (x, ns(x));
+        }
+        last.1
+    }
 }
 
 /// A stage's three actions in the simulator's nanoseconds (B = I + W, each rounded first).
