@@ -765,3 +765,88 @@ pub fn grad_reduce_buckets(params: f64, dp: u64) -> u32 {
     let bucket = (40e6f64).max(1e6 * dp as f64);
     (params / bucket).ceil().clamp(1.0, 1e6) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::stack::Layout;
+    use crate::inputs::hardware::Hardware;
+    use crate::inputs::model::Model;
+
+    /// Llama 3 8B over t 8 x p 4 with two chunks a device (8 stages of 4 layers, looped).
+    fn step(m: &Model, mtp_stage: Option<usize>) -> StepCost {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let cm = CostModel {
+            model: m,
+            hw: &hw,
+            layout: Layout {
+                pp: 4,
+                dp: 2,
+                chunks: 2,
+                ..Layout::tensor_parallel(8)
+            },
+            stack: Stack::default(),
+        };
+        let split = StageSplit {
+            layers: &[4; 8],
+            mtp_stage,
+            microbatches: 16,
+            profile: None,
+        };
+        costs(&cm, &split, |s| s % 4)
+    }
+
+    /// Equal stages cost alike; the first adds the embedding, the last the output layer; every
+    /// series has its stage's, boundary's or device's length.
+    #[test]
+    fn stages_between_the_ends_cost_alike() {
+        let m = Model::preset("llama3-8b").unwrap();
+        let c = step(&m, None);
+        assert_eq!(c.stages.len(), 8);
+        assert!(c.stages[1..7].iter().all(|a| *a == c.stages[1]));
+        assert!(c.stages[0].time.forward_s > c.stages[1].time.forward_s);
+        assert!(c.stages[7].time.backward_weight_s > c.stages[1].time.backward_weight_s);
+        assert!(c.stages[7].activation_bytes > c.stages[1].activation_bytes);
+        assert_eq!(
+            c.stages[1].weight_grad_bytes,
+            c.stages[1].activation_bytes / 3
+        );
+        assert_eq!(c.sends.len(), 7);
+        assert!(c.sends.iter().all(|x| x.tensors == 1 && x.tensor_s > 0.0));
+        // Megatron-LM 2021 sends block: each ends in a synchronisation.
+        assert_eq!(c.send_sync_s > 0.0, Stack::default().blocking_p2p);
+        assert_eq!((c.grad_reduce_s.len(), c.grad_reduce_buckets.len()), (8, 8));
+        assert_eq!((c.optimizer_s.len(), c.static_bytes.len()), (4, 4));
+        assert_eq!(c.device_params.len(), 4);
+        assert!(c.device_expert_params.is_empty() && c.deferred_weight_grad_s.is_empty());
+        // Device 0 holds the embedding (stage 0), device 3 the output layer (stage 7); the
+        // model's parameters over t, all on some device.
+        let total: u64 = c.device_params.iter().sum();
+        let whole = m.total_params() as f64 / 8.0;
+        assert!(
+            (total as f64 - whole).abs() / whole < 1e-2,
+            "{total} vs {whole}"
+        );
+    }
+
+    /// Multi-token prediction depths on stage 5: that stage costs more than its equals, and
+    /// every send from it on carries the decoder's hidden states and each depth's.
+    #[test]
+    fn the_depths_stage_costs_more_and_sends_more_tensors() {
+        let mut m = Model::preset("llama3-8b").unwrap();
+        m.mtp_layers = 1;
+        let c = step(&m, Some(5));
+        assert!(c.stages[5].time.forward_s > c.stages[4].time.forward_s);
+        assert!(c.stages[5].activation_bytes > c.stages[4].activation_bytes);
+        let tensors: Vec<u64> = c.sends.iter().map(|x| x.tensors).collect();
+        assert_eq!(tensors, vec![1, 1, 1, 1, 1, 2, 2]);
+        assert_eq!(c.sends[5].tensor_s, c.sends[1].tensor_s);
+    }
+
+    #[test]
+    fn buckets_hold_at_least_40m_parameters() {
+        assert_eq!(grad_reduce_buckets(1.0, 8), 1);
+        assert_eq!(grad_reduce_buckets(80e6 + 1.0, 8), 3);
+        assert_eq!(grad_reduce_buckets(200e6, 100), 2);
+    }
+}
