@@ -11,9 +11,15 @@
 //! - [`fp8_recipe`]: the FP8 recipes (`--fp8-recipe`) and the GPUs that run them;
 //! - [`low_precision`]: what the recipes cost beside the GEMMs (casts, accumulator, amax
 //!   all-reduces);
-//! - [`mtp`]: a multi-token prediction depth's projection, norms and FLOPs;
+//! - [`mtp`]: a multi-token prediction depth's projection, norms and FLOPs, and what the
+//!   depths add to their stage;
+//! - [`offload`]: activation offloading to host memory and the stalls its copies cause;
+//! - [`profiled`]: a measured layer profile in place of the formulas;
 //! - [`recipe`]: Megatron-Core's dispatcher, token-dropping and CUDA-graph switches and their
-//!   rules.
+//!   rules;
+//! - [`step`]: one step's costs in one call: every stage's action durations and bytes, the
+//!   sends, the gradient reductions, each device's optimizer step, static bytes and
+//!   parameters, from the cost model and the planner's stage split (the planner only asks).
 //!
 //! Invariants: no IO, no clock; inputs are a model, a hardware profile, a layout and a stack.
 //! Times are seconds (`_s`), sizes bytes (`_bytes`), work FLOPs (`_flops`). Every formula, its
@@ -39,8 +45,10 @@ pub mod mtp;
 pub mod network;
 pub mod offload;
 pub mod optimizer;
+pub mod profiled;
 pub mod recipe;
 pub mod stack;
+pub mod step;
 pub mod switches;
 pub mod tp;
 

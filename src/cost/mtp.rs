@@ -153,6 +153,44 @@ impl CostModel<'_> {
         );
         (kept.ceil() as u64).saturating_add(embedding)
     }
+
+    /// What the depths add to the stage that holds them, for one micro-batch on one rank,
+    /// given the decoder's last layer as the step costs it (`last_layer`, its activation bytes
+    /// `last_layer_bytes`): `mtp_layers` x ([`CostModel::mtp_depth`], the layer's activations
+    /// and [`CostModel::mtp_projection_activation_bytes`]).
+    pub fn mtp_depths(&self, last_layer: BlockCost, last_layer_bytes: u64) -> (BlockCost, u64) {
+        let n = self.model.mtp_layers;
+        let cost = self.mtp_depth(last_layer).scale(n as f64);
+        let bytes = last_layer_bytes
+            .saturating_add(self.mtp_projection_activation_bytes())
+            .saturating_mul(n as u64);
+        (cost, bytes)
+    }
+
+    /// Parameters the stage holding the depths adds on one rank: `(dense, expert)`. Dense:
+    /// each depth's transformer layer of the last layer's kind (its dense part over t), its
+    /// projection and norms over t, and, on any stage but the first, the word embedding
+    /// Megatron-Core builds there again for the depths' lookups (`GPTModel.__init__`: `if
+    /// self.pre_process or self.mtp_process`, its gradient all-reduced with the first stage's
+    /// as a tied output layer's is): `V h / t`. Expert: each depth's routed experts on this
+    /// rank when the last layer is a MoE layer. The output layer is the last stage's own, not
+    /// counted again.
+    pub fn mtp_stage_params(&self, stage: usize) -> (f64, f64) {
+        let model = self.model;
+        let n = model.mtp_layers as u64;
+        if n == 0 {
+            return (0.0, 0.0);
+        }
+        let moe = u64::from(model.is_moe_layer(model.last_layer()));
+        let layer = self.layer_params_per_kind().rank(n * (1 - moe), n * moe);
+        let projection = (n * model.mtp_projection_params()) as f64 / self.layout.tp as f64;
+        let embedding = if stage == 0 {
+            0.0
+        } else {
+            self.embedding_shard_params()
+        };
+        (layer.dense + projection + embedding, layer.expert)
+    }
 }
 
 #[cfg(test)]

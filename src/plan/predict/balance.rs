@@ -1,11 +1,8 @@
 //! The balanced split: the partitioner's problem for a request and the split it gives.
 
 use super::request::*;
+use crate::cost::profiled::{end_blocks, profiled_block};
 use crate::cost::BlockCost;
-use crate::cost::CostModel;
-use crate::cost::Part;
-use crate::inputs::profile::sum_layers;
-use crate::inputs::profile::{ModelProfile, ProfiledLayer};
 use crate::schedule::ir::Placement;
 
 /// `megatron` (a Megatron-Core split rule), `even`, `balanced` or `custom` for the stage layer counts of `req` (see
@@ -178,32 +175,4 @@ pub fn balanced_split(
     } else {
         Ok(even)
     }
-}
-
-/// A run of profiled layers as a [`BlockCost`]: measured times, no tensor-parallel part shown
-/// separately (the measurement includes whatever collectives ran).
-pub(super) fn profiled_block(layers: &[ProfiledLayer]) -> BlockCost {
-    let s = sum_layers(layers);
-    let part = |ms: f64| Part {
-        gemm_s: ms / 1e3,
-        ..Part::default()
-    };
-    BlockCost {
-        forward: part(s.forward_ms),
-        backward_input: part(s.backward_input_ms),
-        backward_weight: part(s.backward_weight_ms),
-    }
-}
-
-/// The embedding's and the output layer's costs: measured where the profile has them, else the
-/// cost model's.
-pub(super) fn end_blocks(cm: &CostModel, prof: Option<ModelProfile>) -> (BlockCost, BlockCost) {
-    let profiled = |l: Option<&ProfiledLayer>| l.map(|l| profiled_block(std::slice::from_ref(l)));
-    let embedding = prof
-        .and_then(|mp| profiled(mp.embedding))
-        .unwrap_or(cm.embedding());
-    let output = prof
-        .and_then(|mp| profiled(mp.output))
-        .unwrap_or(cm.output_layer());
-    (embedding, output)
 }

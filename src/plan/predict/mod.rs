@@ -11,10 +11,13 @@
 //! No IO; the caller loads the model and hardware.
 //!
 //! Files: [`request`] (the request, its checks, the prediction and errors), [`step`] (a
-//! step's costs), [`figures`] (the simulation and the figures reported), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
-//! rules), [`layout`] (Megatron-Core's layout strings), [`best`] (`--micro-batch auto`), [`state`] (each stage's layers, parameters and model
-//! state), [`mtp`] (the multi-token prediction block's stage, costs and parameters), [`stages`] (each
-//! pipeline rank's layers, times and memory: `--per-stage`).
+//! step's costs: the stage split chosen here, the costs asked of [`crate::cost::step`] in one
+//! call and converted for the simulator), [`figures`] (the simulation and the figures
+//! reported), [`balance`] (the balanced split), [`pipeline_split`] (Megatron-Core's split
+//! rules), [`layout`] (Megatron-Core's layout strings), [`best`] (`--micro-batch auto`),
+//! [`state`] (each stage's layers and each device's model state floor), [`mtp`] (the stage of
+//! the multi-token prediction block), [`stages`] (each pipeline rank's layers, times and
+//! memory: `--per-stage`).
 
 pub mod balance;
 pub mod best;
@@ -33,5 +36,5 @@ pub use figures::{predict, prediction_from};
 pub use layout::{parse_layout, Layout};
 pub use pipeline_split::PipelineSplit;
 pub use request::*;
-pub use state::{model_state_floor, stage_layers_for, stage_params, StageParams};
+pub use state::{model_state_floor, stage_layers_for};
 pub use step::*;
