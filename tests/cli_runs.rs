@@ -355,6 +355,23 @@ fn blackwell_gemm_ceiling_is_fitted_and_carried() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("--kind moe: no runs of that kind"), "{err}");
+    // A misspelt profile in the list is an error, not a smaller fit.
+    let (code, _, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        "data/runs/megatron-2021-table1-a100.json",
+        "--fit",
+        "gpu.gemm_efficiency_max",
+        "--hardware",
+        "a100-80gb,b20",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "--hardware b20: no runs on that profile to fit (the runs' profiles: a100-80gb)"
+        ),
+        "{err}"
+    );
 }
 
 /// `cargo test --release --test cli_runs -- --ignored`: the Blackwell fit from the command

@@ -195,6 +195,19 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
                 .is_none_or(|k| r.group(GroupBy::Kind) == *k)
         })
         .collect();
+    // Every profile --hardware names must have runs: a misspelt name is an error, not a
+    // silently smaller fit.
+    if let Some(w) = &wanted {
+        let mut names: Vec<&str> = results.iter().map(|r| r.hardware.as_str()).collect();
+        names.sort();
+        names.dedup();
+        if let Some(missing) = w.iter().find(|n| !names.contains(n)) {
+            return input(format!(
+                "--hardware {missing}: no runs on that profile to fit (the runs' profiles: {})",
+                names.join(", ")
+            ));
+        }
+    }
     if let Some(k) = &args.kind {
         if picked.is_empty() {
             return input(format!(
@@ -202,17 +215,6 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
                 args.hardware
                     .as_ref()
                     .map_or(String::new(), |h| format!(" on --hardware {h}"))
-            ));
-        }
-    }
-    if let Some(h) = &args.hardware {
-        if picked.is_empty() {
-            let mut names: Vec<&str> = results.iter().map(|r| r.hardware.as_str()).collect();
-            names.sort();
-            names.dedup();
-            return input(format!(
-                "--hardware {h}: no runs on that profile to fit (the runs' profiles: {})",
-                names.join(", ")
             ));
         }
     }
