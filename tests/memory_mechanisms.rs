@@ -333,3 +333,153 @@ fn mla_up_projections_are_recomputed_instead_of_kept() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("multi_latent_attention"), "{err}");
 }
+
+/// `--recompute selective-mlp` (Megatron-Core `--recompute-modules mlp`, the DeepSeek-V3
+/// recipes of m079 and m125): the dense layers' MLP intermediates are freed and the MLP runs
+/// again; MoE layers are untouched, so on DeepSeek-V3 only its three dense layers change and
+/// the two runs that ran with it fit; written and read back as Megatron-LM's module; refused
+/// on a model of MoE layers only.
+#[test]
+fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
+    // Llama 3 8B on one rank: every layer's MLP intermediates go.
+    let dense = |r: &'static str| {
+        ok(&[
+            "--model",
+            "llama3-8b",
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            "8",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--recompute",
+            r,
+        ])
+    };
+    let (none, mlp) = (dense("none"), dense("selective-mlp"));
+    assert_eq!(mlp["recompute"], "selective-mlp");
+    let t = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    // Llama 3 8B: f = 14,336, gated, BF16: 2 x 2f (the activation's input) + 2f (the second
+    // GEMM's input) bytes a token, 8,192 tokens, 32 layers (b 1: one micro-batch in flight).
+    let per_layer = (4.0 + 2.0) * 14_336.0 * 8_192.0 / 1e9;
+    let freed = gb(&none, "activations") - gb(&mlp, "activations");
+    assert!(
+        (freed / (32.0 * per_layer) - 1.0).abs() < 0.01,
+        "{freed} GB freed, {} expected",
+        32.0 * per_layer
+    );
+    assert!(t(&mlp, "step_time_s") > t(&none, "step_time_s"));
+    assert!(t(&mlp, "tflops_per_gpu") > t(&mlp, "model_tflops_per_gpu"));
+
+    // The two DeepSeek-V3 runs on 256 GB200 that recompute `mlp` fit as they ran.
+    let runs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("data/runs/megatron-bridge-2025-26.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for id in ["m079", "m125"] {
+        let row = runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap();
+        let gpus = row["gpus"].to_string();
+        let batch = row["global_batch"].to_string();
+        let seq = row["seq_len"].to_string();
+        let mut args = vec![
+            "--model",
+            row["model"].as_str().unwrap(),
+            "--hardware",
+            row["hardware"].as_str().unwrap(),
+            "--gpus",
+            &gpus,
+            "--global-batch",
+            &batch,
+            "--seq-len",
+            &seq,
+        ];
+        let flags: Vec<&str> = row["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(flags
+            .windows(2)
+            .any(|w| w == ["--recompute", "selective-mlp"]));
+        args.extend(flags);
+        let with_mlp = ok(&args);
+        assert_eq!(with_mlp["fits"], true, "{id}: {with_mlp}");
+        // Without it the same layout does not fit.
+        let i = args.iter().position(|a| *a == "selective-mlp").unwrap();
+        args[i] = "none";
+        let without = ok(&args);
+        assert_eq!(without["fits"], false, "{id}");
+        assert!(gb(&without, "activations") > gb(&with_mlp, "activations"));
+    }
+
+    let dir = std::env::temp_dir().join(format!("pplan-mlp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let (code, _, err) = pplan(&[
+        "predict",
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+        "--recompute",
+        "selective-mlp",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--recompute-granularity selective")
+            && out.contains("--recompute-modules mlp"),
+        "{out}"
+    );
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert_eq!(back.recompute, "selective-mlp");
+    std::fs::remove_dir_all(&dir).ok();
+
+    let (code, _, err) = predict(&[
+        "--model",
+        "qwen3-30b-a3b",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "8",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+        "--recompute",
+        "selective-mlp",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("recomputes dense MLPs only"), "{err}");
+}

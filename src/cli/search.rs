@@ -76,8 +76,8 @@ pub(crate) struct PlanSearchArgs {
     #[arg(long, value_parser = count::<u32>, value_name = "N")]
     pub(crate) mtp_num_layers: Option<u32>,
     /// Pin recomputation: none, selective or full (searched), torchtitan's selective-op or
-    /// selective-layer, or Megatron-Core's selective-norm-act, selective-norm-moe or
-    /// selective-mla-up-proj.
+    /// selective-layer, or Megatron-Core's selective-norm-act, selective-norm-moe,
+    /// selective-mla-up-proj or selective-mlp.
     #[arg(long)]
     pub(crate) recompute: Option<String>,
     /// Pin sequence parallelism.

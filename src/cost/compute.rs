@@ -541,6 +541,19 @@ impl CostModel<'_> {
                 gemm_s: self.mla_up_proj_gemms().iter().map(lin).sum(),
                 ..Part::default()
             },
+            // The dense MLP again: its two GEMMs, its activation's forward and, with tensor
+            // parallelism, its share of the layer's forward collectives (half of them).
+            Recompute::Mlp => {
+                let (b, s, _, _, f, t, _) = self.dims();
+                let act = if self.model.gated_mlp { 6.0 } else { 4.0 };
+                Part {
+                    gemm_s: lin(&gemms[4]) + lin(&gemms[5]),
+                    memory_s: act * s * b * f / t / hbm,
+                    tp_comm_s: forward.tp_comm_s / 2.0,
+                    tp_hidden_s: forward.tp_hidden_s / 2.0,
+                    ..Part::default()
+                }
+            }
             // Every second layer recomputed whole: half a forward per layer on average.
             Recompute::SelectiveLayer => Part {
                 gemm_s: forward.gemm_s / 2.0,

@@ -196,6 +196,8 @@ impl CostModel<'_> {
             Recompute::SelectiveLayer => forward / 2.0,
             // The two up-projection GEMMs and the rotary embedding's kernel.
             Recompute::MlaUpProj => 3.0,
+            // The MLP's two GEMMs, its activation and half the layer's TP collectives.
+            Recompute::Mlp => 3.0 + tp_f / 2.0,
         };
         Kernels {
             forward,

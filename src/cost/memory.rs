@@ -232,6 +232,11 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         (Recompute::MlaUpProj, sp) => {
             return layer_activation_bytes(d, Recompute::None, sp);
         }
+        // The MLP's intermediates are freed (its input, the norm output, stays).
+        (Recompute::Mlp, sp) => {
+            return layer_activation_bytes(d, Recompute::None, sp)
+                .saturating_sub(mlp_intermediate_bytes(d, Attention::Unfused));
+        }
         (Recompute::SelectiveLayer, sp) => {
             (layer_activation_bytes(d, Recompute::None, sp) as u128
                 + layer_activation_bytes(d, Recompute::Full, sp) as u128)
@@ -292,6 +297,9 @@ pub fn layer_activation_bytes_for(
         }
         (Attention::Flash, Recompute::MlaUpProj) => {
             flash_layer_bytes(d, sequence_parallel).saturating_sub(mla_up_proj_bytes(d))
+        }
+        (Attention::Flash, Recompute::Mlp) => {
+            flash_layer_bytes(d, sequence_parallel).saturating_sub(flash_mlp_intermediate_bytes(d))
         }
     }
 }
@@ -415,6 +423,7 @@ pub fn recompute_working_bytes_for(
         }
         (Attention::Flash, Recompute::Selective) => 0,
         (Attention::Flash, Recompute::MlaUpProj) => mla_up_proj_bytes(d),
+        (Attention::Flash, Recompute::Mlp) => flash_mlp_intermediate_bytes(d),
         (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
             norm_recompute_bytes(d, sequence_parallel)
         }
@@ -452,6 +461,7 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
             .saturating_sub(layer_activation_bytes(d, recompute, sequence_parallel)),
         Recompute::NormAct | Recompute::NormMoe => norm_output_bytes(d, sequence_parallel),
         Recompute::MlaUpProj => mla_up_proj_bytes(d),
+        Recompute::Mlp => mlp_intermediate_bytes(d, Attention::Unfused),
     }
 }
 
@@ -601,7 +611,8 @@ mod tests {
                 | Recompute::SelectiveLayer
                 | Recompute::NormAct
                 | Recompute::NormMoe
-                | Recompute::MlaUpProj,
+                | Recompute::MlaUpProj
+                | Recompute::Mlp,
                 _,
             ) => {
                 unreachable!("not in Table 2: the tests iterate over Recompute::ALL")

@@ -340,8 +340,18 @@ impl CostModel<'_> {
     /// the grouped expert GEMMs, all on the busiest rank. Full recompute repeats the forward.
     pub fn moe_layer(&self) -> BlockCost {
         let dense_model = self.moe_dense_part_model();
+        // Megatron-Core's `mlp` module recomputes dense MLPs only, never a MoE layer's shared
+        // experts (which the dense part stands for here).
+        let dense_layout = match self.layout.recompute {
+            Recompute::Mlp => Layout {
+                recompute: Recompute::None,
+                ..self.layout
+            },
+            _ => self.layout,
+        };
         let dense_cm = CostModel {
             model: &dense_model,
+            layout: dense_layout,
             ..*self
         };
         let (dense, dense_kernels) = (dense_cm.layer(), dense_cm.layer_kernels());
@@ -806,8 +816,12 @@ impl CostModel<'_> {
         let fs = moe.shared_ffn as f64 / t;
         let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
         let shared = b * s * (2.0 * up_s + 2.0 * fs);
-        let dense_mlp =
-            memory::mlp_intermediate_bytes(self.act_dims(), self.stack.attention) as f64;
+        // `dense_layer_bytes` is a dense layer's under the same recomputation: with `mlp` its
+        // MLP intermediates are already left out (and a MoE layer keeps its own).
+        let dense_mlp = match self.layout.recompute {
+            Recompute::Mlp => 0.0,
+            _ => memory::mlp_intermediate_bytes(self.act_dims(), self.stack.attention) as f64,
+        };
         let bytes = dense_layer_bytes as f64 - dense_mlp + routed + shared;
         bytes.max(0.0).ceil() as u64
     }

@@ -49,13 +49,19 @@ pub enum Recompute {
     /// latents before its backward (multi_latent_attention.py at d98e8a64,
     /// `recompute_up_proj`). Latent attention only.
     MlaUpProj,
+    /// Megatron-Core's `--recompute-modules mlp` (Megatron-Bridge's DeepSeek-V3 recipes of the
+    /// 25.09 and 25.11 containers): the dense MLP submodule is checkpointed (its input kept,
+    /// its intermediates freed) and run again before its backward; MoE layers and their shared
+    /// experts are not touched (transformer_layer.py at core_v0.14.0: `recompute_mlp` only
+    /// when `self.mlp` is not a `MoELayer`). Models with dense MLP layers only.
+    Mlp,
 }
 
 impl Recompute {
     /// Megatron-LM's modes: what the search enumerates.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
     /// Every mode a user can pin (`--recompute`, a plan's `parallelism.recompute`).
-    pub const EVERY: [Recompute; 8] = [
+    pub const EVERY: [Recompute; 9] = [
         Recompute::None,
         Recompute::Selective,
         Recompute::Full,
@@ -64,6 +70,7 @@ impl Recompute {
         Recompute::NormAct,
         Recompute::NormMoe,
         Recompute::MlaUpProj,
+        Recompute::Mlp,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -75,6 +82,7 @@ impl Recompute {
             Recompute::NormAct => "selective-norm-act",
             Recompute::NormMoe => "selective-norm-moe",
             Recompute::MlaUpProj => "selective-mla-up-proj",
+            Recompute::Mlp => "selective-mlp",
         }
     }
 }

@@ -277,10 +277,11 @@ impl Flags {
 /// Megatron-Core's `--recompute-modules` lists (with `--recompute-granularity selective`)
 /// that pplan models beside the default `core_attn`, each with the `--recompute` value it is;
 /// the modules in sorted order. Emitting and reading Megatron-LM arguments both use it.
-pub const RECOMPUTE_MODULES: [(&str, &[&str]); 3] = [
+pub const RECOMPUTE_MODULES: [(&str, &[&str]); 4] = [
     ("selective-norm-act", &["layernorm", "moe_act"]),
     ("selective-norm-moe", &["layernorm", "moe"]),
     ("selective-mla-up-proj", &["mla_up_proj"]),
+    ("selective-mlp", &["mlp"]),
 ];
 
 const USED: &[&str] = &[

@@ -143,7 +143,10 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         }
         "full" => "FullAC.Config()",
         "selective-op" => "SelectiveAC.Config()",
-        modules @ ("selective-norm-act" | "selective-norm-moe" | "selective-mla-up-proj") => {
+        modules @ ("selective-norm-act"
+        | "selective-norm-moe"
+        | "selective-mla-up-proj"
+        | "selective-mlp") => {
             notes.push(format!(
                 "recompute {modules} is Megatron-Core's recompute modules; torchtitan has no such mode, so its per-op SelectiveAC is written"
             ));

@@ -139,7 +139,10 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
             ac.push(format!("mode = {}", quoted("selective")));
             ac.push(format!("selective_ac_option = {}", quoted(option)));
         }
-        modules @ ("selective-norm-act" | "selective-norm-moe" | "selective-mla-up-proj") => {
+        modules @ ("selective-norm-act"
+        | "selective-norm-moe"
+        | "selective-mla-up-proj"
+        | "selective-mlp") => {
             ac.push(format!("mode = {}", quoted("selective")));
             ac.push(format!("selective_ac_option = {}", quoted("op")));
             notes.push(format!(

@@ -110,6 +110,11 @@ pub fn prediction_from(
         // recompute is counted below.
         Recompute::NormAct | Recompute::NormMoe => 0.0,
         Recompute::MlaUpProj => cm.mla_up_proj_flops() / req.micro_batch as f64,
+        // The dense MLP's two GEMMs (MoE layers recompute nothing: below).
+        Recompute::Mlp => {
+            let g = cm.layer_gemms();
+            (g[4].flops() + g[5].flops()) / req.micro_batch as f64
+        }
     };
     let layers_fwd = match &model.moe {
         None => layers as f64 * layer_fwd,
@@ -124,6 +129,10 @@ pub fn prediction_from(
         (Some(_), Recompute::Full) => layers_fwd,
         // The router and routed experts of every MoE layer again.
         (Some(_), Recompute::NormMoe) => cm.moe_blocks_forward_flops() / req.micro_batch as f64,
+        // Only the dense layers' MLPs.
+        (Some(m), Recompute::Mlp) => {
+            layers.saturating_sub(m.num_moe_layers()) as f64 * recompute_per_layer
+        }
         _ => layers as f64 * recompute_per_layer,
     };
     // What the depths recompute: under full recomputation Megatron-Core checkpoints each
@@ -141,6 +150,7 @@ pub fn prediction_from(
                     / req.micro_batch as f64
             }
             (Some(_), Recompute::NormMoe) => 0.0,
+            (Some(_), Recompute::Mlp) if model.is_moe_layer(last) => 0.0,
             _ => recompute_per_layer,
         };
     let recomputed = recomputed + mtp_recomputed;

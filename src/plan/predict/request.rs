@@ -543,6 +543,21 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             ),
         });
     }
+    if req.recompute == Recompute::Mlp
+        && req
+            .model
+            .moe
+            .as_ref()
+            .is_some_and(|m| m.num_moe_layers() >= req.model.num_layers as u64)
+    {
+        return Err(PredictError::Recompute {
+            recompute: req.recompute.to_string(),
+            reason: format!(
+                "Megatron-Core's 'mlp' module recomputes dense MLPs only, and every layer of {} is a MoE layer; valid: none, selective, full, selective-norm-act, selective-norm-moe",
+                req.model.name
+            ),
+        });
+    }
     if matches!(
         req.recompute,
         Recompute::SelectiveOp | Recompute::SelectiveLayer
