@@ -289,30 +289,9 @@ fn mla_up_projections_are_recomputed_instead_of_kept() {
     assert!(t(&mla, "tflops_per_gpu") > t(&mla, "model_tflops_per_gpu"));
     assert_eq!(t(&none, "tflops_per_gpu"), t(&none, "model_tflops_per_gpu"));
 
-    let dir = std::env::temp_dir().join(format!("pplan-mla-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let plan = dir.join("plan.json");
-    let mut args = vec!["predict"];
-    args.extend(base);
-    args.extend(["selective-mla-up-proj", "--output", plan.to_str().unwrap()]);
-    let (code, _, err) = pplan(&args);
-    assert_eq!(code, 0, "{err}");
-    let (code, out, err) = pplan(&[
-        "emit",
-        "--plan",
-        plan.to_str().unwrap(),
-        "--target",
-        "megatron",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains("--recompute-granularity selective")
-            && out.contains("--recompute-modules mla_up_proj"),
-        "{out}"
-    );
-    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
-    assert_eq!(back.recompute, "selective-mla-up-proj");
-    std::fs::remove_dir_all(&dir).ok();
+    let mut args = base.to_vec();
+    args.push("selective-mla-up-proj");
+    emitted_and_read_back(&args, "mla_up_proj", "selective-mla-up-proj");
 
     let (code, _, err) = predict(&[
         "--model",
@@ -426,45 +405,26 @@ fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
         assert!(gb(&without, "activations") > gb(&with_mlp, "activations"));
     }
 
-    let dir = std::env::temp_dir().join(format!("pplan-mlp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let plan = dir.join("plan.json");
-    let (code, _, err) = pplan(&[
-        "predict",
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-80gb",
-        "--gpus",
-        "8",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--global-batch",
-        "64",
-        "--recompute",
+    emitted_and_read_back(
+        &[
+            "--model",
+            "llama3-8b",
+            "--hardware",
+            "h100-80gb",
+            "--gpus",
+            "8",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--recompute",
+            "selective-mlp",
+        ],
+        "mlp",
         "selective-mlp",
-        "--output",
-        plan.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let (code, out, err) = pplan(&[
-        "emit",
-        "--plan",
-        plan.to_str().unwrap(),
-        "--target",
-        "megatron",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains("--recompute-granularity selective")
-            && out.contains("--recompute-modules mlp"),
-        "{out}"
     );
-    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
-    assert_eq!(back.recompute, "selective-mlp");
-    std::fs::remove_dir_all(&dir).ok();
 
     let (code, _, err) = predict(&[
         "--model",
@@ -482,4 +442,34 @@ fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("recomputes dense MLPs only"), "{err}");
+}
+
+/// `predict ARGS --output plan.json`, then `emit --target megatron`: the plan's recomputation is
+/// written as `--recompute-granularity selective --recompute-modules MODULES` and Megatron-LM's
+/// arguments read back as `recompute`.
+fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) {
+    let dir = std::env::temp_dir().join(format!("pplan-{recompute}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let mut args = vec!["predict"];
+    args.extend(predict_args);
+    args.extend(["--output", plan.to_str().unwrap()]);
+    let (code, _, err) = pplan(&args);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = pplan(&[
+        "emit",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--target",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--recompute-granularity selective")
+            && out.contains(&format!("--recompute-modules {modules}")),
+        "{out}"
+    );
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert_eq!(back.recompute, recompute);
+    std::fs::remove_dir_all(&dir).ok();
 }
