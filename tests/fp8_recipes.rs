@@ -4,7 +4,7 @@
 //! plans carry it through `pplan emit --target megatron` and back.
 
 mod common;
-use common::{json, pplan};
+use common::{json, pplan, with};
 use pplan::cost::{CostModel, Fp8Recipe, Layout, Stack};
 use pplan::inputs::hardware::Hardware;
 use pplan::inputs::model::Model;
@@ -74,12 +74,6 @@ const LLAMA3_70B_64: [&str; 18] = [
     "--micro-batch",
     "1",
 ];
-
-fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = base.to_vec();
-    v.extend_from_slice(extra);
-    v
-}
 
 /// Current scaling (tensorwise) against delayed scaling, counted here from Llama 3 8B's
 /// published shapes (h 4096, 32 heads of 128, 8 KV heads, SwiGLU width 14336, 32 layers):

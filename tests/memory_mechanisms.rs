@@ -5,7 +5,7 @@
 //! file and the emitted Megatron-LM arguments, and Megatron-Core's rules exit 2 by name.
 
 mod common;
-use common::{json, pplan};
+use common::{json, pplan, with};
 
 fn predict(args: &[&str]) -> (i32, serde_json::Value, String) {
     let mut all = vec!["predict"];
@@ -55,6 +55,24 @@ const LLAMA3_70B_FSDP: [&str; 22] = [
     "fp8",
     "--recompute",
     "none",
+];
+
+/// Llama 3 8B on one 8-GPU H100 node, t 1, p 1, 64 sequences, ending in `--recompute` (its
+/// value appended by `common::with`).
+const LLAMA3_8B_ONE_NODE: [&str; 13] = [
+    "--model",
+    "llama3-8b",
+    "--hardware",
+    "h100-80gb",
+    "--gpus",
+    "8",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--global-batch",
+    "64",
+    "--recompute",
 ];
 
 #[test]
@@ -266,12 +284,8 @@ fn mla_up_projections_are_recomputed_instead_of_kept() {
         "fp8",
         "--recompute",
     ];
-    let with = |r: &'static str| {
-        let mut a = base.to_vec();
-        a.push(r);
-        ok(&a)
-    };
-    let (none, mla) = (with("none"), with("selective-mla-up-proj"));
+    let recompute = |r: &'static str| ok(&with(&base, &[r]));
+    let (none, mla) = (recompute("none"), recompute("selective-mla-up-proj"));
     assert_eq!(mla["recompute"], "selective-mla-up-proj");
     // DeepSeek-V3: 128 heads x (128 + 64) for queries and keys, x 128 for values; 4,096
     // tokens a micro-batch over t = 2: 2 x 65,536 x 4,096 / 2 bytes a layer.
@@ -289,26 +303,13 @@ fn mla_up_projections_are_recomputed_instead_of_kept() {
     assert!(t(&mla, "tflops_per_gpu") > t(&mla, "model_tflops_per_gpu"));
     assert_eq!(t(&none, "tflops_per_gpu"), t(&none, "model_tflops_per_gpu"));
 
-    let mut args = base.to_vec();
-    args.push("selective-mla-up-proj");
-    emitted_and_read_back(&args, "mla_up_proj", "selective-mla-up-proj");
-
-    let (code, _, err) = predict(&[
-        "--model",
-        "llama3-8b",
-        "--hardware",
-        "h100-80gb",
-        "--gpus",
-        "8",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--global-batch",
-        "64",
-        "--recompute",
+    emitted_and_read_back(
+        &with(&base, &["selective-mla-up-proj"]),
+        "mla_up_proj",
         "selective-mla-up-proj",
-    ]);
+    );
+
+    let (code, _, err) = predict(&with(&LLAMA3_8B_ONE_NODE, &["selective-mla-up-proj"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("multi_latent_attention"), "{err}");
 }
@@ -321,24 +322,7 @@ fn mla_up_projections_are_recomputed_instead_of_kept() {
 #[test]
 fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
     // Llama 3 8B on one rank: every layer's MLP intermediates go.
-    let dense = |r: &'static str| {
-        ok(&[
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-80gb",
-            "--gpus",
-            "8",
-            "--tp",
-            "1",
-            "--pp",
-            "1",
-            "--global-batch",
-            "64",
-            "--recompute",
-            r,
-        ])
-    };
+    let dense = |r: &'static str| ok(&with(&LLAMA3_8B_ONE_NODE, &[r]));
     let (none, mlp) = (dense("none"), dense("selective-mlp"));
     assert_eq!(mlp["recompute"], "selective-mlp");
     let t = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
@@ -406,22 +390,7 @@ fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
     }
 
     emitted_and_read_back(
-        &[
-            "--model",
-            "llama3-8b",
-            "--hardware",
-            "h100-80gb",
-            "--gpus",
-            "8",
-            "--tp",
-            "1",
-            "--pp",
-            "1",
-            "--global-batch",
-            "64",
-            "--recompute",
-            "selective-mlp",
-        ],
+        &with(&LLAMA3_8B_ONE_NODE, &["selective-mlp"]),
         "mlp",
         "selective-mlp",
     );

@@ -22,3 +22,8 @@ pub fn pplan(args: &[&str]) -> (i32, String, String) {
 pub fn json(stdout: &str) -> serde_json::Value {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
+
+/// Command-line arguments: `base` followed by `extra`.
+pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(extra).copied().collect()
+}
