@@ -528,9 +528,9 @@ fn megatron_core_recompute_modules_drop_and_rebuild_what_they_name() {
     );
     assert_eq!(dense(Recompute::NormAct), dense(Recompute::NormMoe));
     // MoE activations: the routed rows (s/t tokens x top-2, balanced: 1024 rows over the 8
-    // ranks' 8 experts, one expert each here) keep the dispatched input and the combined
-    // output (2 x 2h), the up-projection output (2 x 2 f_e for SwiGLU) and, unless moe_act
-    // is recomputed, the activation output (2 f_e). With `moe` none of them.
+    // ranks' 8 experts, one expert each here) keep the dispatched input (2h), the
+    // up-projection output (2 x 2 f_e for SwiGLU), the fp32 probability (4) and, unless
+    // moe_act is recomputed, the activation output (2 f_e). With `moe` none of them.
     c.layout.recompute = Recompute::None;
     let rows = c.moe_rows_per_expert();
     assert_eq!(rows, 1024.0 / 2.0 * 2.0 * 8.0 / 8.0);
@@ -543,12 +543,12 @@ fn megatron_core_recompute_modules_drop_and_rebuild_what_they_name() {
     // (`moe` keeps the checkpoint's input, the pre-MLP norm output, 2 s h / t.)
     assert_eq!(
         keep(Recompute::Selective) - keep(Recompute::NormMoe),
-        rows * (4.0 * 1024.0 + 4.0 * 512.0 + 2.0 * 512.0) - 2.0 * 1024.0 * 1024.0 / 2.0
+        rows * (2.0 * 1024.0 + 4.0 * 512.0 + 4.0 + 2.0 * 512.0) - 2.0 * 1024.0 * 1024.0 / 2.0
     );
     // ... and rebuilds them one layer at a time.
     assert_eq!(
         with(&c, Recompute::NormMoe).moe_recompute_working_bytes() as f64,
-        rows * (4.0 * 1024.0 + 4.0 * 512.0 + 2.0 * 512.0)
+        rows * (2.0 * 1024.0 + 4.0 * 512.0 + 4.0 + 2.0 * 512.0)
     );
     assert_eq!(
         with(&c, Recompute::NormAct).moe_recompute_working_bytes(),
@@ -654,10 +654,12 @@ fn small_moe_layers_wait_for_the_host() {
 }
 
 /// The routed rows' saved activations by hand (docs/cost-model.md, "Mixture of experts",
-/// Memory): per row the first expert GEMM's input `e h`, the combined output `2 h`, the up
-/// projection `2 x 2 f_e` (gated) and the second GEMM's input `e f_e`, with `e` = 2 bytes in
-/// BF16 and 1 in FP8 (Transformer Engine keeps the cast it fed the GEMM). Read through the
-/// selective-norm-moe working set, which is exactly those bytes.
+/// Memory): per row the first expert GEMM's input `e h`, the up projection `2 x 2 f_e`
+/// (gated) and the fp32 probability `4`, which the fused weighted activation keeps, and the
+/// second GEMM's input `e f_e`, with `e` = 2 bytes in BF16 and 1 in FP8 (Transformer Engine
+/// keeps the cast it fed the GEMM); nothing of the second GEMM's output (Megatron-Core since
+/// core_v0.13.0 multiplies the probabilities in the activation, not in the un-permutation).
+/// Read through the selective-norm-moe working set, which is exactly those bytes.
 #[test]
 fn routed_activations_keep_the_expert_gemm_inputs_in_the_gemm_format() {
     let hw = Hardware::bundled("h100-80gb").unwrap();
@@ -681,7 +683,7 @@ fn routed_activations_keep_the_expert_gemm_inputs_in_the_gemm_format() {
             },
         );
         c.layout.recompute = Recompute::NormMoe;
-        let want = rows * (e * h + 2.0 * h + 2.0 * 2.0 * f + e * f);
+        let want = rows * (e * h + 2.0 * 2.0 * f + 4.0 + e * f);
         assert_eq!(
             c.moe_recompute_working_bytes(),
             want as u64,

@@ -16,6 +16,12 @@ use super::network::{all_gather_s, ranks_per_nvlink_domain};
 use super::stack::{CostModel, Layout, Recompute, Zero, MOE_FORWARD_SYNC_LOSS};
 use crate::inputs::model::Model;
 
+/// Bytes of a routed row's probability as the weighted activation keeps it for its gradient:
+/// fp32, the router's logits dtype with `moe_router_dtype fp32`, which Megatron-Bridge's MoE
+/// models set (`router.py`, `moe_utils.py` at core_v0.15.0: the probabilities take the
+/// logits' dtype; 2 bytes without it, a difference of under 0.1 % of a routed row).
+const MOE_PROB_BYTES: f64 = 4.0;
+
 /// Fraction of a Hopper GPU's 132 SMs that the dispatch/combine kernels hold while they run
 /// beside compute: DeepSeek-V3's technical report (arXiv 2412.19437, Sec. 3.2.2) dedicates 20
 /// of the H800's 132 SMs to them ("only 20 SMs are sufficient to fully utilize the bandwidths
@@ -681,20 +687,25 @@ impl CostModel<'_> {
     }
 
     /// Activations of one MoE layer's routed rows on the busiest rank, in bytes: (the
-    /// dispatched input, `e h` per row, and the combined output, 2h, and the up-projection
-    /// output, 2 x (2) f_e/etp; the activation output, `e f_e/etp` per row), `e` the bytes of a
-    /// linear layer's saved input in the stack's precision.
+    /// dispatched input, `e h` per row, the up-projection output, 2 x (2) f_e/etp, and the
+    /// row's routing probability, 4; the activation output, `e f_e/etp` per row), `e` the
+    /// bytes of a linear layer's saved input in the stack's precision.
     fn moe_routed_activation_bytes(&self) -> (f64, f64) {
         let h = self.model.hidden_size as f64;
         let [up, down] = self.moe_expert_gemms();
         let rows = self.moe_rows_per_expert() * up.batch;
         // The two expert GEMMs' inputs are kept as Transformer Engine casts them for the GEMM
         // (`e` bytes an element: 2 in BF16, 1 in FP8, as the dense layers' linear inputs);
-        // the first GEMM's output (the activation's input) and the second's (for the routing
-        // weights' gradient) in BF16. `down.k` is the expert's hidden width on this rank,
-        // f_e / etp.
+        // the first GEMM's output in BF16 and the row's fp32 probability, which the fused
+        // weighted activation keeps: Megatron-Core (since core_v0.13.0, `TEGroupedMLP`,
+        // `weighted_bias_swiglu_impl`) multiplies the probabilities in there, so the second
+        // GEMM's output is not kept for their gradient and the un-permutation keeps only its
+        // indices. `down.k` is the expert's hidden width on this rank, f_e / etp.
         let e = self.act_dims().input_32ths as f64 / 32.0;
-        (rows * ((e + 2.0) * h + 2.0 * up.n), rows * e * down.k)
+        (
+            rows * (e * h + 2.0 * up.n + MOE_PROB_BYTES),
+            rows * e * down.k,
+        )
     }
 
     /// Forward FLOPs of the routed part of the MoE blocks (router and routed experts) of all
