@@ -70,7 +70,11 @@ fn cost_model_profile(with_ends: bool) -> (String, Vec<&'static str>) {
         layers.push(entry(
             "output",
             cm.output_layer(),
-            memory::output_activation_bytes(dims, model.vocab_size),
+            memory::output_activation_bytes(
+                dims,
+                model.vocab_size,
+                cm.stack.cross_entropy_fusion.saved_bytes_per_logit(),
+            ),
             0,
         ));
     }

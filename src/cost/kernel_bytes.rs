@@ -62,6 +62,18 @@ impl CrossEntropyFusion {
         Ok(if fused { kernels } else { Self::Off })
     }
 
+    /// Bytes per logit the loss keeps for its backward: the fp32 softmax (PyTorch's steps and
+    /// Megatron-Core's fused form: `exp_logits`, saved in fp32), or, with Transformer Engine's
+    /// kernel, the 16-bit logit gradient it writes over the logits in the forward and saves
+    /// (`CrossEntropyFunction`, TE 2.1-2.17; TE 2.18 of 2026-08 keeps an fp32 gradient instead,
+    /// 4, commit 01bbe3e: no run here is known to have used it).
+    pub fn saved_bytes_per_logit(self) -> u64 {
+        match self {
+            Self::Off | Self::Native => 4,
+            Self::Te => 2,
+        }
+    }
+
     /// HBM bytes per logit, (forward, backward).
     pub fn bytes_per_logit(self) -> (f64, f64) {
         match self {

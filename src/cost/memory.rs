@@ -491,10 +491,16 @@ pub fn embedding_activation_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
     }
 }
 
-/// Activations the last stage keeps per micro-batch: final layer norm, output layer and
-/// cross-entropy, 4 sbh/t (1 + V/h) (Korthikanti et al. 2022, Sec. 4.3).
-pub fn output_activation_bytes(d: ActDims, vocab: u64) -> u64 {
-    let v = 4 * d.s as u128 * d.b as u128 * (d.h as u128 + vocab as u128) / d.t as u128;
+/// Activations the last stage keeps per micro-batch: final layer norm and output layer, 4
+/// sbh/t, and what the cross-entropy keeps of the `s b V/t` logits for its backward,
+/// `bytes_per_logit` each ([`CrossEntropyFusion::saved_bytes_per_logit`]: 4, the fp32
+/// softmax of Korthikanti et al. 2022, Sec. 4.3, or 2, the 16-bit gradient Transformer
+/// Engine's fused kernel writes over the logits).
+///
+/// [`CrossEntropyFusion::saved_bytes_per_logit`]: crate::cost::CrossEntropyFusion::saved_bytes_per_logit
+pub fn output_activation_bytes(d: ActDims, vocab: u64, bytes_per_logit: u64) -> u64 {
+    let sb = d.s as u128 * d.b as u128;
+    let v = (4 * sb * d.h as u128 + bytes_per_logit as u128 * sb * vocab as u128) / d.t as u128;
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 

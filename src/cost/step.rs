@@ -211,7 +211,11 @@ impl<'a> LayerCosts<'a> {
         };
         let output_act = match prof.and_then(|mp| mp.output) {
             Some(l) => l.activation_bytes,
-            None => memory::output_activation_bytes(dims, model.vocab_size),
+            None => memory::output_activation_bytes(
+                dims,
+                model.vocab_size,
+                cm.stack.cross_entropy_fusion.saved_bytes_per_logit(),
+            ),
         }
         .saturating_mul(outputs);
         let deferred_mb = cm.stack.deferred_wgrad_microbatches(split.microbatches);

@@ -17,7 +17,7 @@
 
 use super::plan_file::Plan;
 use super::predict::{check, step_costs, PredictRequest, Split};
-use crate::cost::{memory, Attention, Recompute, Stack, Zero};
+use crate::cost::{memory, Attention, CrossEntropyFusion, Recompute, Stack, Zero};
 use crate::inputs::hardware::Hardware;
 use crate::inputs::profile::{LayerProfile, ProfiledLayer};
 use crate::measured::breakdown::{median, Breakdown};
@@ -263,6 +263,7 @@ fn computed_layers(plan: &Plan) -> Result<Vec<ProfiledLayer>, String> {
     let p = &plan.parallelism;
     let e = element_bytes(plan);
     let recompute = p.recompute.parse::<Recompute>()?;
+    let cross_entropy = p.cross_entropy_fusion.parse::<CrossEntropyFusion>()?;
     let attention = if p.attention == "flash" {
         Attention::Flash
     } else {
@@ -295,7 +296,11 @@ fn computed_layers(plan: &Plan) -> Result<Vec<ProfiledLayer>, String> {
     v.push(entry(
         "output".into(),
         if model.tied_embeddings { 0 } else { emb_w },
-        memory::output_activation_bytes(dims, model.vocab_size),
+        memory::output_activation_bytes(
+            dims,
+            model.vocab_size,
+            cross_entropy.saved_bytes_per_logit(),
+        ),
         0,
     ));
     Ok(v)
