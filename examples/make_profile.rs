@@ -101,7 +101,11 @@ fn main() {
         "output".into(),
         cm.output_layer(),
         model.vocab_size * h,
-        memory::output_activation_bytes(dims, model.vocab_size),
+        memory::output_activation_bytes(
+            dims,
+            model.vocab_size,
+            cm.stack.cross_entropy_fusion.saved_bytes_per_logit(),
+        ),
         0,
     ));
     let profile = LayerProfile {

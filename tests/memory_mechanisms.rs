@@ -109,7 +109,12 @@ fn offloading_takes_the_first_layers_activations_off_the_gpu() {
 #[test]
 fn the_fused_cross_entropy_keeps_a_16_bit_gradient_of_the_logits() {
     let mut args = LLAMA3_70B_FSDP.to_vec();
-    args.extend(["--cpu-offloading-num-layers", "40", "--cross-entropy-loss-fusion", "on"]);
+    args.extend([
+        "--cpu-offloading-num-layers",
+        "40",
+        "--cross-entropy-loss-fusion",
+        "on",
+    ]);
     let impl_ = |i: &'static str| ok(&with(&args, &["--cross-entropy-fusion-impl", i]));
     let (te, native) = (impl_("te"), impl_("native"));
     let freed = native["memory_breakdown"]["activations"].as_u64().unwrap()
