@@ -19,14 +19,31 @@ and worst |error|, and each point.
 
 With --check A_F S0_F A_B S0_B it prints the errors of that law instead of fitting (held-out
 points).
+
+A file ending in .json is one of pplan's own kernel measurements (benches/gpu_kernels.py,
+hardware/measured/): its causal `attention` and `long_attention` rows of the SDPA backend given
+with --backend (default flash, PyTorch's FlashAttention-2 kernels), batch 1, `heads` per rank:
+
+    python3 scripts/fit_attention_law.py --backend flash 989.4e12 22000 hardware/measured/h100/torch-kernels.json
 """
 import csv
 import math
 import sys
 
 
-def points(path):
+def measured_points(path, backend):
+    """(s, H, forward TFLOP/s, backward TFLOP/s) of a measured JSON's causal rows of `backend`."""
+    import json
+    d = json.load(open(path))
+    return [(r["seq"], r["heads"], r["forward_flops_per_s"] / 1e12, r["backward_flops_per_s"] / 1e12)
+            for part in ("attention", "long_attention") for r in d.get(part, [])
+            if r["backend"] == backend and r.get("causal", True) and r["seq"] == r.get("query_tokens", r["seq"])]
+
+
+def points(path, backend=None):
     """(s, H, forward TFLOP/s, backward TFLOP/s) of the causal BF16 cuDNN rows."""
+    if path.endswith(".json"):
+        return measured_points(path, backend or "flash")
     out = []
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -78,15 +95,19 @@ def errors(pts, a, s0, n0):
 
 
 def main(argv):
-    check = None
+    check, backend = None, None
+    if "--backend" in argv:
+        i = argv.index("--backend")
+        backend = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
     if "--check" in argv:
         i = argv.index("--check")
         check = [float(x) for x in argv[i + 1:i + 5]]
         argv = argv[:i] + argv[i + 5:]
     peak, n0, files = float(argv[0]), float(argv[1]), argv[2:]
-    pts = [p for f in files for p in points(f)]
+    pts = [p for f in files for p in points(f, backend)]
     if not pts:
-        sys.exit("no causal BF16 cuDNN points in " + ", ".join(files))
+        sys.exit("no causal BF16 points in " + ", ".join(files))
     for name, col, laws in (("forward", 2, check[0:2] if check else None),
                             ("backward", 3, check[2:4] if check else None)):
         eff = [(t[0], t[1], t[col] * 1e12 / peak) for t in pts]

@@ -30,6 +30,8 @@ fn published(hw: &Hardware) -> Vec<(String, f64, f64, String)> {
         let value = match field.as_str() {
             "gpu.attention_efficiency_forward" => hw.gpu.attention_efficiency_forward,
             "gpu.attention_efficiency_backward" => hw.gpu.attention_efficiency_backward,
+            "gpu.attention_fa2_efficiency_forward" => hw.gpu.attention_fa2_efficiency_forward,
+            "gpu.attention_fa2_efficiency_backward" => hw.gpu.attention_fa2_efficiency_backward,
             "gpu.attention_noncausal_efficiency_forward" => {
                 hw.gpu.attention_noncausal_efficiency_forward
             }

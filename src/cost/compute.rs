@@ -434,7 +434,7 @@ impl CostModel<'_> {
                 let heads = (self.layout.micro_batch * self.model.num_heads) as f64
                     / self.layout.tp.max(1) as f64;
                 let (pf, pb) =
-                    self.attention_s_per_flop(self.hw.attention_efficiency_at(s / cp, heads));
+                    self.attention_s_per_flop(self.attention_kernel_efficiency_at(s / cp, heads));
                 (flops * pf, 2.5 * flops * pb)
             }
         }

@@ -3,7 +3,7 @@
 //! all-gathered, and what merging a ring's per-step results costs. Formulas and sources:
 //! docs/cost-model.md, "Context parallelism".
 
-use super::stack::{CostModel, CpComm};
+use super::stack::{AttentionKernel, CostModel, CpComm};
 
 impl CostModel<'_> {
     /// HBM traffic (forward, backward) of merging the steps of Transformer Engine's ring
@@ -40,11 +40,16 @@ impl CostModel<'_> {
     /// for the all-gather variant and sliding windows, all of it at the causal ones.
     ///
     /// [`Hardware::attention_noncausal_efficiency_at`]: crate::inputs::Hardware::attention_noncausal_efficiency_at
+    /// FlashAttention-2's ring ([`AttentionKernel::Fa2`]) runs its non-causal blocks at its
+    /// causal law: no non-causal FlashAttention-2 law was fitted (the measured ones are 4-11 %
+    /// faster, `hardware/measured/h100/torch-kernels-moe.json`).
     pub fn attention_s_per_flop(&self, causal: (f64, f64)) -> (f64, f64) {
         let peak = self.hw.gpu.peak_flops_per_s;
         let cp = self.layout.cp.max(1) as f64;
-        let ring =
-            cp > 1.0 && self.stack.cp_comm == CpComm::P2p && self.model.uniform_window().is_none();
+        let ring = cp > 1.0
+            && self.stack.cp_comm == CpComm::P2p
+            && self.stack.attention_kernel == AttentionKernel::Cudnn
+            && self.model.uniform_window().is_none();
         let seq = self.model.seq_len as f64 / cp;
         let (nf, nb) = match self.hw.attention_noncausal_efficiency_at(seq) {
             Some(n) if ring => n,
@@ -52,6 +57,24 @@ impl CostModel<'_> {
         };
         let per = |c: f64, n: f64| (1.0 / c + (cp - 1.0) / n) / (cp * peak);
         (per(causal.0, nf), per(causal.1, nb))
+    }
+
+    /// The causal (forward, backward) efficiency of the stack's fused attention kernels for
+    /// `seq` query tokens per sequence and `heads` = micro-batch × query heads on the rank:
+    /// cuDNN's law ([`Hardware::attention_efficiency_at`]) or FlashAttention-2's
+    /// ([`Hardware::attention_fa2_efficiency_at`]; the stack flags refuse `fa2` on a profile
+    /// without it, so cuDNN's law stands in only for library callers that build such a stack).
+    ///
+    /// [`Hardware::attention_efficiency_at`]: crate::inputs::Hardware::attention_efficiency_at
+    /// [`Hardware::attention_fa2_efficiency_at`]: crate::inputs::Hardware::attention_fa2_efficiency_at
+    pub fn attention_kernel_efficiency_at(&self, seq: f64, heads: f64) -> (f64, f64) {
+        match self.stack.attention_kernel {
+            AttentionKernel::Fa2 => self
+                .hw
+                .attention_fa2_efficiency_at(seq, heads)
+                .unwrap_or_else(|| self.hw.attention_efficiency_at(seq, heads)),
+            AttentionKernel::Cudnn => self.hw.attention_efficiency_at(seq, heads),
+        }
     }
 
     /// Bytes of one rank's K/V chunk for one layer and micro-batch: K and V of its `s / cp`

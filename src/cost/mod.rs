@@ -60,6 +60,6 @@ pub use kernel_bytes::CrossEntropyFusion;
 pub use network::{all_gather_s, all_reduce_s, p2p_link_s};
 pub use optimizer::{MasterWeights, OptimizerState, StateDtype};
 pub use stack::{
-    Attention, CostModel, CpComm, Layout, Overheads, RankOrder, Recompute, Stack, Zero,
-    MEGATRON_CORE_MOE_LAYER_HOST_S, MOE_FORWARD_SYNC_LOSS,
+    Attention, AttentionKernel, CostModel, CpComm, Layout, Overheads, RankOrder, Recompute, Stack,
+    Zero, MEGATRON_CORE_MOE_LAYER_HOST_S, MOE_FORWARD_SYNC_LOSS,
 };

@@ -145,6 +145,50 @@ impl FromStr for Attention {
     }
 }
 
+/// Which fused attention kernels run the attention core (with [`Attention::Flash`]): their
+/// rates are the hardware profile's, one law per kernel family (docs/cost-model.md, "Flash
+/// attention").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum AttentionKernel {
+    /// cuDNN's fused attention: what Transformer Engine runs on Hopper and Blackwell
+    /// (Megatron-Core's default) and what torchtitan asks PyTorch's SDPA for first since
+    /// 2025-03 (`sdpa_backends`, CUDNN_ATTENTION before FLASH_ATTENTION). The profile's
+    /// `attention_efficiency_*` law.
+    #[default]
+    Cudnn,
+    /// FlashAttention-2's kernels: PyTorch SDPA's flash backend (torchtitan before 2025-03,
+    /// and its context-parallel ring then), the `flash-attn` 2 package. On Hopper they use
+    /// neither its asynchronous tensor-core instructions nor TMA: about half cuDNN's rate. The
+    /// profile's `attention_fa2_*` law.
+    Fa2,
+}
+
+impl AttentionKernel {
+    pub const ALL: [AttentionKernel; 2] = [AttentionKernel::Cudnn, AttentionKernel::Fa2];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttentionKernel::Cudnn => "cudnn",
+            AttentionKernel::Fa2 => "fa2",
+        }
+    }
+}
+
+impl fmt::Display for AttentionKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AttentionKernel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AttentionKernel::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| format!("unknown attention kernel '{s}' (valid: cudnn, fa2)"))
+    }
+}
+
 /// How far the data-parallel state is sharded (ZeRO, Rajbhandari et al. 2020; FSDP): over the
 /// data- and context-parallel ranks, or with `Layout::dp_replicate` > 1 over each replica's
 /// `d cp / R` of them (HSDP).
@@ -301,6 +345,8 @@ pub struct Stack {
     pub fused_kernels: bool,
     /// The attention kernel.
     pub attention: Attention,
+    /// Whose fused attention kernels (with [`Attention::Flash`]).
+    pub attention_kernel: AttentionKernel,
     /// Number format of the transformer layers' linear GEMMs (forward, input- and
     /// weight-gradient), as Transformer Engine runs them; attention, norms, the embedding and
     /// the output layer stay BF16.
@@ -428,6 +474,7 @@ impl Stack {
     pub fn megatron_core() -> Stack {
         Stack {
             attention: Attention::Flash,
+            attention_kernel: AttentionKernel::Cudnn,
             tp_comm_overlap: true,
             tp_async_backward: true,
             blocking_p2p: false,
@@ -450,6 +497,7 @@ impl Stack {
     pub fn torchtitan() -> Stack {
         Stack {
             attention: Attention::Flash,
+            attention_kernel: AttentionKernel::Cudnn,
             fused_kernels: false,
             zero: Zero::Full,
             reshard_after_forward: true,
@@ -538,6 +586,7 @@ impl Default for Stack {
         Stack {
             fused_kernels: true,
             attention: Attention::Unfused,
+            attention_kernel: AttentionKernel::Cudnn,
             precision: Precision::Bf16,
             fp8_recipe: Fp8Recipe::Delayed,
             fp8_param_gather: false,

@@ -73,6 +73,19 @@ pub struct Gpu {
     pub attention_half_heads: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_half_work: Option<f64>,
+    /// FlashAttention-2's kernels (PyTorch SDPA's flash backend; `--attention-kernel fa2`):
+    /// the same law as the fused kernel's above, `attention_fa2_efficiency_forward · s/(s +
+    /// s0) · H s/(H s + n0)`, with `s0` = `attention_fa2_half_seq_forward` (`_backward`) and
+    /// the fused kernel's `n0`; used for the non-causal ring blocks too. Absent: the profile
+    /// has no FlashAttention-2 rates (`--attention-kernel fa2` is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_fa2_efficiency_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_fa2_efficiency_backward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_fa2_half_seq_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_fa2_half_seq_backward: Option<f64>,
     /// The non-causal attention blocks of a context-parallel ring's later steps (every query
     /// tile over all the keys in hand, no short loops): their (forward, backward) efficiency
     /// is `attention_noncausal_efficiency_forward · s/(s + s0)` for the rank's `s` query tokens
@@ -360,6 +373,24 @@ impl Hardware {
             ef * fall_off(seq, self.gpu.attention_half_seq_forward) * h,
             eb * fall_off(seq, self.gpu.attention_half_seq_backward) * h,
         )
+    }
+
+    /// FlashAttention-2's (forward, backward) efficiency for `seq` query tokens per sequence
+    /// and `heads` = micro-batch × query heads on one rank ([`Gpu::attention_fa2_efficiency_forward`]);
+    /// `None` when the profile has no FlashAttention-2 rates.
+    pub fn attention_fa2_efficiency_at(&self, seq: f64, heads: f64) -> Option<(f64, f64)> {
+        let fill = match self.gpu.attention_half_work {
+            Some(n0) => fall_off(heads * seq, Some(n0)),
+            None => fall_off(heads, self.gpu.attention_half_heads),
+        };
+        Some((
+            self.gpu.attention_fa2_efficiency_forward?
+                * fall_off(seq, self.gpu.attention_fa2_half_seq_forward)
+                * fill,
+            self.gpu.attention_fa2_efficiency_backward?
+                * fall_off(seq, self.gpu.attention_fa2_half_seq_backward)
+                * fill,
+        ))
     }
 
     /// The (forward, backward) efficiency of a context-parallel ring's non-causal attention

@@ -445,6 +445,11 @@ pub fn megatron(plan: &Plan) -> Emitted {
     }
     if par.attention == "flash" {
         flag("--attention-backend", Some("flash".into()));
+        if par.attention_kernel == "fa2" {
+            notes.push(
+                "FlashAttention-2's kernels (--attention-kernel fa2): Megatron-Core's --attention-backend flash runs the flash-attn package installed (FlashAttention-3 on Hopper where it is), and reading these arguments back gives cuDNN's rates".into(),
+            );
+        }
     }
     if par.tp_comm_overlap {
         flag("--tp-comm-overlap", None);

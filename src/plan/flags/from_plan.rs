@@ -139,6 +139,11 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
         ),
         arg("--cp-comm", &p.cp_comm, "parallelism.cp_comm"),
         arg(
+            "--attention-kernel",
+            &p.attention_kernel,
+            "parallelism.attention_kernel",
+        ),
+        arg(
             "--moe-dispatcher",
             &p.moe_dispatcher,
             "parallelism.moe_dispatcher",

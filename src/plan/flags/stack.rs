@@ -6,7 +6,9 @@ use crate::cost::fp8_recipe::names;
 use crate::cost::recipe::{
     CudaGraphImpl, CudaGraphModules, CudaGraphs, MoeCapacity, MoeDispatcher,
 };
-use crate::cost::{Attention, CrossEntropyFusion, Fp8Recipe, OptimizerState, Stack, Zero};
+use crate::cost::{
+    Attention, AttentionKernel, CrossEntropyFusion, Fp8Recipe, OptimizerState, Stack, Zero,
+};
 use crate::inputs::hardware::{Hardware, Precision};
 use clap::ValueEnum;
 
@@ -125,6 +127,12 @@ pub struct StackFlags {
     /// overlapped with the attention blocks) or all-gather (Megatron-Core --cp-comm-type).
     #[arg(long, default_value = "p2p")]
     pub cp_comm: String,
+    /// Whose fused attention kernels run with --attention flash: cudnn (cuDNN's, what
+    /// Transformer Engine runs and torchtitan's SDPA asks for first since 2025-03) or fa2
+    /// (FlashAttention-2's: PyTorch SDPA's flash backend, torchtitan before 2025-03, the
+    /// flash-attn 2 package); each at the hardware profile's measured rates.
+    #[arg(long, default_value = "cudnn")]
+    pub attention_kernel: String,
     /// Mixture of experts: tokens on the busiest expert-parallel rank over the mean (>= 1);
     /// scales the expert GEMMs and the all-to-all of each MoE layer.
     #[arg(long, default_value_t = crate::cost::stack::DEFAULT_MOE_IMBALANCE)]
@@ -317,6 +325,16 @@ impl StackFlags {
                 .cp_comm
                 .parse()
                 .map_err(|e: String| FlagError(format!("--cp-comm: {e}")))?,
+            attention_kernel: match self.attention_kernel.parse() {
+                Ok(AttentionKernel::Fa2) if hw.attention_fa2_efficiency_at(1.0, 1.0).is_none() => {
+                    return bad(format!(
+                        "--attention-kernel fa2: hardware '{}' has no FlashAttention-2 rates (gpu.attention_fa2_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
+                        hw.name
+                    ))
+                }
+                Ok(k) => k,
+                Err(e) => return bad(format!("--attention-kernel: {e}")),
+            },
             moe_imbalance: if self.moe_imbalance.is_finite()
                 && (1.0..=64.0).contains(&self.moe_imbalance)
             {

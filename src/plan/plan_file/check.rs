@@ -191,6 +191,9 @@ impl Plan {
                 ),
             ));
         }
+        if let Err(e) = par.attention_kernel.parse::<crate::cost::AttentionKernel>() {
+            return Err(field(origin, "parallelism.attention_kernel", e));
+        }
         if !["unfused", "flash"].contains(&par.attention.as_str()) {
             return Err(field(
                 origin,

@@ -67,6 +67,13 @@ pub struct Parallelism {
         skip_serializing_if = "is_default_attention"
     )]
     pub attention: String,
+    /// Whose fused attention kernels: `cudnn` (the default, omitted) or `fa2` (pplan's
+    /// `--attention-kernel`).
+    #[serde(
+        default = "default_attention_kernel",
+        skip_serializing_if = "is_default_attention_kernel"
+    )]
+    pub attention_kernel: String,
     /// The framework the plan was predicted for (`--stack`): `megatron-core`, `torchtitan`,
     /// or `megatron-2021` (the default, omitted: plans written before the field existed).
     #[serde(default = "default_stack", skip_serializing_if = "is_default_stack")]
@@ -183,6 +190,7 @@ pub struct Parallelism {
 impl Parallelism {
     /// The dispatcher, capacity and CUDA-graph fields from the stack a prediction ran on.
     pub fn set_recipe(&mut self, stack: &crate::cost::Stack) {
+        self.attention_kernel = stack.attention_kernel.as_str().to_string();
         self.moe_dispatcher = stack.moe_dispatcher.as_str().to_string();
         self.moe_expert_capacity_factor = stack.moe_capacity.map(|c| c.factor);
         self.moe_pad_expert_input_to_capacity = stack.moe_capacity.is_some_and(|c| c.pad);
@@ -334,6 +342,7 @@ impl Parallelism {
             precision: default_precision(),
             fp8_recipe: default_fp8_recipe(),
             attention: default_attention(),
+            attention_kernel: default_attention_kernel(),
             stack: default_stack(),
             tp_comm_overlap: false,
             overlap_grad_reduce: false,
@@ -401,6 +410,12 @@ fn is_fp32(s: &str) -> bool {
 }
 fn below_two(z: &u8) -> bool {
     *z < 2
+}
+pub(super) fn default_attention_kernel() -> String {
+    "cudnn".to_string()
+}
+fn is_default_attention_kernel(k: &str) -> bool {
+    k == "cudnn"
 }
 pub(super) fn default_cp_comm() -> String {
     "p2p".to_string()
