@@ -365,24 +365,27 @@ impl Hardware {
     /// [`Hardware::attention_efficiency`] times the fall-off terms the profile has.
     pub fn attention_efficiency_at(&self, seq: f64, heads: f64) -> (f64, f64) {
         let (ef, eb) = self.attention_efficiency();
-        let h = match self.gpu.attention_half_work {
-            Some(n0) => fall_off(heads * seq, Some(n0)),
-            None => fall_off(heads, self.gpu.attention_half_heads),
-        };
+        let h = self.attention_fill(seq, heads);
         (
             ef * fall_off(seq, self.gpu.attention_half_seq_forward) * h,
             eb * fall_off(seq, self.gpu.attention_half_seq_backward) * h,
         )
     }
 
+    /// The fill term of the attention laws: `H s/(H s + n0)` ([`Gpu::attention_half_work`]),
+    /// or `H/(H + h0)` in profiles that give [`Gpu::attention_half_heads`] instead.
+    fn attention_fill(&self, seq: f64, heads: f64) -> f64 {
+        match self.gpu.attention_half_work {
+            Some(n0) => fall_off(heads * seq, Some(n0)),
+            None => fall_off(heads, self.gpu.attention_half_heads),
+        }
+    }
+
     /// FlashAttention-2's (forward, backward) efficiency for `seq` query tokens per sequence
     /// and `heads` = micro-batch × query heads on one rank ([`Gpu::attention_fa2_efficiency_forward`]);
     /// `None` when the profile has no FlashAttention-2 rates.
     pub fn attention_fa2_efficiency_at(&self, seq: f64, heads: f64) -> Option<(f64, f64)> {
-        let fill = match self.gpu.attention_half_work {
-            Some(n0) => fall_off(heads * seq, Some(n0)),
-            None => fall_off(heads, self.gpu.attention_half_heads),
-        };
+        let fill = self.attention_fill(seq, heads);
         Some((
             self.gpu.attention_fa2_efficiency_forward?
                 * fall_off(seq, self.gpu.attention_fa2_half_seq_forward)
