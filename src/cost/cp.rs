@@ -38,11 +38,11 @@ impl CostModel<'_> {
     /// rank's two), which run at the profile's non-causal efficiencies
     /// ([`Hardware::attention_noncausal_efficiency_at`]) where it has them; otherwise, and
     /// for the all-gather variant and sliding windows, all of it at the causal ones.
-    ///
-    /// [`Hardware::attention_noncausal_efficiency_at`]: crate::inputs::Hardware::attention_noncausal_efficiency_at
     /// FlashAttention-2's ring ([`AttentionKernel::Fa2`]) runs its non-causal blocks at its
     /// causal law: no non-causal FlashAttention-2 law was fitted (the measured ones are 4-11 %
     /// faster, `hardware/measured/h100/torch-kernels-moe.json`).
+    ///
+    /// [`Hardware::attention_noncausal_efficiency_at`]: crate::inputs::Hardware::attention_noncausal_efficiency_at
     pub fn attention_s_per_flop(&self, causal: (f64, f64)) -> (f64, f64) {
         let peak = self.hw.gpu.peak_flops_per_s;
         let cp = self.layout.cp.max(1) as f64;

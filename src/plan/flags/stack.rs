@@ -326,7 +326,10 @@ impl StackFlags {
                 .parse()
                 .map_err(|e: String| FlagError(format!("--cp-comm: {e}")))?,
             attention_kernel: match self.attention_kernel.parse() {
-                Ok(AttentionKernel::Fa2) if hw.attention_fa2_efficiency_at(1.0, 1.0).is_none() => {
+                Ok(AttentionKernel::Fa2)
+                    if hw.gpu.attention_fa2_efficiency_forward.is_none()
+                        || hw.gpu.attention_fa2_efficiency_backward.is_none() =>
+                {
                     return bad(format!(
                         "--attention-kernel fa2: hardware '{}' has no FlashAttention-2 rates (gpu.attention_fa2_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
                         hw.name

@@ -411,7 +411,7 @@ fn is_fp32(s: &str) -> bool {
 fn below_two(z: &u8) -> bool {
     *z < 2
 }
-pub(super) fn default_attention_kernel() -> String {
+fn default_attention_kernel() -> String {
     "cudnn".to_string()
 }
 fn is_default_attention_kernel(k: &str) -> bool {
