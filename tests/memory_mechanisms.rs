@@ -453,7 +453,8 @@ fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
 /// `predict ARGS --output plan.json`, then `emit --target megatron`: the plan's recomputation is
 /// written as `--recompute-granularity selective --recompute-modules MODULES` and Megatron-LM's
 /// arguments read back as `recompute`.
-fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) {
+/// The emitted Megatron-LM arguments, once read back as `recompute`.
+fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) -> String {
     let dir = std::env::temp_dir().join(format!("pplan-{recompute}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let plan = dir.join("plan.json");
@@ -470,12 +471,153 @@ fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) 
         "megatron",
     ]);
     assert_eq!(code, 0, "{err}");
+    // Each module after the first is an array element (a line) of its own.
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "--recompute-modules");
+    let listed: Vec<&str> = modules.split_whitespace().collect();
     assert!(
         out.contains("--recompute-granularity selective")
-            && out.contains(&format!("--recompute-modules {modules}")),
+            && at.is_some_and(|at| words[at + 1..].starts_with(&listed)),
         "{out}"
     );
     let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
     assert_eq!(back.recompute, recompute);
     std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+/// Megatron-Core's `--recompute-modules` is a list; the two sets the DeepSeek-V3 runs use
+/// (`layernorm mla_up_proj`, its report's Sec. 3.3; `mla_up_proj mlp`, Megatron-Bridge's
+/// B200 and H100 recipes) free, cost and recompute what their modules do alone, added up.
+#[test]
+fn recompute_module_sets_add_up_their_modules() {
+    let base = [
+        "--model",
+        "deepseek-v3",
+        "--hardware",
+        "h100-80gb",
+        "--gpus",
+        "1024",
+        "--tp",
+        "2",
+        "--pp",
+        "8",
+        "--ep",
+        "64",
+        "--global-batch",
+        "8192",
+        "--seq-len",
+        "4096",
+        "--precision",
+        "fp8",
+        "--recompute",
+    ];
+    let run = |r: &'static str| ok(&with(&base, &[r, "--per-stage"]));
+    let none = run("none");
+    let act = |v: &serde_json::Value, stage: usize| {
+        v["stages"][stage]["memory_breakdown"]["activations"]
+            .as_u64()
+            .unwrap() as i64
+    };
+    let freed = |v: &serde_json::Value, stage: usize| act(&none, stage) - act(v, stage);
+    let t = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    // Recomputed FLOPs a step and GPU, in TFLOP: hardware less model FLOP/s, times the step.
+    let recomputed = |v: &serde_json::Value| {
+        (t(v, "tflops_per_gpu") - t(v, "model_tflops_per_gpu")) * t(v, "step_time_s")
+    };
+    let (mla, mlp) = (run("selective-mla-up-proj"), run("selective-mlp"));
+
+    // `mla_up_proj mlp`. Stage 0 holds the three dense layers: the sum to the byte. Stage 1
+    // holds MoE layers only, where `mlp` keeps no byte less and only adds its working memory
+    // (negative freeing); in the set that working memory is freed before the attention
+    // block's backward rebuilds the queries, keys and values, and is hidden under their
+    // larger buffer: the set frees exactly what `mla_up_proj` alone frees there.
+    let set = run("selective-mla-up-proj-mlp");
+    assert_eq!(set["recompute"], "selective-mla-up-proj-mlp");
+    assert!(freed(&mlp, 0) > 0 && freed(&mla, 0) > 0);
+    assert_eq!(freed(&set, 0), freed(&mla, 0) + freed(&mlp, 0));
+    assert!(freed(&mlp, 1) < 0, "{}", freed(&mlp, 1));
+    assert_eq!(freed(&set, 1), freed(&mla, 1));
+    assert_eq!(
+        freed(&set, 1),
+        freed(&mla, 1) + freed(&mlp, 1) + (-freed(&mlp, 1))
+    );
+    for part in [&mla, &mlp] {
+        assert!(t(&set, "step_time_s") >= t(part, "step_time_s"));
+    }
+    let added = t(&mla, "step_time_s") + t(&mlp, "step_time_s") - t(&none, "step_time_s");
+    assert!(
+        (t(&set, "step_time_s") - added).abs() < 1e-3 * added,
+        "{added}"
+    );
+    let (sum, got) = (recomputed(&mla) + recomputed(&mlp), recomputed(&set));
+    assert!(
+        recomputed(&mlp) > 0.0 && (got - sum).abs() < 1e-6 * sum,
+        "{got} {sum}"
+    );
+    let text = emitted_and_read_back(
+        &with(&base, &["selective-mla-up-proj-mlp"]),
+        "mla_up_proj mlp",
+        "selective-mla-up-proj-mlp",
+    );
+    // Megatron-Core takes the modules in any order.
+    let swapped = text.replace("\n  mlp\n", "\n  MLP\n");
+    let swapped = swapped.replace(
+        "--recompute-modules mla_up_proj\n  MLP",
+        "--recompute-modules mlp\n  mla_up_proj",
+    );
+    assert_ne!(swapped, text);
+    let back = pplan::plan::megatron_args::parse_megatron_args(&swapped, "megatron.sh");
+    assert_eq!(back.unwrap().recompute, "selective-mla-up-proj-mlp");
+
+    // `layernorm mla_up_proj`. In FP8 the `layernorm` module frees nothing (the linear layer
+    // that reads the rebuilt norm output keeps its own FP8 cast of it, as the fused
+    // LayerNormLinear did) and recomputes no GEMM: the set frees and recomputes what
+    // `mla_up_proj` does, and adds the norms' forward kernels to the step.
+    let set = run("selective-norm-mla-up-proj");
+    assert_eq!(set["recompute"], "selective-norm-mla-up-proj");
+    for stage in 0..8 {
+        assert_eq!(freed(&set, stage), freed(&mla, stage), "stage {stage}");
+    }
+    let norm_act = run("selective-norm-act");
+    for part in [&mla, &norm_act] {
+        assert!(t(&set, "step_time_s") >= t(part, "step_time_s"));
+    }
+    assert!(t(&set, "step_time_s") > t(&mla, "step_time_s"));
+    let (sum, got) = (recomputed(&mla), recomputed(&set));
+    assert!((got - sum).abs() < 1e-6 * sum, "{got} {sum}");
+    let text = emitted_and_read_back(
+        &with(&base, &["selective-norm-mla-up-proj"]),
+        "layernorm mla_up_proj",
+        "selective-norm-mla-up-proj",
+    );
+    let swapped = text.replace(
+        "--recompute-modules layernorm\n  mla_up_proj",
+        "--recompute-modules mla_up_proj\n  layernorm",
+    );
+    assert_ne!(swapped, text);
+    let back = pplan::plan::megatron_args::parse_megatron_args(&swapped, "megatron.sh");
+    assert_eq!(back.unwrap().recompute, "selective-norm-mla-up-proj");
+    // In BF16 the rebuilt norm outputs are freed too: more than `mla_up_proj` alone.
+    let bf16 = |r: &'static str| {
+        let mut args = with(&base, &[r, "--per-stage"]);
+        let at = args.iter().position(|a| *a == "fp8").unwrap();
+        args[at] = "bf16";
+        ok(&args)
+    };
+    let (mla16, set16) = (
+        bf16("selective-mla-up-proj"),
+        bf16("selective-norm-mla-up-proj"),
+    );
+    assert!(act(&set16, 1) < act(&mla16, 1));
+}
+
+/// Both sets hold `mla_up_proj`: Megatron-Core refuses them without latent attention.
+#[test]
+fn recompute_module_sets_need_latent_attention() {
+    for r in ["selective-norm-mla-up-proj", "selective-mla-up-proj-mlp"] {
+        let (code, _, err) = predict(&with(&LLAMA3_8B_ONE_NODE, &[r]));
+        assert_eq!(code, 2, "{r}: {err}");
+        assert!(err.contains("multi_latent_attention"), "{r}: {err}");
+    }
 }

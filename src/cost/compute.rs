@@ -504,6 +504,31 @@ impl CostModel<'_> {
             cp_hidden_s: cp_fwd_hidden,
             launch_s: 0.0,
         };
+        // Megatron-Core's `layernorm` module: the two norms' forward kernels again.
+        let norm_part = || Part {
+            memory_s: self.norm_forward_bytes() / hbm,
+            ..Part::default()
+        };
+        // Its `mla_up_proj`: the latent attention's up-projections again (their rotary
+        // embedding is an elementwise pass over the queries and keys, left in the GEMMs'
+        // shadow).
+        let mla_part = || Part {
+            gemm_s: self.mla_up_proj_gemms().iter().map(lin).sum(),
+            ..Part::default()
+        };
+        // Its `mlp`: the dense MLP again: its two GEMMs, its activation's forward and, with
+        // tensor parallelism, its share of the layer's forward collectives (half of them).
+        let mlp_part = || {
+            let (b, s, _, _, f, t, _) = self.dims();
+            let act = if self.model.gated_mlp { 6.0 } else { 4.0 };
+            Part {
+                gemm_s: lin(&gemms[4]) + lin(&gemms[5]),
+                memory_s: act * s * b * f / t / hbm,
+                tp_comm_s: forward.tp_comm_s / 2.0,
+                tp_hidden_s: forward.tp_hidden_s / 2.0,
+                ..Part::default()
+            }
+        };
         let recompute = match self.layout.recompute {
             Recompute::None => Part::default(),
             // The attention core again, with its K/V exchange.
@@ -531,29 +556,12 @@ impl CostModel<'_> {
             },
             // Megatron-Core's `layernorm` module: the two norms' forward kernels again (the
             // MoE modules add theirs in `moe_layer`).
-            Recompute::NormAct | Recompute::NormMoe => Part {
-                memory_s: self.norm_forward_bytes() / hbm,
-                ..Part::default()
-            },
-            // The latent attention's up-projections again (their rotary embedding is an
-            // elementwise pass over the queries and keys, left in the GEMMs' shadow).
-            Recompute::MlaUpProj => Part {
-                gemm_s: self.mla_up_proj_gemms().iter().map(lin).sum(),
-                ..Part::default()
-            },
-            // The dense MLP again: its two GEMMs, its activation's forward and, with tensor
-            // parallelism, its share of the layer's forward collectives (half of them).
-            Recompute::Mlp => {
-                let (b, s, _, _, f, t, _) = self.dims();
-                let act = if self.model.gated_mlp { 6.0 } else { 4.0 };
-                Part {
-                    gemm_s: lin(&gemms[4]) + lin(&gemms[5]),
-                    memory_s: act * s * b * f / t / hbm,
-                    tp_comm_s: forward.tp_comm_s / 2.0,
-                    tp_hidden_s: forward.tp_hidden_s / 2.0,
-                    ..Part::default()
-                }
-            }
+            Recompute::NormAct | Recompute::NormMoe => norm_part(),
+            Recompute::MlaUpProj => mla_part(),
+            Recompute::Mlp => mlp_part(),
+            // Two modules: each one's recompute, one after the other.
+            Recompute::NormMlaUpProj => norm_part().plus(mla_part()),
+            Recompute::MlaUpProjMlp => mla_part().plus(mlp_part()),
             // Every second layer recomputed whole: half a forward per layer on average.
             Recompute::SelectiveLayer => Part {
                 gemm_s: forward.gemm_s / 2.0,

@@ -198,6 +198,9 @@ impl CostModel<'_> {
             Recompute::MlaUpProj => 3.0,
             // The MLP's two GEMMs, its activation and half the layer's TP collectives.
             Recompute::Mlp => 3.0 + tp_f / 2.0,
+            // Two modules: each one's kernels.
+            Recompute::NormMlaUpProj => 2.0 + 3.0,
+            Recompute::MlaUpProjMlp => 3.0 + 3.0 + tp_f / 2.0,
         };
         Kernels {
             forward,

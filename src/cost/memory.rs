@@ -224,16 +224,22 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         (Recompute::Full, true) => 2 * sbh / t as u128,
         // The two norms' outputs (the QKV and MLP-in GEMMs' inputs, 2 sbh each) are dropped;
         // the attention core is kept (Megatron-Core's modules list replaces `core_attn`).
-        (Recompute::NormAct | Recompute::NormMoe, false) => 6 * sbh + (24 * sbh + as2b) / t as u128,
-        (Recompute::NormAct | Recompute::NormMoe, true) => (30 * sbh + as2b) / t as u128,
+        // With latent attention's `mla_up_proj` too (nothing more to drop in the 2021 table).
+        (Recompute::NormAct | Recompute::NormMoe | Recompute::NormMlaUpProj, false) => {
+            6 * sbh + (24 * sbh + as2b) / t as u128
+        }
+        (Recompute::NormAct | Recompute::NormMoe | Recompute::NormMlaUpProj, true) => {
+            (30 * sbh + as2b) / t as u128
+        }
         (Recompute::SelectiveOp, _) => selective_op_bytes(d),
         // Latent attention runs with flash attention ([`layer_activation_bytes_for`]); the
         // 2021 table has no up-projection to drop.
         (Recompute::MlaUpProj, sp) => {
             return layer_activation_bytes(d, Recompute::None, sp);
         }
-        // The MLP's intermediates are freed (its input, the norm output, stays).
-        (Recompute::Mlp, sp) => {
+        // The MLP's intermediates are freed (its input, the norm output, stays); `mla_up_proj`
+        // has nothing to drop here (above).
+        (Recompute::Mlp | Recompute::MlaUpProjMlp, sp) => {
             return layer_activation_bytes(d, Recompute::None, sp)
                 .saturating_sub(mlp_intermediate_bytes(d, Attention::Unfused));
         }
@@ -301,6 +307,13 @@ pub fn layer_activation_bytes_for(
         (Attention::Flash, Recompute::Mlp) => {
             flash_layer_bytes(d, sequence_parallel).saturating_sub(flash_mlp_intermediate_bytes(d))
         }
+        // The two modules free what each frees alone.
+        (Attention::Flash, Recompute::NormMlaUpProj) => flash_layer_bytes(d, sequence_parallel)
+            .saturating_sub(norm_recompute_bytes(d, sequence_parallel))
+            .saturating_sub(mla_up_proj_bytes(d)),
+        (Attention::Flash, Recompute::MlaUpProjMlp) => flash_layer_bytes(d, sequence_parallel)
+            .saturating_sub(mla_up_proj_bytes(d))
+            .saturating_sub(flash_mlp_intermediate_bytes(d)),
     }
 }
 
@@ -427,6 +440,16 @@ pub fn recompute_working_bytes_for(
         (Attention::Flash, Recompute::NormAct | Recompute::NormMoe) => {
             norm_recompute_bytes(d, sequence_parallel)
         }
+        // The rebuilt norm output (its recompute hook fires on the attention output's
+        // gradient) is still held when the queries, keys and values are rebuilt: both at once.
+        (Attention::Flash, Recompute::NormMlaUpProj) => {
+            norm_recompute_bytes(d, sequence_parallel).saturating_add(mla_up_proj_bytes(d))
+        }
+        // The MLP's rebuilt intermediates are freed by its backward, before the attention
+        // block's backward rebuilds the queries, keys and values: the larger of the two.
+        (Attention::Flash, Recompute::MlaUpProjMlp) => {
+            mla_up_proj_bytes(d).max(flash_mlp_intermediate_bytes(d))
+        }
         (Attention::Flash, Recompute::Full | Recompute::SelectiveLayer) => {
             layer_activation_bytes_for(d, Recompute::None, sequence_parallel, attention)
         }
@@ -462,6 +485,12 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
         Recompute::NormAct | Recompute::NormMoe => norm_output_bytes(d, sequence_parallel),
         Recompute::MlaUpProj => mla_up_proj_bytes(d),
         Recompute::Mlp => mlp_intermediate_bytes(d, Attention::Unfused),
+        Recompute::NormMlaUpProj => {
+            norm_output_bytes(d, sequence_parallel).saturating_add(mla_up_proj_bytes(d))
+        }
+        Recompute::MlaUpProjMlp => {
+            mla_up_proj_bytes(d).max(mlp_intermediate_bytes(d, Attention::Unfused))
+        }
     }
 }
 
@@ -618,7 +647,9 @@ mod tests {
                 | Recompute::NormAct
                 | Recompute::NormMoe
                 | Recompute::MlaUpProj
-                | Recompute::Mlp,
+                | Recompute::Mlp
+                | Recompute::NormMlaUpProj
+                | Recompute::MlaUpProjMlp,
                 _,
             ) => {
                 unreachable!("not in Table 2: the tests iterate over Recompute::ALL")
@@ -642,6 +673,39 @@ mod tests {
         // No latent attention, nothing to free.
         let llama = ActDims::new(&Model::preset("llama3-8b").unwrap(), 1, 1);
         assert_eq!(mla_up_proj_bytes(llama), 0);
+    }
+
+    /// Megatron-Core's module sets free, per layer, what their modules free alone, in BF16
+    /// and FP8 (where `layernorm` frees nothing); the norms' and the up-projections' rebuilt
+    /// buffers are held together, the MLP's and the up-projections' one after the other.
+    #[test]
+    fn module_sets_free_what_their_modules_free() {
+        let mut m = Model::preset("deepseek-v3").unwrap();
+        m.seq_len = 4096;
+        for precision in [Precision::Bf16, Precision::Fp8] {
+            let d = ActDims::new(&m, 1, 2).precision(precision);
+            let kept = |r| layer_activation_bytes_for(d, r, true, Attention::Flash);
+            let freed = |r| kept(Recompute::None) - kept(r);
+            let norms = freed(Recompute::NormAct);
+            assert_eq!(norms, norm_recompute_bytes(d, true));
+            assert_eq!(
+                freed(Recompute::NormMlaUpProj),
+                norms + freed(Recompute::MlaUpProj)
+            );
+            assert_eq!(
+                freed(Recompute::MlaUpProjMlp),
+                freed(Recompute::MlaUpProj) + freed(Recompute::Mlp)
+            );
+            let working = |r| recompute_working_bytes_for(d, r, true, Attention::Flash);
+            assert_eq!(
+                working(Recompute::NormMlaUpProj),
+                working(Recompute::NormAct) + working(Recompute::MlaUpProj)
+            );
+            assert_eq!(
+                working(Recompute::MlaUpProjMlp),
+                working(Recompute::MlaUpProj).max(working(Recompute::Mlp))
+            );
+        }
     }
 
     #[test]

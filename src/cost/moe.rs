@@ -353,6 +353,10 @@ impl CostModel<'_> {
                 recompute: Recompute::None,
                 ..self.layout
             },
+            Recompute::MlaUpProjMlp => Layout {
+                recompute: Recompute::MlaUpProj,
+                ..self.layout
+            },
             _ => self.layout,
         };
         let dense_cm = CostModel {
@@ -830,7 +834,7 @@ impl CostModel<'_> {
         // `dense_layer_bytes` is a dense layer's under the same recomputation: with `mlp` its
         // MLP intermediates are already left out (and a MoE layer keeps its own).
         let dense_mlp = match self.layout.recompute {
-            Recompute::Mlp => 0.0,
+            Recompute::Mlp | Recompute::MlaUpProjMlp => 0.0,
             _ => memory::mlp_intermediate_bytes(self.act_dims(), self.stack.attention) as f64,
         };
         let bytes = dense_layer_bytes as f64 - dense_mlp + routed + shared;

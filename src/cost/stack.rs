@@ -55,13 +55,22 @@ pub enum Recompute {
     /// experts are not touched (transformer_layer.py at core_v0.14.0: `recompute_mlp` only
     /// when `self.mlp` is not a `MoELayer`). Models with dense MLP layers only.
     Mlp,
+    /// Megatron-Core's `--recompute-modules layernorm mla_up_proj` (DeepSeek-V3's report,
+    /// Sec. 3.3: RMSNorm and the MLA up-projections recomputed): [`Recompute::NormAct`]'s
+    /// `layernorm` part and [`Recompute::MlaUpProj`] together, each freeing, costing and
+    /// launching what it does alone. Latent attention only.
+    NormMlaUpProj,
+    /// Megatron-Core's `--recompute-modules mla_up_proj mlp` (Megatron-Bridge's DeepSeek-V3
+    /// recipes for B200 and H100): [`Recompute::MlaUpProj`] and [`Recompute::Mlp`] together;
+    /// MoE layers' MLPs stay untouched as with `mlp` alone. Latent attention only.
+    MlaUpProjMlp,
 }
 
 impl Recompute {
     /// Megatron-LM's modes: what the search enumerates.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
     /// Every mode a user can pin (`--recompute`, a plan's `parallelism.recompute`).
-    pub const EVERY: [Recompute; 9] = [
+    pub const EVERY: [Recompute; 11] = [
         Recompute::None,
         Recompute::Selective,
         Recompute::Full,
@@ -71,6 +80,8 @@ impl Recompute {
         Recompute::NormMoe,
         Recompute::MlaUpProj,
         Recompute::Mlp,
+        Recompute::NormMlaUpProj,
+        Recompute::MlaUpProjMlp,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -83,7 +94,31 @@ impl Recompute {
             Recompute::NormMoe => "selective-norm-moe",
             Recompute::MlaUpProj => "selective-mla-up-proj",
             Recompute::Mlp => "selective-mlp",
+            Recompute::NormMlaUpProj => "selective-norm-mla-up-proj",
+            Recompute::MlaUpProjMlp => "selective-mla-up-proj-mlp",
         }
+    }
+
+    /// Whether Megatron-Core's `layernorm` module is in the set: the norms' outputs are
+    /// dropped and recomputed.
+    pub fn recomputes_norms(self) -> bool {
+        matches!(
+            self,
+            Recompute::NormAct | Recompute::NormMoe | Recompute::NormMlaUpProj
+        )
+    }
+
+    /// Whether Megatron-Core's `mla_up_proj` module is in the set.
+    pub fn recomputes_mla_up_proj(self) -> bool {
+        matches!(
+            self,
+            Recompute::MlaUpProj | Recompute::NormMlaUpProj | Recompute::MlaUpProjMlp
+        )
+    }
+
+    /// Whether Megatron-Core's `mlp` module (dense MLPs only) is in the set.
+    pub fn recomputes_mlp(self) -> bool {
+        matches!(self, Recompute::Mlp | Recompute::MlaUpProjMlp)
     }
 }
 

@@ -277,11 +277,13 @@ impl Flags {
 /// Megatron-Core's `--recompute-modules` lists (with `--recompute-granularity selective`)
 /// that pplan models beside the default `core_attn`, each with the `--recompute` value it is;
 /// the modules in sorted order. Emitting and reading Megatron-LM arguments both use it.
-pub const RECOMPUTE_MODULES: [(&str, &[&str]); 4] = [
+pub const RECOMPUTE_MODULES: [(&str, &[&str]); 6] = [
     ("selective-norm-act", &["layernorm", "moe_act"]),
     ("selective-norm-moe", &["layernorm", "moe"]),
     ("selective-mla-up-proj", &["mla_up_proj"]),
     ("selective-mlp", &["mlp"]),
+    ("selective-norm-mla-up-proj", &["layernorm", "mla_up_proj"]),
+    ("selective-mla-up-proj-mlp", &["mla_up_proj", "mlp"]),
 ];
 
 const USED: &[&str] = &[
@@ -580,7 +582,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
     let recompute = match flags.str("--recompute-granularity") {
         None => "none",
         Some("selective") => {
-            // Megatron-Core's modules (default `core_attn`); pplan models three sets.
+            // Megatron-Core's modules (default `core_attn`); pplan models the sets above.
             let mut modules: Vec<&str> = flags
                 .map
                 .get("--recompute-modules")

@@ -146,7 +146,9 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         modules @ ("selective-norm-act"
         | "selective-norm-moe"
         | "selective-mla-up-proj"
-        | "selective-mlp") => {
+        | "selective-mlp"
+        | "selective-norm-mla-up-proj"
+        | "selective-mla-up-proj-mlp") => {
             notes.push(format!(
                 "recompute {modules} is Megatron-Core's recompute modules; torchtitan has no such mode, so its per-op SelectiveAC is written"
             ));

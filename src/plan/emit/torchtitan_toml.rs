@@ -142,7 +142,9 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
         modules @ ("selective-norm-act"
         | "selective-norm-moe"
         | "selective-mla-up-proj"
-        | "selective-mlp") => {
+        | "selective-mlp"
+        | "selective-norm-mla-up-proj"
+        | "selective-mla-up-proj-mlp") => {
             ac.push(format!("mode = {}", quoted("selective")));
             ac.push(format!("selective_ac_option = {}", quoted("op")));
             notes.push(format!(

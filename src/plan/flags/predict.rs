@@ -123,8 +123,10 @@ pub struct PredictFlags {
     /// selective-layer (every second layer whole), or Megatron-Core's recompute modules
     /// selective-norm-act (--recompute-modules layernorm moe_act), selective-norm-moe
     /// (layernorm moe), selective-mla-up-proj (mla_up_proj: latent attention's queries,
-    /// keys and values rebuilt from its latents in the backward) and selective-mlp (mlp: the
-    /// dense layers' MLPs checkpointed, MoE layers untouched). Default: none with --stack megatron-core (Megatron-LM's
+    /// keys and values rebuilt from its latents in the backward), selective-mlp (mlp: the
+    /// dense layers' MLPs checkpointed, MoE layers untouched), and the sets
+    /// selective-norm-mla-up-proj (layernorm mla_up_proj) and selective-mla-up-proj-mlp
+    /// (mla_up_proj mlp). Default: none with --stack megatron-core (Megatron-LM's
     /// recompute_granularity default, and what Megatron-Bridge's performance recipes run),
     /// full with megatron-2021 and torchtitan.
     #[arg(long)]

@@ -100,6 +100,19 @@ pub fn prediction_from(
     let samples = req.global_batch as f64;
     let layer_fwd = cm.layer_forward_flops() / req.micro_batch as f64;
     let logit_fwd = cm.logit_forward_flops() / req.micro_batch as f64;
+    // Megatron-Core's `mla_up_proj` and `mlp` modules, each alone or in a set: the
+    // up-projections of every layer, the dense MLP's two GEMMs of dense layers only.
+    let mla_per_layer = if req.recompute.recomputes_mla_up_proj() {
+        cm.mla_up_proj_flops() / req.micro_batch as f64
+    } else {
+        0.0
+    };
+    let mlp_per_layer = if req.recompute.recomputes_mlp() {
+        let g = cm.layer_gemms();
+        (g[4].flops() + g[5].flops()) / req.micro_batch as f64
+    } else {
+        0.0
+    };
     let recompute_per_layer = match req.recompute {
         Recompute::None => 0.0,
         Recompute::Selective => cm.attention_core_flops() / req.micro_batch as f64,
@@ -109,12 +122,12 @@ pub fn prediction_from(
         // No GEMM is recomputed by the norms or the expert activation; the MoE block's
         // recompute is counted below.
         Recompute::NormAct | Recompute::NormMoe => 0.0,
-        Recompute::MlaUpProj => cm.mla_up_proj_flops() / req.micro_batch as f64,
-        // The dense MLP's two GEMMs (MoE layers recompute nothing: below).
-        Recompute::Mlp => {
-            let g = cm.layer_gemms();
-            (g[4].flops() + g[5].flops()) / req.micro_batch as f64
-        }
+        // The up-projections and the dense MLP's two GEMMs (MoE layers recompute no MLP:
+        // below).
+        Recompute::MlaUpProj
+        | Recompute::Mlp
+        | Recompute::NormMlaUpProj
+        | Recompute::MlaUpProjMlp => mla_per_layer + mlp_per_layer,
     };
     let layers_fwd = match &model.moe {
         None => layers as f64 * layer_fwd,
@@ -129,9 +142,10 @@ pub fn prediction_from(
         (Some(_), Recompute::Full) => layers_fwd,
         // The router and routed experts of every MoE layer again.
         (Some(_), Recompute::NormMoe) => cm.moe_blocks_forward_flops() / req.micro_batch as f64,
-        // Only the dense layers' MLPs.
-        (Some(m), Recompute::Mlp) => {
-            layers.saturating_sub(m.num_moe_layers()) as f64 * recompute_per_layer
+        // Only the dense layers' MLPs (and every layer's up-projections).
+        (Some(m), r) if r.recomputes_mlp() => {
+            layers as f64 * mla_per_layer
+                + layers.saturating_sub(m.num_moe_layers()) as f64 * mlp_per_layer
         }
         _ => layers as f64 * recompute_per_layer,
     };
@@ -150,7 +164,7 @@ pub fn prediction_from(
                     / req.micro_batch as f64
             }
             (Some(_), Recompute::NormMoe) => 0.0,
-            (Some(_), Recompute::Mlp) if model.is_moe_layer(last) => 0.0,
+            (Some(_), r) if r.recomputes_mlp() && model.is_moe_layer(last) => mla_per_layer,
             _ => recompute_per_layer,
         };
     let recomputed = recomputed + mtp_recomputed;

@@ -534,7 +534,7 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
         }
     }
     check_expert_parallel(req, dp)?;
-    if req.recompute == Recompute::MlaUpProj && req.model.mla.is_none() {
+    if req.recompute.recomputes_mla_up_proj() && req.model.mla.is_none() {
         return Err(PredictError::Recompute {
             recompute: req.recompute.to_string(),
             reason: format!(
@@ -543,7 +543,7 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             ),
         });
     }
-    if req.recompute == Recompute::Mlp
+    if req.recompute.recomputes_mlp()
         && req
             .model
             .moe
