@@ -288,33 +288,37 @@ fn both_switches_are_written_to_the_plan_emitted_and_read_back() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// DeepSeek-V3 on 1,024 H100 (t 2, p 8, EP 64, FP8, 4,096 tokens), ending in `--recompute`
+/// (its value follows).
+const DEEPSEEK_V3_1024_H100: [&str; 19] = [
+    "--model",
+    "deepseek-v3",
+    "--hardware",
+    "h100-80gb",
+    "--gpus",
+    "1024",
+    "--tp",
+    "2",
+    "--pp",
+    "8",
+    "--ep",
+    "64",
+    "--global-batch",
+    "8192",
+    "--seq-len",
+    "4096",
+    "--precision",
+    "fp8",
+    "--recompute",
+];
+
 /// `--recompute selective-mla-up-proj` (Megatron-Core `--recompute-modules mla_up_proj`, the
 /// DeepSeek-V3 recipes'): the queries, keys and values of latent attention are rebuilt in the
 /// backward, `2 (q + k + v)` bytes a token and layer less held, the up-projections' FLOPs run
 /// again; written and read back as Megatron-LM's modules; refused without latent attention.
 #[test]
 fn mla_up_projections_are_recomputed_instead_of_kept() {
-    let base = [
-        "--model",
-        "deepseek-v3",
-        "--hardware",
-        "h100-80gb",
-        "--gpus",
-        "1024",
-        "--tp",
-        "2",
-        "--pp",
-        "8",
-        "--ep",
-        "64",
-        "--global-batch",
-        "8192",
-        "--seq-len",
-        "4096",
-        "--precision",
-        "fp8",
-        "--recompute",
-    ];
+    let base = DEEPSEEK_V3_1024_H100;
     let recompute = |r: &'static str| ok(&with(&base, &[r, "--per-stage"]));
     let (none, mla) = (recompute("none"), recompute("selective-mla-up-proj"));
     assert_eq!(mla["recompute"], "selective-mla-up-proj");
@@ -491,27 +495,7 @@ fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) 
 /// B200 and H100 recipes) free, cost and recompute what their modules do alone, added up.
 #[test]
 fn recompute_module_sets_add_up_their_modules() {
-    let base = [
-        "--model",
-        "deepseek-v3",
-        "--hardware",
-        "h100-80gb",
-        "--gpus",
-        "1024",
-        "--tp",
-        "2",
-        "--pp",
-        "8",
-        "--ep",
-        "64",
-        "--global-batch",
-        "8192",
-        "--seq-len",
-        "4096",
-        "--precision",
-        "fp8",
-        "--recompute",
-    ];
+    let base = DEEPSEEK_V3_1024_H100;
     let run = |r: &'static str| ok(&with(&base, &[r, "--per-stage"]));
     let none = run("none");
     let act = |v: &serde_json::Value, stage: usize| {
