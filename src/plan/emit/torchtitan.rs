@@ -14,6 +14,7 @@ use crate::plan::emit::common::{
     common_notes, model_dims, quoted, torchtitan_dp_degrees, torchtitan_flavor, torchtitan_fqns,
     torchtitan_pipeline, torchtitan_stack_notes, EmitError, Emitted,
 };
+use crate::plan::megatron_args::RECOMPUTE_MODULES;
 use crate::plan::plan_file::Plan;
 use std::fmt::Write as _;
 
@@ -143,12 +144,8 @@ pub fn torchtitan(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, EmitEr
         }
         "full" => "FullAC.Config()",
         "selective-op" => "SelectiveAC.Config()",
-        modules @ ("selective-norm-act"
-        | "selective-norm-moe"
-        | "selective-mla-up-proj"
-        | "selective-mlp"
-        | "selective-norm-mla-up-proj"
-        | "selective-mla-up-proj-mlp") => {
+        // Megatron-Core's recompute modules (every set pplan models).
+        modules if RECOMPUTE_MODULES.iter().any(|(r, _)| *r == modules) => {
             notes.push(format!(
                 "recompute {modules} is Megatron-Core's recompute modules; torchtitan has no such mode, so its per-op SelectiveAC is written"
             ));

@@ -7,6 +7,7 @@ use crate::plan::emit::common::{
     common_notes, model_dims, quoted, torchtitan_dp_degrees, torchtitan_flavor, torchtitan_fqns,
     torchtitan_pipeline, torchtitan_stack_notes, EmitError, Emitted,
 };
+use crate::plan::megatron_args::RECOMPUTE_MODULES;
 use crate::plan::plan_file::Plan;
 use std::fmt::Write as _;
 
@@ -139,12 +140,8 @@ pub fn torchtitan_toml(plan: &Plan, csv_path: Option<&str>) -> Result<Emitted, E
             ac.push(format!("mode = {}", quoted("selective")));
             ac.push(format!("selective_ac_option = {}", quoted(option)));
         }
-        modules @ ("selective-norm-act"
-        | "selective-norm-moe"
-        | "selective-mla-up-proj"
-        | "selective-mlp"
-        | "selective-norm-mla-up-proj"
-        | "selective-mla-up-proj-mlp") => {
+        // Megatron-Core's recompute modules (every set pplan models).
+        modules if RECOMPUTE_MODULES.iter().any(|(r, _)| *r == modules) => {
             ac.push(format!("mode = {}", quoted("selective")));
             ac.push(format!("selective_ac_option = {}", quoted("op")));
             notes.push(format!(
