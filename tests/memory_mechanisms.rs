@@ -454,6 +454,18 @@ fn dense_mlps_are_recomputed_and_moe_layers_are_not() {
     assert!(err.contains("recomputes dense MLPs only"), "{err}");
 }
 
+/// Emitted Megatron-LM arguments `text` with its two `--recompute-modules` (one a line, as
+/// emitted) in the other order read back as the same `--recompute` value.
+fn read_back_swapped(text: &str, [a, b]: [&str; 2], recompute: &str) {
+    let swapped = text.replace(
+        &format!("--recompute-modules {a}\n  {b}\n"),
+        &format!("--recompute-modules {b}\n  {a}\n"),
+    );
+    assert_ne!(swapped, text);
+    let back = pplan::plan::megatron_args::parse_megatron_args(&swapped, "megatron.sh");
+    assert_eq!(back.unwrap().recompute, recompute);
+}
+
 /// `predict ARGS --output plan.json`, then `emit --target megatron`: the plan's recomputation is
 /// written as `--recompute-granularity selective --recompute-modules MODULES` and Megatron-LM's
 /// arguments read back as `recompute`.
@@ -545,14 +557,7 @@ fn recompute_module_sets_add_up_their_modules() {
         "selective-mla-up-proj-mlp",
     );
     // Megatron-Core takes the modules in any order.
-    let swapped = text.replace("\n  mlp\n", "\n  MLP\n");
-    let swapped = swapped.replace(
-        "--recompute-modules mla_up_proj\n  MLP",
-        "--recompute-modules mlp\n  mla_up_proj",
-    );
-    assert_ne!(swapped, text);
-    let back = pplan::plan::megatron_args::parse_megatron_args(&swapped, "megatron.sh");
-    assert_eq!(back.unwrap().recompute, "selective-mla-up-proj-mlp");
+    read_back_swapped(&text, ["mla_up_proj", "mlp"], "selective-mla-up-proj-mlp");
 
     // `layernorm mla_up_proj`. In FP8 the `layernorm` module frees nothing (the linear layer
     // that reads the rebuilt norm output keeps its own FP8 cast of it, as the fused
@@ -575,13 +580,11 @@ fn recompute_module_sets_add_up_their_modules() {
         "layernorm mla_up_proj",
         "selective-norm-mla-up-proj",
     );
-    let swapped = text.replace(
-        "--recompute-modules layernorm\n  mla_up_proj",
-        "--recompute-modules mla_up_proj\n  layernorm",
+    read_back_swapped(
+        &text,
+        ["layernorm", "mla_up_proj"],
+        "selective-norm-mla-up-proj",
     );
-    assert_ne!(swapped, text);
-    let back = pplan::plan::megatron_args::parse_megatron_args(&swapped, "megatron.sh");
-    assert_eq!(back.unwrap().recompute, "selective-norm-mla-up-proj");
     // In BF16 the rebuilt norm outputs are freed too: more than `mla_up_proj` alone.
     let bf16 = |r: &'static str| {
         let mut args = with(&base, &[r, "--per-stage"]);
