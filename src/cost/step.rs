@@ -84,22 +84,10 @@ pub struct StepCost {
     pub sends: Vec<Send>,
     /// What every send adds after it (a blocking send's device synchronisation); 0 if none.
     pub send_sync_s: f64,
-    /// Per stage: the data-parallel gradient reduction of its parameters.
-    pub grad_reduce_s: Vec<f64>,
     /// Per stage: its gradient buckets ([`grad_reduce_buckets`]).
     pub grad_reduce_buckets: Vec<u32>,
-    /// Per device: the optimizer step.
-    pub optimizer_s: Vec<f64>,
-    /// Per stage: deferred output-layer weight gradients run at the flush; empty if none.
-    pub deferred_weight_grad_s: Vec<f64>,
-    /// Per device: model state and working buffers.
-    pub static_bytes: Vec<u64>,
-    /// Weights, gradients and optimizer state on the fullest device.
-    pub model_state_max_bytes: u64,
-    /// Parameters held by each device (rounded up).
-    pub device_params: Vec<u64>,
-    /// Of those, routed-expert parameters (empty for dense models).
-    pub device_expert_params: Vec<u64>,
+    /// What each device holds and runs once per step, and each stage's gradient reduction.
+    pub devices: Devices,
 }
 
 /// What makes two stages cost the same: their layers of each kind, and whether they hold the
@@ -158,13 +146,7 @@ pub fn costs(cm: &CostModel, split: &StageSplit, device_of: impl Fn(usize) -> us
             .iter()
             .map(|r| grad_reduce_buckets(r.dense, cm.layout.dp * cm.layout.cp))
             .collect(),
-        grad_reduce_s: d.grad_reduce_s,
-        optimizer_s: d.optimizer_s,
-        deferred_weight_grad_s: d.deferred_weight_grad_s,
-        static_bytes: d.static_bytes,
-        model_state_max_bytes: d.model_state_max_bytes,
-        device_params: d.device_params,
-        device_expert_params: d.device_expert_params,
+        devices: d,
     }
 }
 
@@ -565,13 +547,21 @@ pub fn stage_params(
 }
 
 /// What each device holds and runs once per step (see [`devices`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Devices {
+    /// Per device: model state and working buffers.
     pub static_bytes: Vec<u64>,
+    /// Weights, gradients and optimizer state on the fullest device.
     pub model_state_max_bytes: u64,
+    /// Per stage: the data-parallel gradient reduction of its parameters.
     pub grad_reduce_s: Vec<f64>,
+    /// Per device: the optimizer step.
     pub optimizer_s: Vec<f64>,
+    /// Per stage: deferred output-layer weight gradients run at the flush; empty if none.
     pub deferred_weight_grad_s: Vec<f64>,
+    /// Parameters held by each device (rounded up).
     pub device_params: Vec<u64>,
+    /// Of those, routed-expert parameters (empty for dense models).
     pub device_expert_params: Vec<u64>,
 }
 
@@ -819,13 +809,14 @@ mod tests {
         assert!(c.sends.iter().all(|x| x.tensors == 1 && x.tensor_s > 0.0));
         // Megatron-LM 2021 sends block: each ends in a synchronisation.
         assert_eq!(c.send_sync_s > 0.0, Stack::default().blocking_p2p);
-        assert_eq!((c.grad_reduce_s.len(), c.grad_reduce_buckets.len()), (8, 8));
-        assert_eq!((c.optimizer_s.len(), c.static_bytes.len()), (4, 4));
-        assert_eq!(c.device_params.len(), 4);
-        assert!(c.device_expert_params.is_empty() && c.deferred_weight_grad_s.is_empty());
+        let d = &c.devices;
+        assert_eq!((d.grad_reduce_s.len(), c.grad_reduce_buckets.len()), (8, 8));
+        assert_eq!((d.optimizer_s.len(), d.static_bytes.len()), (4, 4));
+        assert_eq!(d.device_params.len(), 4);
+        assert!(d.device_expert_params.is_empty() && d.deferred_weight_grad_s.is_empty());
         // Device 0 holds the embedding (stage 0), device 3 the output layer (stage 7); the
         // model's parameters over t, all on some device.
-        let total: u64 = c.device_params.iter().sum();
+        let total: u64 = d.device_params.iter().sum();
         let whole = m.total_params() as f64 / 8.0;
         assert!(
             (total as f64 - whole).abs() / whole < 1e-2,

@@ -116,14 +116,14 @@ pub fn step_costs(
         stages,
         send_forward_ns: send.clone(),
         send_backward_ns: send,
-        static_bytes: step.static_bytes,
+        static_bytes: step.devices.static_bytes,
         tensor_parallel,
         blocking_sends: req.stack.blocking_p2p,
-        grad_reduce_ns: to_ns(step.grad_reduce_s),
+        grad_reduce_ns: to_ns(step.devices.grad_reduce_s),
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
         grad_reduce_buckets: step.grad_reduce_buckets,
-        optimizer_ns: to_ns(step.optimizer_s),
-        deferred_weight_grad_ns: to_ns(step.deferred_weight_grad_s),
+        optimizer_ns: to_ns(step.devices.optimizer_s),
+        deferred_weight_grad_ns: to_ns(step.devices.deferred_weight_grad_s),
         shared_gpu: req.shared_gpu,
         unpaired_extra,
     };
@@ -132,10 +132,10 @@ pub fn step_costs(
         dp,
         microbatches,
         too_big,
-        model_state_max_bytes: step.model_state_max_bytes,
+        model_state_max_bytes: step.devices.model_state_max_bytes,
         stage_layers,
-        device_params: step.device_params,
-        device_expert_params: step.device_expert_params,
+        device_params: step.devices.device_params,
+        device_expert_params: step.devices.device_expert_params,
     })
 }
 
