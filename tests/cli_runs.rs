@@ -437,6 +437,101 @@ fn a_fit_outside_the_plausible_range_is_refused() {
     assert!(err.contains("--fit"), "{err}");
 }
 
+/// Megatron-Core's host time for a MoE layer, read off one DGX-B200 run (m236, 8.9 ms), is
+/// what `calibrate --runs --fit stack.moe_layer_host_s` fits to the ModelZoo's H100 MoE runs,
+/// which it was not read off, within 10 %; and the fit lowers their error. The fitted value
+/// reaches only the rows that take the default (a row giving --moe-layer-host-ms keeps its
+/// own); a stack constant is not a profile field (`--out-hardware` refused), and runs without
+/// a Megatron-Core MoE row give it nothing to fit.
+#[test]
+fn the_moe_host_time_read_off_b200_is_what_the_h100_moe_runs_ask_for() {
+    let (code, out, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        "data/runs/modelzoo-qwen3-h100-bf16.json",
+        "--fit",
+        "stack.moe_layer_host_s",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let fitted = v["fitted"]["stack.moe_layer_host_s"].as_f64().unwrap();
+    let bundled = pplan::cost::MEGATRON_CORE_MOE_LAYER_HOST_S;
+    assert!(
+        (fitted / bundled - 1.0).abs() < 0.10,
+        "fitted {fitted} s against the {bundled} s read off m236"
+    );
+    assert_eq!(v["params"][0]["prior"].as_f64().unwrap(), bundled);
+    assert!(v["fit_mape"].as_f64().unwrap() < v["prior_mape"].as_f64().unwrap());
+
+    // The same run twice, once with its own host time: the fit moves only the other.
+    let text = std::fs::read_to_string("data/runs/modelzoo-qwen3-h100-bf16.json").unwrap();
+    let mut file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut own = file["runs"][0].clone();
+    own["id"] = "own-host-time".into();
+    own["args"]
+        .as_array_mut()
+        .unwrap()
+        .extend(["--moe-layer-host-ms".into(), "2".into()]);
+    file["runs"] = serde_json::json!([file["runs"][0].clone(), own]);
+    let path = temp_file("host-time-runs.json", &file.to_string());
+    let errors = |extra: &[&str]| {
+        let mut args = vec!["validate", "--runs", &path, "--format", "json"];
+        args.extend(extra);
+        let (code, out, err) = pplan(&args);
+        assert_eq!(code, 0, "{err}");
+        let v = json(&out);
+        let rows = v["runs"].as_array().unwrap().clone();
+        rows.iter()
+            .map(|r| r["error"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let prior = errors(&[]);
+    let (code, out, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        &path,
+        "--fit",
+        "stack.moe_layer_host_s",
+        "--cv",
+        "none",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["count"], 2);
+    // Fitted, the first row's error is (near) zero; the second keeps its prior error, so the
+    // mean is half of it.
+    let fit_mape = v["fit_mape"].as_f64().unwrap();
+    assert!(
+        (fit_mape - prior[1].abs() / 2.0).abs() < 1e-3,
+        "fit {fit_mape}, prior errors {prior:?}"
+    );
+
+    let (code, _, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        "data/runs/modelzoo-qwen3-h100-bf16.json",
+        "--fit",
+        "stack.moe_layer_host_s",
+        "--out-hardware",
+        &temp_file("host-time-hw.json", ""),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a hardware-profile field"), "{err}");
+    let (code, _, err) = pplan(&[
+        "calibrate",
+        "--runs",
+        "data/runs/torchtitan-llama3-a100.json",
+        "--fit",
+        "stack.moe_layer_host_s",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("none of the 3 runs fitted takes it"), "{err}");
+}
+
 /// `--out-hardware` writes the profile with the fitted value, the command and the errors in
 /// its `sources`, the parameter in `fitted`; runs on two profiles need `--hardware` to say
 /// which one to write; `--cv source` reports each group left out.

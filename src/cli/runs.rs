@@ -145,7 +145,7 @@ struct CalibrateJson {
 pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
     if args.fit.is_empty() {
         return input(format!(
-            "--runs needs --fit NAME[,NAME...]: the profile parameters to fit (valid: {})",
+            "--runs needs --fit NAME[,NAME...]: the parameters to fit (valid: {})",
             fit::PARAMS
                 .iter()
                 .map(|p| p.name)
@@ -240,6 +240,21 @@ pub(crate) fn cmd_calibrate_runs(args: &CalibrateArgs) -> Result<(), CliError> {
         .iter()
         .filter_map(|(l, _)| l.prepared.as_ref().ok().map(|b| &**b))
         .collect();
+    if let Some(p) = params.iter().find(|p| p.is_stack()) {
+        if args.out_hardware.is_some() {
+            return input(format!(
+                "--out-hardware: {} is a stack constant, not a hardware-profile field, so it cannot be written into a profile; give the fitted value to predict as --moe-layer-host-ms, or fit it without --out-hardware",
+                p.name
+            ));
+        }
+        if !rows.iter().any(|r| r.takes_moe_layer_host_time()) {
+            return input(format!(
+                "--fit {}: none of the {} runs fitted takes it (it is the host time of MoE models on --stack megatron-core whose rows do not give --moe-layer-host-ms)",
+                p.name,
+                rows.len()
+            ));
+        }
+    }
     let base = &rows[0].hardware;
     let start: Vec<f64> = params.iter().map(|p| fit::get(base, p)).collect();
     let prior_errors: Vec<f64> = picked

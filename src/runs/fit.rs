@@ -1,4 +1,5 @@
-//! `pplan calibrate --runs`: hardware-profile parameters fitted to runs by least squares on
+//! `pplan calibrate --runs`: hardware-profile parameters (and the one stack constant measured
+//! off a run, Megatron-Core's host time for a MoE layer) fitted to runs by least squares on
 //! the rows' errors, one value of each parameter shared by every row's profile, and the
 //! left-out error of each group (`--cv`): the group's runs predicted with the values fitted
 //! to the other groups.
@@ -11,6 +12,7 @@
 //! stand for.
 
 use super::predict::Prepared;
+use crate::cost::MEGATRON_CORE_MOE_LAYER_HOST_S;
 use crate::inputs::hardware::Hardware;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -29,8 +31,13 @@ pub struct Param {
     pub meaning: &'static str,
 }
 
+/// The stack parameter: Megatron-Core's host time for one MoE layer
+/// (`--moe-layer-host-ms`). Rows that give the flag keep their value; rows of another stack
+/// have none.
+pub const MOE_LAYER_HOST_S: &str = "stack.moe_layer_host_s";
+
 /// Every parameter `--fit` takes.
-pub const PARAMS: [Param; 12] = [
+pub const PARAMS: [Param; 13] = [
     Param {
         name: "gpu.gemm_efficiency_max",
         unit: "fraction of peak",
@@ -115,7 +122,22 @@ pub const PARAMS: [Param; 12] = [
         hi: 50e-6,
         meaning: "the latency of one transfer or collective step between nodes",
     },
+    Param {
+        name: MOE_LAYER_HOST_S,
+        unit: "s",
+        lo: 0.0,
+        hi: 30e-3,
+        meaning: "Megatron-Core's host time to issue one MoE layer's kernels for one micro-batch, eager (scaled by the kernels it still launches one by one; rows of --stack megatron-core that do not give --moe-layer-host-ms)",
+    },
 ];
+
+impl Param {
+    /// Whether the parameter is a stack constant rather than a hardware-profile field: it
+    /// cannot be written into a profile (`--out-hardware`).
+    pub fn is_stack(&self) -> bool {
+        self.name == MOE_LAYER_HOST_S
+    }
+}
 
 /// The parameter called `name`, or an error listing the ones there are.
 pub fn param(name: &str) -> Result<&'static Param, String> {
@@ -127,10 +149,12 @@ pub fn param(name: &str) -> Result<&'static Param, String> {
     })
 }
 
-/// `hw`'s value of `p` (the value pplan uses where the profile leaves it out).
+/// `hw`'s value of `p` (the value pplan uses where the profile leaves it out); for the stack
+/// parameter, Megatron-Core's default.
 pub fn get(hw: &Hardware, p: &Param) -> f64 {
     let (g, n) = (&hw.gpu, &hw.node);
     match p.name {
+        MOE_LAYER_HOST_S => MEGATRON_CORE_MOE_LAYER_HOST_S,
         "gpu.gemm_efficiency_max" => g.gemm_efficiency_max,
         "gpu.gemm_half_dim" => g.gemm_half_dim,
         "gpu.gemm_training_factor" => hw.gemm_training_factor(),
@@ -165,20 +189,35 @@ pub fn set(hw: &mut Hardware, p: &Param, v: f64) {
         "node.nic_efficiency" => n.nic_efficiency = v,
         "node.nvlink_latency_s" => n.nvlink_latency_s = v,
         "node.nic_latency_s" => n.nic_latency_s = v,
+        // Not a profile field: `errors_at` gives it to the rows' flags.
+        MOE_LAYER_HOST_S => {}
         other => unreachable!("PARAMS has no {other}"),
     }
 }
 
-/// The errors of `rows` with `params` set to `values` in each row's own profile; `None` if a
-/// row cannot be predicted with them.
+/// The errors of `rows` with `params` set to `values` in each row's own profile (the stack
+/// parameter in the flags of each row that takes it, [`Prepared::takes_moe_layer_host_time`]);
+/// `None` if a row cannot be predicted with them.
 pub fn errors_at(rows: &[&Prepared], params: &[&Param], values: &[f64]) -> Option<Vec<f64>> {
     rows.par_iter()
         .map(|r| {
             let mut hw = r.hardware.clone();
+            let mut host_s = None;
             for (p, &v) in params.iter().zip(values) {
-                set(&mut hw, p, v);
+                if p.is_stack() {
+                    host_s = Some(v);
+                } else {
+                    set(&mut hw, p, v);
+                }
             }
-            r.predict_on(&hw).ok().map(|x| x.error)
+            match host_s {
+                Some(h) if r.takes_moe_layer_host_time() => {
+                    let mut flags = r.flags.clone();
+                    flags.stack.moe_layer_host_ms = Some(h * 1e3);
+                    r.predict_with(&hw, &flags).ok().map(|x| x.error)
+                }
+                _ => r.predict_on(&hw).ok().map(|x| x.error),
+            }
         })
         .collect()
 }

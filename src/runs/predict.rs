@@ -161,13 +161,31 @@ impl Prepared {
         self.predict_on(&self.hardware)
     }
 
+    /// Whether the row takes Megatron-Core's default host time for a MoE layer: a MoE model on
+    /// `--stack megatron-core` without `--moe-layer-host-ms` (what `calibrate --runs --fit
+    /// stack.moe_layer_host_s` sets).
+    pub fn takes_moe_layer_host_time(&self) -> bool {
+        self.model.moe.is_some()
+            && self.flags.stack.moe_layer_host_ms.is_none()
+            && self.flags.stack.preset.stack().moe_layer_host_s > 0.0
+    }
+
     /// Predict the row on `hw` (its profile with fitted values, when calibrating).
     pub fn predict_on(&self, hw: &Hardware) -> Result<RowPrediction, String> {
-        let req = self
-            .flags
+        self.predict_with(hw, &self.flags)
+    }
+
+    /// Predict the row on `hw` with `flags` in place of its own (its flags with a fitted
+    /// stack constant, when calibrating).
+    pub fn predict_with(
+        &self,
+        hw: &Hardware,
+        flags: &PredictFlags,
+    ) -> Result<RowPrediction, String> {
+        let req = flags
             .request(&self.model, hw, self.profile.as_ref())
             .map_err(|e| format!("args: {e}"))?;
-        let prediction = self.flags.predict(&req).map_err(|e| e.to_string())?;
+        let prediction = flags.predict(&req).map_err(|e| e.to_string())?;
         let metric = self.row.measured.metric;
         let predicted = metric.predicted(&prediction, &req);
         if !(predicted.is_finite() && predicted > 0.0) {

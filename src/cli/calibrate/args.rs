@@ -20,7 +20,8 @@ pub(crate) struct CalibrateArgs {
     pub(crate) runs: Vec<PathBuf>,
     /// With --runs: the parameters to fit, comma-separated (docs/cost-model.md, "What can
     /// be fitted", e.g. gpu.gemm_training_factor). Each value is shared by every row's
-    /// profile.
+    /// profile; stack.moe_layer_host_s, Megatron-Core's host time for a MoE layer, by every
+    /// row that takes its default.
     #[arg(long, value_delimiter = ',', requires = "runs")]
     pub(crate) fit: Vec<String>,
     /// With --runs: leave each group out in turn, fit to the others and report the left-out
