@@ -437,7 +437,7 @@ fn a_fit_outside_the_plausible_range_is_refused() {
     assert!(err.contains("--fit"), "{err}");
 }
 
-/// Megatron-Core's host time for a MoE layer, read off one DGX-B200 run (m236, 8.9 ms), is
+/// Megatron-Core's host time for a MoE layer, read off one DGX-B200 run (m236, 8.85 ms), is
 /// what `calibrate --runs --fit stack.moe_layer_host_s` fits to the ModelZoo's H100 MoE runs,
 /// which it was not read off, within 10 %; and the fit lowers their error. The fitted value
 /// reaches only the rows that take the default (a row giving --moe-layer-host-ms keeps its

@@ -636,7 +636,7 @@ fn moe_layers_lose_a_fifth_of_the_overlap_at_the_dispatchers_wait() {
     assert!((measured - c).abs() < 0.01, "median {measured} vs {c}");
 }
 
-/// Megatron-Core's MoE host time, 8.9 ms, as derived in `MEGATRON_CORE_MOE_LAYER_HOST_S`: the
+/// Megatron-Core's MoE host time, 8.85 ms, as derived in `MEGATRON_CORE_MOE_LAYER_HOST_S`: the
 /// B200 run's 9.1 ms a layer and micro-batch less the forward's loss at the wait on its GPU
 /// time in pplan (Qwen3-30B-A3B, MXFP8, EP 8, micro-batch 1).
 #[test]

@@ -320,7 +320,7 @@ fn defaults_write_none_of_the_fields() {
                 "--fsdp-copies",
                 "off",
                 "--moe-layer-host-ms",
-                "8.9",
+                "8.85",
                 "--moe-imbalance",
                 "1.25",
             ],

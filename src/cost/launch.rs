@@ -248,13 +248,15 @@ impl CostModel<'_> {
     /// The kernels a MoE layer launches beyond its dense part: the router (GEMM, softmax
     /// and top-k: 3), the permutation and un-permutation (2), the dispatch and combine
     /// all-to-alls (2), the activation (1) and one GEMM per local expert for each of the two
-    /// expert matrices (Transformer Engine's grouped linear layer: a GEMM per expert);
+    /// expert matrices (Transformer Engine's grouped linear layer: a GEMM per expert), and in
+    /// a low precision the casts of their operands ([`CostModel::moe_cast_kernels`]);
     /// backward the same kernels' backward (each GEMM twice), and the expert weight-gradient
     /// GEMMs. Recomputation that repeats the MoE block (full, `selective-norm-moe`) repeats
     /// its forward; `selective-norm-act` its activation.
     pub fn moe_kernels(&self, local_experts: f64) -> Kernels {
         let gemms = 2.0 * local_experts;
-        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms;
+        let (cast_f, cast_b) = self.moe_cast_kernels(local_experts);
+        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_f;
         let recompute = match self.layout.recompute {
             Recompute::Full | Recompute::NormMoe => forward,
             Recompute::NormAct => 1.0,
@@ -262,7 +264,7 @@ impl CostModel<'_> {
         };
         Kernels {
             forward,
-            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + recompute,
+            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_b + recompute,
             backward_weight: 1.0 + gemms,
         }
     }

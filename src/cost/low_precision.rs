@@ -86,6 +86,64 @@ impl CostModel<'_> {
         (per_element * forward, per_element * backward)
     }
 
+    /// Elements one rank casts per MoE layer and micro-batch for its routed experts' grouped
+    /// GEMMs, (forward, backward), on the busiest rank: forward the inputs of the first expert
+    /// GEMM (`R h`, `R` the rank's routed rows) and of the second (`R f_e/etp`), backward the
+    /// output gradients of the second (`R h`) and of the first (`R (2) f_e/etp`). Transformer
+    /// Engine's grouped linear layer quantizes each expert's rows (`tex.split_quantize` of its
+    /// inputs in the forward and of its output gradients in the backward, `grouped_linear.py`
+    /// at v2.10), the dense layers' casts none of these (a MoE layer's dense part has no MLP).
+    pub fn moe_cast_elements(&self) -> (f64, f64) {
+        let Some(moe) = &self.model.moe else {
+            return (0.0, 0.0);
+        };
+        let local = (moe.num_experts / self.ep()).max(1) as f64;
+        let rows = self.moe_rows_per_expert() * local;
+        let h = self.model.hidden_size as f64;
+        let f = moe.expert_ffn as f64 / self.etp() as f64;
+        let up = if self.model.gated_mlp { 2.0 * f } else { f };
+        (rows * (h + f), rows * (h + up))
+    }
+
+    /// HBM traffic (forward, backward) of casting the routed experts' GEMM operands
+    /// ([`CostModel::moe_cast_elements`]) to the stack's low precision, per element as for a
+    /// dense layer's casts ([`CostModel::low_precision_cast_bytes`]): read in BF16, written as
+    /// the format's copies; current scaling reads each input once more for its amax (none is
+    /// fed by a norm), block scaling writes its scales. Zero for BF16.
+    pub fn moe_low_precision_cast_bytes(&self) -> (f64, f64) {
+        if self.stack.precision == Precision::Bf16 {
+            return (0.0, 0.0);
+        }
+        let mut per_element = 2.0 + self.stack.low_precision_copy_bytes(self.hw) as f64;
+        if self.fp8_with(Fp8Recipe::Tensorwise) {
+            per_element += AMAX_PASS_BYTES_PER_ELEMENT;
+        } else if self.fp8_with(Fp8Recipe::Blockwise) {
+            per_element += 2.0 * BLOCK_SCALE_BYTES / BLOCK_LEN;
+        }
+        let (forward, backward) = self.moe_cast_elements();
+        (per_element * forward, per_element * backward)
+    }
+
+    /// Kernels of the routed experts' casts, (forward, input-gradient backward), with
+    /// `local_experts` experts on the rank: 2 casts each way. Transformer Engine fuses one
+    /// operand's per-expert casts into one kernel for delayed scaling only
+    /// (`multi_tensor_quantize_impl`, `nvte_multi_cast_transpose`, `cast.cpp` at v2.10); every
+    /// other recipe quantizes expert by expert, current scaling with its 3 more kernels per
+    /// cast ([`CostModel::cast_kernels`]). Zero for BF16.
+    pub fn moe_cast_kernels(&self, local_experts: f64) -> (f64, f64) {
+        if self.stack.precision == Precision::Bf16 {
+            return (0.0, 0.0);
+        }
+        let per_operand = if self.fp8_with(Fp8Recipe::Delayed) {
+            1.0
+        } else if self.fp8_with(Fp8Recipe::Tensorwise) {
+            local_experts * (1.0 + TENSORWISE_EXTRA_KERNELS_PER_CAST)
+        } else {
+            local_experts
+        };
+        (2.0 * per_operand, 2.0 * per_operand)
+    }
+
     /// How much longer the linear layers' (forward, input- and weight-gradient) GEMMs take for
     /// their accumulator: FP8 GEMMs with the split accumulator (partial sums promoted to FP32
     /// periodically) take `gpu.fp8_split_accumulator_slowdown` (Hopper; absent: 1) times as

@@ -114,11 +114,11 @@ pub struct RankParams {
 }
 
 impl CostModel<'_> {
-    fn ep(&self) -> u64 {
+    pub(super) fn ep(&self) -> u64 {
         self.layout.ep.max(1)
     }
 
-    fn etp(&self) -> u64 {
+    pub(super) fn etp(&self) -> u64 {
         self.layout.etp.max(1)
     }
 
@@ -370,7 +370,11 @@ impl CostModel<'_> {
         };
         let hbm = self.hw.hbm_bytes_per_s();
         let h = self.model.hidden_size as f64;
-        let lin = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision);
+        // The expert GEMMs in the stack's precision, with the split accumulator where its
+        // recipe asks for one, as the dense layers' (`CostModel::fp8_gemm_slowdowns`).
+        let (fprop_slowdown, grad_slowdown) = self.fp8_gemm_slowdowns();
+        let lin = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision) * fprop_slowdown;
+        let lin_grad = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision) * grad_slowdown;
         let [up, down] = self.moe_expert_gemms();
         let (router, router_bytes) = self.moe_router();
         let rows = self.moe_rows_per_expert() * up.batch;
@@ -390,15 +394,17 @@ impl CostModel<'_> {
         };
         let passes = self.stack.moe_dispatcher.permute_passes(up.batch);
         let permute = passes * 2.0 * 4.0 * rows * h;
-        let fwd_mem = permute + act_f * rows * f + router_bytes;
-        let bwd_mem = permute + act_b * rows * f + router_bytes;
+        // Their operands cast to the low precision, expert by expert.
+        let (cast_f, cast_b) = self.moe_low_precision_cast_bytes();
+        let fwd_mem = permute + act_f * rows * f + router_bytes + cast_f;
+        let bwd_mem = permute + act_b * rows * f + router_bytes + cast_b;
         let comm = 2.0 * (self.moe_a2a_s() + self.moe_etp_collective_s());
         let fwd_gemm = lin(&up) + lin(&down) + gemm_time_s(self.hw, &router);
-        let bwd_in_gemm = lin(&up.input_grad())
-            + lin(&down.input_grad())
+        let bwd_in_gemm = lin_grad(&up.input_grad())
+            + lin_grad(&down.input_grad())
             + gemm_time_s(self.hw, &router.input_grad());
-        let bwd_w_gemm = lin(&up.weight_grad())
-            + lin(&down.weight_grad())
+        let bwd_w_gemm = lin_grad(&up.weight_grad())
+            + lin_grad(&down.weight_grad())
             + gemm_time_s(self.hw, &router.weight_grad());
         // With overlap (DualPipe, Megatron-Core's EP all-to-all overlap) another
         // micro-batch's compute runs beside the all-to-all: only what outlasts it shows, but

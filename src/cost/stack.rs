@@ -675,20 +675,20 @@ impl Stack {
 pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
 
 /// Megatron-Core's host time for one MoE layer's forward and backward on one micro-batch, on
-/// DGX hosts (x86): 8.9 ms. Read off a published run whose layer time is not GPU work:
+/// DGX hosts (x86): 8.85 ms. Read off a published run whose layer time is not GPU work:
 /// Megatron-Bridge's Qwen3-30B-A3B on 8 DGX-B200 (NVIDIA-NeMo/Megatron-Bridge
 /// `docs/performance-summary-archive.md`, 25.11 container: MXFP8, EP 8, micro-batch 1, global
 /// batch 512, 9,299 tokens/s per GPU) takes 28.2 s a step, 9.2 ms for each of its 64 x 48
 /// layer passes a rank, 9.1 without the output layer; a layer whose host outlasts its GPU work
 /// both ways takes `H + c G_f` ([`MOE_FORWARD_SYNC_LOSS`] `c`, `G_f` its forward's GPU time,
-/// 1.14 ms in pplan), so `H` = 9.1 - 0.20 x 1.14 = 8.9 ms. The same layer takes 9.7 ms on
+/// 1.27 ms in pplan, its experts' MXFP8 casts included), so `H` = 9.1 - 0.20 x 1.27 = 8.85 ms. The same layer takes 9.7 ms on
 /// H100 (26.06), a GPU with 0.44 of the B200's tensor-core peak, and 3.6 ms a sequence on
 /// GB200 with micro-batch 4. Held out: every H100 run in docs/validation.md. That run graphed
 /// each layer's router and preprocessing (Transformer Engine's CUDA graphs, `moe_router
-/// moe_preprocess`), so 8.9 ms is the host time of the layer's other kernels, launched one by
+/// moe_preprocess`), so 8.85 ms is the host time of the layer's other kernels, launched one by
 /// one: a layer with nothing graphed takes it scaled by all its kernels over those
 /// (`CostModel::moe_layer`, docs/cost-model.md "CUDA graphs").
-pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 8.9e-3;
+pub const MEGATRON_CORE_MOE_LAYER_HOST_S: f64 = 8.85e-3;
 
 /// What a MoE layer's forward loses because its dispatcher waits on the GPU once a layer (the
 /// per-expert token counts read on the host): the forward takes `max(H, G) + c min(H, G)` of

@@ -25,7 +25,7 @@ pub struct RecordedSwitches {
     /// `--fsdp-copies` (the preset's default: on with torchtitan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fsdp_copies: Option<bool>,
-    /// `--moe-layer-host-ms` (the preset's default: 8.9 with megatron-core, else 0).
+    /// `--moe-layer-host-ms` (the preset's default: 8.85 with megatron-core, else 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moe_layer_host_ms: Option<f64>,
     /// `--reshard-after-forward` (default on, omitted).

@@ -171,7 +171,7 @@ pub struct StackFlags {
     pub cuda_graph_modules: Vec<String>,
     /// Mixture of experts: the framework's host time for one MoE layer's forward and backward
     /// on one micro-batch, in milliseconds; a MoE layer takes at least this long, and its
-    /// forward loses part of the overlap with the GPU at the dispatcher's wait. Default: 8.9
+    /// forward loses part of the overlap with the GPU at the dispatcher's wait. Default: 8.85
     /// with --stack megatron-core (read off a DGX-B200 run, docs/cost-model.md), 0 with the
     /// others.
     #[arg(long, value_name = "MS")]

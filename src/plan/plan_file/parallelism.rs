@@ -154,7 +154,7 @@ pub struct Parallelism {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsdp_copies: Option<bool>,
     /// Mixture of experts: the framework's host time per MoE layer and micro-batch, in
-    /// milliseconds (`--moe-layer-host-ms`; the stack's default: 8.9 with megatron-core, 0
+    /// milliseconds (`--moe-layer-host-ms`; the stack's default: 8.85 with megatron-core, 0
     /// with the others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_layer_host_ms: Option<f64>,
