@@ -681,7 +681,9 @@ pub const DEFAULT_MOE_IMBALANCE: f64 = 1.25;
 /// batch 512, 9,299 tokens/s per GPU) takes 28.2 s a step, 9.2 ms for each of its 64 x 48
 /// layer passes a rank, 9.1 without the output layer; a layer whose host outlasts its GPU work
 /// both ways takes `H + c G_f` ([`MOE_FORWARD_SYNC_LOSS`] `c`, `G_f` its forward's GPU time,
-/// 1.27 ms in pplan, its experts' MXFP8 casts included), so `H` = 9.1 - 0.20 x 1.27 = 8.85 ms. The same layer takes 9.7 ms on
+/// 1.27 ms in pplan, its experts' MXFP8 casts included; 1.39 with the gap between kernels the
+/// Blackwell profiles carry since, 8.82 ms, within the 0.1 ms the layer time is read to), so
+/// `H` = 9.1 - 0.20 x 1.27 = 8.85 ms. The same layer takes 9.7 ms on
 /// H100 (26.06), a GPU with 0.44 of the B200's tensor-core peak, and 3.6 ms a sequence on
 /// GB200 with micro-batch 4. Held out: every H100 run in docs/validation.md. That run graphed
 /// each layer's router and preprocessing (Transformer Engine's CUDA graphs, `moe_router
