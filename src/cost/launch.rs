@@ -249,14 +249,24 @@ impl CostModel<'_> {
     /// and top-k: 3), the permutation and un-permutation (2), the dispatch and combine
     /// all-to-alls (2), the activation (1) and one GEMM per local expert for each of the two
     /// expert matrices (Transformer Engine's grouped linear layer: a GEMM per expert), and in
-    /// a low precision the casts of their operands ([`CostModel::moe_cast_kernels`]);
+    /// a low precision the casts of their operands ([`CostModel::moe_cast_kernels`]), and with
+    /// expert biases the second GEMM's bias added expert by expert;
     /// backward the same kernels' backward (each GEMM twice), and the expert weight-gradient
     /// GEMMs. Recomputation that repeats the MoE block (full, `selective-norm-moe`) repeats
     /// its forward; `selective-norm-act` its activation.
     pub fn moe_kernels(&self, local_experts: f64) -> Kernels {
         let gemms = 2.0 * local_experts;
         let (cast_f, cast_b) = self.moe_cast_kernels(local_experts);
-        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_f;
+        // Experts with biases add the second GEMM's bias expert by expert
+        // (`CostModel::moe_expert_bias_bytes`): a product and an add each, the concatenation
+        // and the cast back; backward the cast's and the add's gradients, and a product and a
+        // sum for each of the bias's and the probabilities' gradients.
+        let (bias_f, bias_b) = if self.moe_eager_expert_bias() {
+            (2.0 * local_experts + 2.0, 5.0 * local_experts + 1.0)
+        } else {
+            (0.0, 0.0)
+        };
+        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_f + bias_f;
         let recompute = match self.layout.recompute {
             Recompute::Full | Recompute::NormMoe => forward,
             Recompute::NormAct => 1.0,
@@ -264,7 +274,7 @@ impl CostModel<'_> {
         };
         Kernels {
             forward,
-            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_b + recompute,
+            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_b + bias_b + recompute,
             backward_weight: 1.0 + gemms,
         }
     }

@@ -396,8 +396,10 @@ impl CostModel<'_> {
         let permute = passes * 2.0 * 4.0 * rows * h;
         // Their operands cast to the low precision, expert by expert.
         let (cast_f, cast_b) = self.moe_low_precision_cast_bytes();
-        let fwd_mem = permute + act_f * rows * f + router_bytes + cast_f;
-        let bwd_mem = permute + act_b * rows * f + router_bytes + cast_b;
+        // The second expert GEMM's bias, added outside it ([`CostModel::moe_expert_bias_bytes`]).
+        let (bias_f, bias_b) = self.moe_expert_bias_bytes();
+        let fwd_mem = permute + act_f * rows * f + router_bytes + cast_f + bias_f;
+        let bwd_mem = permute + act_b * rows * f + router_bytes + cast_b + bias_b;
         let comm = 2.0 * (self.moe_a2a_s() + self.moe_etp_collective_s());
         let fwd_gemm = lin(&up) + lin(&down) + gemm_time_s(self.hw, &router);
         let bwd_in_gemm = lin_grad(&up.input_grad())
@@ -528,6 +530,40 @@ impl CostModel<'_> {
             backward_input: add(layer.backward_input, kernels.backward_input),
             backward_weight: add(layer.backward_weight, kernels.backward_weight),
         }
+    }
+
+    /// Whether the routed experts carry biases (GPT-OSS: `arch.add_bias_linear`, which
+    /// Megatron-Core's grouped experts accept since core_v0.15.0) that eager PyTorch adds
+    /// (no [`Stack::te_op_fuser`](super::Stack::te_op_fuser)).
+    pub fn moe_eager_expert_bias(&self) -> bool {
+        self.model.moe.is_some()
+            && self.model.arch.add_bias_linear == Some(true)
+            && !self.stack.te_op_fuser
+    }
+
+    /// HBM traffic (forward, backward) of the second expert GEMM's bias on the busiest rank,
+    /// for experts with biases ([`CostModel::moe_expert_biases`]); zero otherwise. The first
+    /// GEMM's bias goes into the fused weighted activation; the second's is returned by the
+    /// grouped GEMM (`skip_bias_add`) and added weighted by each row's fp32 probability, expert
+    /// by expert, in eager PyTorch (`TEGroupedMLP._apply_bias`, experts.py at core_v0.15.0-0.19.0:
+    /// `torch.cat([t + b * p ...]).to(dtype)`). Per element of the `R h` output rows: forward
+    /// `b * p` writes FP32 (4 bytes), the add reads the BF16 output and that (2 + 4) and writes
+    /// FP32 (4), the concatenation reads and writes it (4 + 4), the cast back reads it and writes
+    /// BF16 (4 + 2): 28 bytes; backward the cast's gradient (2 + 4), the add's BF16 gradient for
+    /// the output (4 + 2), and the product's two gradients, each an FP32 product written and
+    /// summed (4 + 4 + 4 for the bias over the rows, the same for the probability over `h`):
+    /// 36 bytes.
+    /// With Transformer Engine's op fuser ([`Stack::te_op_fuser`]) the fused grouped GEMM
+    /// adds it: zero.
+    ///
+    /// [`Stack::te_op_fuser`]: super::Stack::te_op_fuser
+    pub fn moe_expert_bias_bytes(&self) -> (f64, f64) {
+        if !self.moe_eager_expert_bias() {
+            return (0.0, 0.0);
+        }
+        let [up, _] = self.moe_expert_gemms();
+        let elements = self.moe_rows_per_expert() * up.batch * self.model.hidden_size as f64;
+        (28.0 * elements, 36.0 * elements)
     }
 
     /// Routed-expert parameters one rank holds per MoE layer: `E/ep` experts, `1/etp` of each.

@@ -479,6 +479,13 @@ pub struct Stack {
     /// keeps each micro-batch's input and output gradient, `finish_embedding_wgrad_compute`
     /// drains them). The kept tensors stay in memory until then.
     pub defer_embedding_wgrad: bool,
+    /// Megatron-Core's `--use-transformer-engine-op-fuser`: the grouped experts run as
+    /// Transformer Engine's fused operations (`TEGroupedMLP._fused_forward`, core_v0.19.0;
+    /// needs TE 2.14 and no expert tensor parallelism), which scale and add the second expert
+    /// GEMM's bias inside the GEMM (`scale_bias`) instead of expert by expert in eager PyTorch
+    /// ([`CostModel::moe_expert_bias_bytes`](super::CostModel::moe_expert_bias_bytes)). What
+    /// else the fused path speeds up is not costed.
+    pub te_op_fuser: bool,
     /// With [`Stack::defer_embedding_wgrad`], how many micro-batches' weight gradients are
     /// deferred (the first ones; the rest run in their backward); 0: all of them
     /// (Megatron-Core `--wgrad-deferral-limit`).
@@ -648,6 +655,7 @@ impl Default for Stack {
             moe_capacity: None,
             cuda_graphs: CudaGraphs::default(),
             defer_embedding_wgrad: false,
+            te_op_fuser: false,
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: CrossEntropyFusion::Off,
             optimizer_state: OptimizerState::FP32,

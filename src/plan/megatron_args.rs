@@ -66,6 +66,8 @@ pub struct MegatronPlan {
     pub overlap_param_gather: bool,
     /// `--defer-embedding-wgrad-compute`, and `--wgrad-deferral-limit` (0 when absent: all).
     pub defer_embedding_wgrad_compute: bool,
+    /// `--use-transformer-engine-op-fuser`.
+    pub te_op_fuser: bool,
     pub wgrad_deferral_limit: u32,
     /// `off` without `--cross-entropy-loss-fusion`, else `--cross-entropy-fusion-impl`
     /// (`native` when absent).
@@ -338,6 +340,7 @@ const USED: &[&str] = &[
     "--overlap-grad-reduce",
     "--overlap-param-gather",
     "--defer-embedding-wgrad-compute",
+    "--use-transformer-engine-op-fuser",
     "--wgrad-deferral-limit",
     "--cross-entropy-loss-fusion",
     "--cross-entropy-fusion-impl",
@@ -714,6 +717,7 @@ pub fn parse_megatron_args(text: &str, origin: &str) -> Result<MegatronPlan, Meg
         overlap_grad_reduce: flags.has("--overlap-grad-reduce"),
         overlap_param_gather: flags.has("--overlap-param-gather"),
         defer_embedding_wgrad_compute: flags.has("--defer-embedding-wgrad-compute"),
+        te_op_fuser: flags.has("--use-transformer-engine-op-fuser"),
         wgrad_deferral_limit: match flags.num("--wgrad-deferral-limit")? {
             None => 0,
             Some(k) => u32::try_from(k).map_err(|_| {

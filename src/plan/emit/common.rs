@@ -267,6 +267,11 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "tensor-parallel communication overlap is not set here: torchtitan's counterpart is async tensor parallelism ({async_tp_key}, with torch.compile)"
         ));
     }
+    if par.use_transformer_engine_op_fuser {
+        notes.push(
+            "Transformer Engine's fused grouped experts (--use-transformer-engine-op-fuser) are Megatron-Core's; torchtitan's grouped experts add their biases in PyTorch".into(),
+        );
+    }
     if par.defer_embedding_wgrad_compute {
         notes.push(
             "the deferred output-layer weight gradient is Megatron-Core's (--defer-embedding-wgrad-compute); torchtitan computes it in each micro-batch's backward".into(),

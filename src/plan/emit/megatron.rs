@@ -470,6 +470,9 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
+    if par.use_transformer_engine_op_fuser {
+        flag("--use-transformer-engine-op-fuser", None);
+    }
     if par.defer_embedding_wgrad_compute {
         flag("--defer-embedding-wgrad-compute", None);
         if par.wgrad_deferral_limit > 0 {

@@ -144,6 +144,11 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
             "parallelism.attention_kernel",
         ),
         arg(
+            "--use-transformer-engine-op-fuser",
+            on_off(p.use_transformer_engine_op_fuser),
+            "parallelism.use_transformer_engine_op_fuser",
+        ),
+        arg(
             "--moe-dispatcher",
             &p.moe_dispatcher,
             "parallelism.moe_dispatcher",

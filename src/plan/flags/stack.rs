@@ -181,6 +181,12 @@ pub struct StackFlags {
     /// --defer-embedding-wgrad-compute); what they need stays in memory until then.
     #[arg(long, value_enum, default_value = "off")]
     pub defer_embedding_wgrad_compute: OnOff,
+    /// Mixture of experts: run the grouped experts as Transformer Engine's fused operations
+    /// (Megatron-Core --use-transformer-engine-op-fuser; needs --etp 1): experts with biases
+    /// (GPT-OSS) add the second GEMM's bias inside it instead of expert by expert in eager
+    /// PyTorch.
+    #[arg(long, value_enum, default_value = "off")]
+    pub use_transformer_engine_op_fuser: OnOff,
     /// With --defer-embedding-wgrad-compute on: how many micro-batches' weight gradients are
     /// deferred, the first ones (0: all; Megatron-Core --wgrad-deferral-limit).
     #[arg(long, default_value_t = 0)]
@@ -359,6 +365,7 @@ impl StackFlags {
                 }
             },
             defer_embedding_wgrad: self.defer_embedding_wgrad_compute.is_on(),
+            te_op_fuser: self.use_transformer_engine_op_fuser.is_on(),
             cross_entropy_fusion: cross_entropy_fusion(
                 self.cross_entropy_loss_fusion,
                 self.cross_entropy_fusion_impl.as_deref(),

@@ -91,6 +91,10 @@ pub struct Parallelism {
     /// (`--defer-embedding-wgrad-compute`; omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub defer_embedding_wgrad_compute: bool,
+    /// The grouped experts as Transformer Engine's fused operations
+    /// (`--use-transformer-engine-op-fuser`; omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub use_transformer_engine_op_fuser: bool,
     /// With it, how many micro-batches' are deferred (0: all, omitted).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub wgrad_deferral_limit: u32,
@@ -191,6 +195,7 @@ impl Parallelism {
     /// The dispatcher, capacity and CUDA-graph fields from the stack a prediction ran on.
     pub fn set_recipe(&mut self, stack: &crate::cost::Stack) {
         self.attention_kernel = stack.attention_kernel.as_str().to_string();
+        self.use_transformer_engine_op_fuser = stack.te_op_fuser;
         self.moe_dispatcher = stack.moe_dispatcher.as_str().to_string();
         self.moe_expert_capacity_factor = stack.moe_capacity.map(|c| c.factor);
         self.moe_pad_expert_input_to_capacity = stack.moe_capacity.is_some_and(|c| c.pad);
@@ -348,6 +353,7 @@ impl Parallelism {
             overlap_grad_reduce: false,
             overlap_param_gather: false,
             defer_embedding_wgrad_compute: false,
+            use_transformer_engine_op_fuser: false,
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: off(),
             fp8_param_gather: false,

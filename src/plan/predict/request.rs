@@ -741,6 +741,13 @@ fn check_expert_parallel(req: &PredictRequest, dp: u64) -> Result<(), PredictErr
             format!("valid --etp: 1 or the tensor-parallel size {}", req.tp),
         ));
     }
+    if req.stack.te_op_fuser && req.etp > 1 {
+        return Err(err(
+            "--etp",
+            req.etp,
+            "--use-transformer-engine-op-fuser on runs the grouped experts without expert tensor parallelism (Megatron-Core: 'Fused GroupedMLP is not supported for this configuration'); valid: --etp 1, or --use-transformer-engine-op-fuser off".to_string(),
+        ));
+    }
     let ranks = req.tp * req.cp * dp;
     if ranks % (req.ep * req.etp) != 0 {
         return Err(err(
