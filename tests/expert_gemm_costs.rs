@@ -11,36 +11,12 @@ mod common;
 use common::{json, pplan};
 use pplan::cost::recipe::MoeDispatcher;
 use pplan::cost::{CostModel, Layout, Recompute, Stack};
-use pplan::inputs::moe::Moe;
 use pplan::inputs::{Hardware, Model};
 
-/// 2 layers, h = 1024, 8 experts of 512 with biases, top-2, sequence 1024.
+/// [`common::small_moe`] with biases on its linear layers (GPT-OSS's experts).
 fn biased() -> Model {
-    let mut m = Model::preset("llama3-8b").unwrap();
-    m.num_layers = 2;
-    m.hidden_size = 1024;
-    m.num_heads = 8;
-    m.num_kv_heads = 8;
-    m.seq_len = 1024;
-    m.vocab_size = 1000;
-    m.moe = Some(Moe {
-        num_experts: 8,
-        top_k: 2,
-        expert_ffn: 512,
-        shared_ffn: 0,
-        layers: vec![true; 2],
-        groups: None,
-    });
+    let mut m = common::small_moe();
     m.arch.add_bias_linear = Some(true);
-    m
-}
-
-/// 4 layers, h = 1024, 8 experts of 512, top-2, sequence 1024, no biases.
-fn small() -> Model {
-    let mut m = biased();
-    m.num_layers = 4;
-    m.moe.as_mut().unwrap().layers = vec![true; 4];
-    m.arch.add_bias_linear = None;
     m
 }
 
@@ -63,22 +39,16 @@ fn with_stack<'a>(m: &'a Model, hw: &'a Hardware, ep: u64, stack: Stack) -> Cost
 }
 
 fn cm<'a>(m: &'a Model, hw: &'a Hardware, ep: u64, fuser: bool) -> CostModel<'a> {
-    CostModel {
-        model: m,
+    with_stack(
+        m,
         hw,
-        layout: Layout {
-            dp: 8,
-            ep,
-            recompute: Recompute::None,
-            ..Layout::tensor_parallel(1)
-        },
-        stack: Stack {
-            moe_imbalance: 1.0,
+        ep,
+        Stack {
             moe_layer_host_s: 0.0,
             te_op_fuser: fuser,
             ..Stack::megatron_core()
         },
-    }
+    )
 }
 
 #[test]
@@ -238,7 +208,7 @@ fn expert_gemm_operands_are_cast_like_the_dense_layers() {
     use pplan::cost::fp8_recipe::Fp8Recipe;
     use pplan::inputs::hardware::Precision;
     let hw = Hardware::bundled("h100-80gb").unwrap();
-    let m = small();
+    let m = common::small_moe();
     let (rows, h, f, up) = (2048.0, 1024.0, 512.0, 1024.0);
     let with = |precision, fp8_recipe| Stack {
         precision,

@@ -2,32 +2,19 @@
 //! experts") against hand counts for small cases: all-to-all bytes and time, rows per expert,
 //! expert data-parallel size, expert parameters per rank, FLOPs, memory, and the refusals.
 
+mod common;
+
 use pplan::cost::recipe::{
     CudaGraphImpl, CudaGraphModules, CudaGraphs, MoeCapacity, MoeDispatcher,
 };
 use pplan::cost::{CostModel, Layout, Recompute, Stack};
-use pplan::inputs::moe::{Moe, RouterGroups};
+use pplan::inputs::moe::RouterGroups;
 use pplan::inputs::{Hardware, Model};
 use pplan::plan::predict::{predict, PredictError, PredictRequest};
 
 /// 4 layers, h = 1024, 8 experts of 512, top-2, sequence 1024.
 fn small() -> Model {
-    let mut m = Model::preset("llama3-8b").unwrap();
-    m.num_layers = 4;
-    m.hidden_size = 1024;
-    m.num_heads = 8;
-    m.num_kv_heads = 8;
-    m.seq_len = 1024;
-    m.vocab_size = 1000;
-    m.moe = Some(Moe {
-        num_experts: 8,
-        top_k: 2,
-        expert_ffn: 512,
-        shared_ffn: 0,
-        layers: vec![true; 4],
-        groups: None,
-    });
-    m
+    common::small_moe()
 }
 
 fn cm<'a>(

@@ -27,3 +27,25 @@ pub fn json(stdout: &str) -> serde_json::Value {
 pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(extra).copied().collect()
 }
+
+/// A small mixture-of-experts model for hand counts: Llama 3 8B's family with 4 layers,
+/// h = 1024, 8 heads (8 KV heads), sequence 1024, vocabulary 1000, and 8 experts of 512 in
+/// every layer, top-2, no shared expert.
+pub fn small_moe() -> pplan::inputs::Model {
+    let mut m = pplan::inputs::Model::preset("llama3-8b").unwrap();
+    m.num_layers = 4;
+    m.hidden_size = 1024;
+    m.num_heads = 8;
+    m.num_kv_heads = 8;
+    m.seq_len = 1024;
+    m.vocab_size = 1000;
+    m.moe = Some(pplan::inputs::moe::Moe {
+        num_experts: 8,
+        top_k: 2,
+        expert_ffn: 512,
+        shared_ffn: 0,
+        layers: vec![true; 4],
+        groups: None,
+    });
+    m
+}
