@@ -542,7 +542,9 @@ impl CostModel<'_> {
     }
 
     /// HBM traffic (forward, backward) of the second expert GEMM's bias on the busiest rank,
-    /// for experts with biases ([`CostModel::moe_expert_biases`]); zero otherwise. The first
+    /// for experts with biases that eager PyTorch adds ([`CostModel::moe_eager_expert_bias`]);
+    /// zero otherwise (with Transformer Engine's op fuser, [`Stack::te_op_fuser`], the fused
+    /// grouped GEMM adds it). The first
     /// GEMM's bias goes into the fused weighted activation; the second's is returned by the
     /// grouped GEMM (`skip_bias_add`) and added weighted by each row's fp32 probability, expert
     /// by expert, in eager PyTorch (`TEGroupedMLP._apply_bias`, experts.py at core_v0.15.0-0.19.0:
@@ -553,8 +555,6 @@ impl CostModel<'_> {
     /// the output (4 + 2), and the product's two gradients, each an FP32 product written and
     /// summed (4 + 4 + 4 for the bias over the rows, the same for the probability over `h`):
     /// 36 bytes.
-    /// With Transformer Engine's op fuser ([`Stack::te_op_fuser`]) the fused grouped GEMM
-    /// adds it: zero.
     ///
     /// [`Stack::te_op_fuser`]: super::Stack::te_op_fuser
     pub fn moe_expert_bias_bytes(&self) -> (f64, f64) {
