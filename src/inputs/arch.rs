@@ -1,8 +1,10 @@
-//! Architecture facts that change what a training framework builds but not what pplan predicts:
-//! the rotary base and scaling, QK normalisation, biases, the MLP activation, the norm epsilon,
-//! the MoE router's scoring and balancing. `pplan emit` writes them so that the emitted model is
-//! the planned one; no cost model reads them (costs depend on the dimensions, `gated_mlp`,
-//! `rms_norm`, `rotary`, the experts and the sliding window, which `Model` carries itself).
+//! Architecture facts that change what a training framework builds: the rotary base and
+//! scaling, QK normalisation, biases, the MLP activation, the norm epsilon, the MoE router's
+//! scoring and balancing. `pplan emit` writes them so that the emitted model is the planned one;
+//! the cost model reads one of them, `add_bias_linear` on a MoE model (the experts' biases,
+//! which Megatron-Core adds expert by expert: `CostModel::moe_expert_bias_bytes`); otherwise
+//! costs depend on the dimensions, `gated_mlp`, `rms_norm`, `rotary`, the experts and the
+//! sliding window, which `Model` carries itself.
 //!
 //! Field names are Megatron-LM's argument names (the plan file stores this struct as its
 //! model's `arch`); `None`/`false` means "the framework's default for the family", so plans

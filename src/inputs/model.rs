@@ -80,8 +80,9 @@ pub struct Model {
     /// `num_nextn_predict_layers`, Megatron `mtp_num_layers`; 0: none), each one more layer
     /// of the last layer's kind ([`Model::mtp_depth_params`]).
     pub mtp_layers: u32,
-    /// Facts that change what a framework builds, not what pplan predicts (rotary base,
-    /// QK norm, biases, activation, router scoring; `inputs::arch`).
+    /// Facts that change what a framework builds (rotary base, QK norm, biases, activation,
+    /// router scoring; `inputs::arch`); of them only the experts' biases change what pplan
+    /// predicts (`CostModel::moe_expert_bias_bytes`).
     pub arch: super::arch::Arch,
 }
 
