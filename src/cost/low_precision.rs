@@ -70,7 +70,7 @@ impl CostModel<'_> {
         if self.stack.precision == Precision::Bf16 {
             return (0.0, 0.0);
         }
-        let per_element = 2.0 + self.stack.low_precision_copy_bytes(self.hw) as f64;
+        let per_element = self.cast_bytes_per_element();
         let (forward, norm_fed, backward) = self.cast_elements();
         if self.fp8_with(Fp8Recipe::Tensorwise) {
             let amax = AMAX_PASS_BYTES_PER_ELEMENT;
@@ -80,10 +80,21 @@ impl CostModel<'_> {
             );
         }
         if self.fp8_with(Fp8Recipe::Blockwise) {
-            let per_element = per_element + 2.0 * BLOCK_SCALE_BYTES / BLOCK_LEN;
             return (per_element * (forward + norm_fed), per_element * backward);
         }
         (per_element * forward, per_element * backward)
+    }
+
+    /// Bytes one element's cast moves beside any amax pass: read in BF16 (2), written as the
+    /// format's copies ([`crate::cost::Stack::low_precision_copy_bytes`]), with block scaling
+    /// their FP32 scales (`2 x 4 / 128`).
+    fn cast_bytes_per_element(&self) -> f64 {
+        let per_element = 2.0 + self.stack.low_precision_copy_bytes(self.hw) as f64;
+        if self.fp8_with(Fp8Recipe::Blockwise) {
+            per_element + 2.0 * BLOCK_SCALE_BYTES / BLOCK_LEN
+        } else {
+            per_element
+        }
     }
 
     /// Elements one rank casts per MoE layer and micro-batch for its routed experts' grouped
@@ -94,15 +105,14 @@ impl CostModel<'_> {
     /// inputs in the forward and of its output gradients in the backward, `grouped_linear.py`
     /// at v2.10), the dense layers' casts none of these (a MoE layer's dense part has no MLP).
     pub fn moe_cast_elements(&self) -> (f64, f64) {
-        let Some(moe) = &self.model.moe else {
+        if self.model.moe.is_none() {
             return (0.0, 0.0);
-        };
-        let local = (moe.num_experts / self.ep()).max(1) as f64;
-        let rows = self.moe_rows_per_expert() * local;
+        }
+        // The expert GEMMs' widths: the first writes `up.n`, the second reads `down.k`.
+        let [up, down] = self.moe_expert_gemms();
+        let rows = self.moe_rank_rows();
         let h = self.model.hidden_size as f64;
-        let f = moe.expert_ffn as f64 / self.etp() as f64;
-        let up = if self.model.gated_mlp { 2.0 * f } else { f };
-        (rows * (h + f), rows * (h + up))
+        (rows * (h + down.k), rows * (h + up.n))
     }
 
     /// HBM traffic (forward, backward) of casting the routed experts' GEMM operands
@@ -114,11 +124,9 @@ impl CostModel<'_> {
         if self.stack.precision == Precision::Bf16 {
             return (0.0, 0.0);
         }
-        let mut per_element = 2.0 + self.stack.low_precision_copy_bytes(self.hw) as f64;
+        let mut per_element = self.cast_bytes_per_element();
         if self.fp8_with(Fp8Recipe::Tensorwise) {
             per_element += AMAX_PASS_BYTES_PER_ELEMENT;
-        } else if self.fp8_with(Fp8Recipe::Blockwise) {
-            per_element += 2.0 * BLOCK_SCALE_BYTES / BLOCK_LEN;
         }
         let (forward, backward) = self.moe_cast_elements();
         (per_element * forward, per_element * backward)

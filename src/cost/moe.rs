@@ -122,6 +122,20 @@ impl CostModel<'_> {
         self.layout.etp.max(1)
     }
 
+    /// Routed experts on one rank: `E/ep`, at least 1; 0 without experts.
+    pub fn moe_local_experts(&self) -> f64 {
+        self.model
+            .moe
+            .as_ref()
+            .map_or(0.0, |m| (m.num_experts / self.ep()).max(1) as f64)
+    }
+
+    /// Routed rows the busiest rank multiplies: [`CostModel::moe_rows_per_expert`] for each of
+    /// its [`CostModel::moe_local_experts`].
+    pub fn moe_rank_rows(&self) -> f64 {
+        self.moe_rows_per_expert() * self.moe_local_experts()
+    }
+
     /// Expert data-parallel size: `t cp d / (ep etp)` (at least 1).
     pub fn expert_dp(&self) -> u64 {
         let l = self.layout;
@@ -296,7 +310,7 @@ impl CostModel<'_> {
         let h = self.model.hidden_size as f64;
         let f = moe.expert_ffn as f64 / self.etp() as f64;
         let up = if self.model.gated_mlp { 2.0 * f } else { f };
-        let local = (moe.num_experts / self.ep()).max(1) as f64;
+        let local = self.moe_local_experts();
         let m = self.moe_rows_per_expert();
         [
             Gemm {
@@ -377,7 +391,7 @@ impl CostModel<'_> {
         let lin_grad = |g: &Gemm| gemm_time_in_s(self.hw, g, self.stack.precision) * grad_slowdown;
         let [up, down] = self.moe_expert_gemms();
         let (router, router_bytes) = self.moe_router();
-        let rows = self.moe_rows_per_expert() * up.batch;
+        let rows = self.moe_rank_rows();
         let f = moe.expert_ffn as f64 / self.etp() as f64;
         // Permute before the experts and un-permute after (read and write 2 bytes per
         // element of the routed rows), and the activation (SwiGLU 6 / 10 bytes per element,
@@ -460,7 +474,7 @@ impl CostModel<'_> {
             ..Part::default()
         };
         // The launches of the whole layer, dense part and experts, bound it from below.
-        let local_experts = (moe.num_experts / self.ep()).max(1) as f64;
+        let local_experts = self.moe_local_experts();
         let moe_kernels = self.moe_kernels(local_experts);
         let kernels = dense_kernels.plus(moe_kernels);
         // CUDA graphs launch what they capture at once (docs/cost-model.md, "CUDA graphs").
@@ -561,8 +575,7 @@ impl CostModel<'_> {
         if !self.moe_eager_expert_bias() {
             return (0.0, 0.0);
         }
-        let [up, _] = self.moe_expert_gemms();
-        let elements = self.moe_rows_per_expert() * up.batch * self.model.hidden_size as f64;
+        let elements = self.moe_rank_rows() * self.model.hidden_size as f64;
         (28.0 * elements, 36.0 * elements)
     }
 
@@ -572,7 +585,7 @@ impl CostModel<'_> {
             return 0.0;
         };
         let per_expert = moe.expert_params(self.model.hidden_size, self.model.gated_mlp) as f64;
-        (moe.num_experts / self.ep()).max(1) as f64 * per_expert / self.etp() as f64
+        self.moe_local_experts() * per_expert / self.etp() as f64
     }
 
     /// Costs of `n` consecutive layers from layer `first`: dense layers cost [`CostModel::layer`],
@@ -739,7 +752,7 @@ impl CostModel<'_> {
     fn moe_routed_activation_bytes(&self) -> (f64, f64) {
         let h = self.model.hidden_size as f64;
         let [up, down] = self.moe_expert_gemms();
-        let rows = self.moe_rows_per_expert() * up.batch;
+        let rows = self.moe_rank_rows();
         // The two expert GEMMs' inputs are kept as Transformer Engine casts them for the GEMM
         // (`e` bytes an element: 2 in BF16, 1 in FP8, as the dense layers' linear inputs);
         // the first GEMM's output in BF16 and the row's fp32 probability, which the fused
