@@ -1,8 +1,9 @@
-//! `--attention-kernel cudnn|fa2`: whose fused attention kernels run the attention core, each
-//! at its own measured law in the hardware profile (docs/cost-model.md, "Flash attention").
+//! `--attention-kernel cudnn|fa2|triton`: whose fused attention kernels run the attention core,
+//! each at its own law in the hardware profile (docs/cost-model.md, "Flash attention").
 //! FlashAttention-2's (PyTorch SDPA's flash backend, torchtitan before 2025-03) runs at about
-//! half cuDNN's rate on Hopper; on A100 the two are the same law; a profile without it refuses
-//! it by name; plans carry it and the emitters say what their framework runs.
+//! half cuDNN's rate on Hopper; on A100 the two are the same law, and FlashAttention's Triton
+//! kernel of 2022 (llm-foundry's) slower; a profile without a kernel's rates refuses it by
+//! name; plans carry it and the emitters say what their framework runs.
 
 mod common;
 use common::{json, pplan, with};
@@ -66,7 +67,53 @@ fn a_profile_without_flash_attention_2_rates_refuses_it_by_name() {
     assert!(err.contains("--attention-kernel cudnn"), "{err}");
     let (code, _, err) = pplan(&with(&LLAMA3_8B_32K, &["--attention-kernel", "fa3"]));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("valid: cudnn, fa2"), "{err}");
+    assert!(err.contains("valid: cudnn, fa2, triton"), "{err}");
+    let (code, _, err) = pplan(&with(&LLAMA3_8B_32K, &["--attention-kernel", "triton"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("gpu.attention_triton_efficiency_forward") && err.contains("a100-80gb"),
+        "{err}"
+    );
+}
+
+/// On A100 the Triton kernel's attention core runs at FlashAttention v1's published middle
+/// rates (0.40 of peak forward, 0.30 backward; FlashAttention-2's 0.6 and 0.5): the core takes
+/// 1.5 times as long forward and 5/3 backward, and a 32k-token step of Llama 3 8B, about two
+/// fifths of it the attention core, grows by a fifth to two fifths.
+#[test]
+fn the_triton_kernel_runs_at_flash_attention_v1s_rates_on_a100() {
+    let hw = pplan::inputs::Hardware::bundled("a100-80gb").unwrap();
+    let g = &hw.gpu;
+    assert_eq!(g.attention_triton_efficiency_forward, Some(0.40));
+    assert_eq!(g.attention_triton_efficiency_backward, Some(0.30));
+    let (tf, tb) = hw.attention_triton_efficiency_at(32768.0, 32.0).unwrap();
+    let (ff, fb) = hw.attention_fa2_efficiency_at(32768.0, 32.0).unwrap();
+    assert!((ff / tf - 1.5).abs() < 1e-9 && (fb / tb - 5.0 / 3.0).abs() < 1e-9);
+    let mut a100 = LLAMA3_8B_32K.to_vec();
+    a100[4] = "a100-80gb";
+    let fa2 = step(&with(&a100, &["--attention-kernel", "fa2"]));
+    let triton = step(&with(&a100, &["--attention-kernel", "triton"]));
+    assert!(triton > 1.2 * fa2 && triton < 1.4 * fa2, "{fa2} {triton}");
+}
+
+/// A profile's kernel rates are fractions of peak: zero or above one is refused by field.
+#[test]
+fn kernel_rates_outside_zero_to_one_are_refused_by_field() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/hardware/a100-80gb.json"
+    ))
+    .unwrap();
+    for field in [
+        "attention_triton_efficiency_backward",
+        "attention_fa2_efficiency_forward",
+    ] {
+        // 0.3 -> 1.3, 0.6 -> 1.6.
+        let bad = text.replacen(&format!("\"{field}\": 0."), &format!("\"{field}\": 1."), 1);
+        assert_ne!(bad, text, "{field}");
+        let err = pplan::inputs::Hardware::from_json(&bad, "bad.json").unwrap_err();
+        assert!(err.to_string().contains(&format!("gpu.{field}")), "{err}");
+    }
 }
 
 #[test]

@@ -297,12 +297,12 @@ fn torchtitan_rows_within_their_bars() {
 }
 
 /// llm-foundry's MPT runs (held out): every run fits as it ran, all ZeRO-3; the guards on the
-/// two tables' mean absolute errors (12 % on H100, 22 % on A100) notice a change to the model.
+/// two tables' mean absolute errors (12 % on H100, 7 % on A100) notice a change to the model.
 #[test]
 fn llm_foundry_runs_fit_and_stay_within_the_guards() {
     for (source, guard, count) in [
         ("llm-foundry-mpt-h100", 0.12, 18),
-        ("llm-foundry-mpt-a100", 0.22, 61),
+        ("llm-foundry-mpt-a100", 0.07, 61),
     ] {
         let g = group(source);
         assert_eq!(g.len(), count);
@@ -315,6 +315,36 @@ fn llm_foundry_runs_fit_and_stay_within_the_guards() {
             assert!(!req.stack.fsdp2, "{id}");
         }
     }
+}
+
+/// llm-foundry's A100 table ran FlashAttention's Triton kernel of 2022 (`attn_impl: triton`),
+/// priced at the middle of FlashAttention v1's published A100 ranges (Dao 2023, Sec. 1;
+/// nothing fitted to these rows): its 28 runs beyond 4,096 tokens, where the attention is most
+/// of the step, are within 8 % on average; at FlashAttention-2's rates they were 32 % fast.
+#[test]
+fn llm_foundry_a100_long_runs_take_the_triton_kernels_rates() {
+    let long: Vec<_> = group("llm-foundry-mpt-a100")
+        .into_iter()
+        .filter(|(id, _, _)| prepared(id).model.seq_len > 4096)
+        .collect();
+    assert_eq!(long.len(), 28);
+    assert!(mae(&long) < 0.08, "{}", mae(&long));
+    let mut fa2_errors = Vec::new();
+    for (id, _, _) in &long {
+        let r = prepared(id);
+        let req = r.flags.request(&r.model, &r.hardware, None).unwrap();
+        assert_eq!(
+            req.stack.attention_kernel,
+            pplan::cost::AttentionKernel::Triton
+        );
+        let mut fa2 = r.flags.clone();
+        fa2.stack.attention_kernel = "fa2".into();
+        fa2_errors.push(r.predict_with(&r.hardware, &fa2).unwrap().error);
+    }
+    let fa2_mae = fa2_errors.iter().map(|e| e.abs()).sum::<f64>() / fa2_errors.len() as f64;
+    assert!(fa2_mae > 0.25, "{fa2_mae}");
+    // The kernel that ran is slower: each run's prediction falls with it.
+    assert!(fa2_errors.iter().zip(&long).all(|(f, (_, e, _))| f > e));
 }
 
 /// The ModelZoo's Qwen3-235B-A22B rows: the stated layouts and stack reach the request, m289's

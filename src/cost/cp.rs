@@ -73,6 +73,10 @@ impl CostModel<'_> {
                 .hw
                 .attention_fa2_efficiency_at(seq, heads)
                 .unwrap_or_else(|| self.hw.attention_efficiency_at(seq, heads)),
+            AttentionKernel::Triton => self
+                .hw
+                .attention_triton_efficiency_at(seq, heads)
+                .unwrap_or_else(|| self.hw.attention_efficiency_at(seq, heads)),
             AttentionKernel::Cudnn => self.hw.attention_efficiency_at(seq, heads),
         }
     }

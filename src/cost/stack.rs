@@ -196,14 +196,24 @@ pub enum AttentionKernel {
     /// neither its asynchronous tensor-core instructions nor TMA: about half cuDNN's rate. The
     /// profile's `attention_fa2_*` law.
     Fa2,
+    /// FlashAttention's Triton kernel of 2022 (`flash_attn_triton.py`, Dao, at eff9fe6b;
+    /// MosaicML llm-foundry's `attn_impl: triton`, the default of its MPT benchmarks):
+    /// forward faster and backward slower than the CUDA FlashAttention (v1) of the time,
+    /// together slightly slower. The profile's `attention_triton_*` rates.
+    Triton,
 }
 
 impl AttentionKernel {
-    pub const ALL: [AttentionKernel; 2] = [AttentionKernel::Cudnn, AttentionKernel::Fa2];
+    pub const ALL: [AttentionKernel; 3] = [
+        AttentionKernel::Cudnn,
+        AttentionKernel::Fa2,
+        AttentionKernel::Triton,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             AttentionKernel::Cudnn => "cudnn",
             AttentionKernel::Fa2 => "fa2",
+            AttentionKernel::Triton => "triton",
         }
     }
 }
@@ -220,7 +230,7 @@ impl FromStr for AttentionKernel {
         AttentionKernel::ALL
             .into_iter()
             .find(|a| a.as_str() == s)
-            .ok_or_else(|| format!("unknown attention kernel '{s}' (valid: cudnn, fa2)"))
+            .ok_or_else(|| format!("unknown attention kernel '{s}' (valid: cudnn, fa2, triton)"))
     }
 }
 

@@ -201,6 +201,22 @@ impl Hardware {
                 self.gpu.attention_efficiency_backward,
             ),
             (
+                "gpu.attention_fa2_efficiency_forward",
+                self.gpu.attention_fa2_efficiency_forward,
+            ),
+            (
+                "gpu.attention_fa2_efficiency_backward",
+                self.gpu.attention_fa2_efficiency_backward,
+            ),
+            (
+                "gpu.attention_triton_efficiency_forward",
+                self.gpu.attention_triton_efficiency_forward,
+            ),
+            (
+                "gpu.attention_triton_efficiency_backward",
+                self.gpu.attention_triton_efficiency_backward,
+            ),
+            (
                 "gpu.attention_noncausal_efficiency_forward",
                 self.gpu.attention_noncausal_efficiency_forward,
             ),

@@ -277,6 +277,11 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "the deferred output-layer weight gradient is Megatron-Core's (--defer-embedding-wgrad-compute); torchtitan computes it in each micro-batch's backward".into(),
         );
     }
+    if par.attention == "flash" && par.attention_kernel == "triton" {
+        notes.push(
+            "FlashAttention's Triton kernel (--attention-kernel triton) is llm-foundry's (attn_impl: triton); torchtitan's attention is PyTorch's SDPA".into(),
+        );
+    }
     if par.attention == "flash" && par.attention_kernel == "fa2" {
         notes.push(
             "FlashAttention-2's kernels (--attention-kernel fa2) are not set here: torchtitan's ScaledDotProductAttention asks PyTorch's SDPA for cuDNN first (since 2025-03); set its sdpa_backends to FLASH_ATTENTION to run what was predicted".into(),

@@ -450,6 +450,11 @@ pub fn megatron(plan: &Plan) -> Emitted {
                 "FlashAttention-2's kernels (--attention-kernel fa2): Megatron-Core's --attention-backend flash runs the flash-attn package installed (FlashAttention-3 on Hopper where it is), and reading these arguments back gives cuDNN's rates".into(),
             );
         }
+        if par.attention_kernel == "triton" {
+            notes.push(
+                "FlashAttention's Triton kernel (--attention-kernel triton) is llm-foundry's; Megatron-Core has no backend for it, and reading these arguments back gives cuDNN's rates".into(),
+            );
+        }
     }
     if par.tp_comm_overlap {
         flag("--tp-comm-overlap", None);

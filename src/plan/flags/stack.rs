@@ -128,9 +128,10 @@ pub struct StackFlags {
     #[arg(long, default_value = "p2p")]
     pub cp_comm: String,
     /// Whose fused attention kernels run with --attention flash: cudnn (cuDNN's, what
-    /// Transformer Engine runs and torchtitan's SDPA asks for first since 2025-03) or fa2
+    /// Transformer Engine runs and torchtitan's SDPA asks for first since 2025-03), fa2
     /// (FlashAttention-2's: PyTorch SDPA's flash backend, torchtitan before 2025-03, the
-    /// flash-attn 2 package); each at the hardware profile's measured rates.
+    /// flash-attn 2 package) or triton (FlashAttention's Triton kernel of 2022: llm-foundry's
+    /// attn_impl triton); each at the hardware profile's rates.
     #[arg(long, default_value = "cudnn")]
     pub attention_kernel: String,
     /// Mixture of experts: tokens on the busiest expert-parallel rank over the mean (>= 1);
@@ -338,6 +339,15 @@ impl StackFlags {
                 {
                     return bad(format!(
                         "--attention-kernel fa2: hardware '{}' has no FlashAttention-2 rates (gpu.attention_fa2_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
+                        hw.name
+                    ))
+                }
+                Ok(AttentionKernel::Triton)
+                    if hw.gpu.attention_triton_efficiency_forward.is_none()
+                        || hw.gpu.attention_triton_efficiency_backward.is_none() =>
+                {
+                    return bad(format!(
+                        "--attention-kernel triton: hardware '{}' has no rates for FlashAttention's Triton kernel (gpu.attention_triton_efficiency_forward, _backward); valid: --attention-kernel cudnn or fa2, or a profile that has them (a100-80gb)",
                         hw.name
                     ))
                 }
