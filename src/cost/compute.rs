@@ -362,9 +362,15 @@ impl CostModel<'_> {
         // bias+add is 6 sbh forward and 10 backward.
         let mask = if self.model.dropout { 1.0 } else { 0.0 };
         let (rest_f, rest_b) = if self.stack.fused_kernels {
+            // YaRN's rotary embedding where it cannot be fused (`cost::eager`).
+            let (rope_f, rope_b) = self.unfused_rope_bytes();
             (
-                (2.0 * norm_f + 2.0 * (6.0 + mask)) * sbh + if gated { 6.0 } else { 4.0 } * sbf,
-                (2.0 * norm_b + 2.0 * (10.0 + mask)) * sbh + if gated { 10.0 } else { 6.0 } * sbf,
+                (2.0 * norm_f + 2.0 * (6.0 + mask)) * sbh
+                    + if gated { 6.0 } else { 4.0 } * sbf
+                    + rope_f,
+                (2.0 * norm_b + 2.0 * (10.0 + mask)) * sbh
+                    + if gated { 10.0 } else { 6.0 } * sbf
+                    + rope_b,
             )
         } else {
             // Eager PyTorch, as torchtitan's Llama code runs it (no biases, no dropout; the

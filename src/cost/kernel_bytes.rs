@@ -116,3 +116,23 @@ pub const EAGER_LAYERNORM_BYTES: (f64, f64) = (4.0, 10.0);
 /// `view_as_complex(x.float()) * freqs_cis`, `view_as_real`, `type_as`), each way: cast (read
 /// 2, write 4), complex multiply (4, 4), cast back (4, 2).
 pub const EAGER_ROPE_BYTES: f64 = 20.0;
+
+/// Bytes per element of q and k of Megatron-Core's eager rotary embedding
+/// (`_apply_rotary_pos_emb_bshd`, rope_utils.py at core_v0.15.0-0.19.0), each way. Forward: `t *
+/// cos` (read 2, write 2), the half rotation's `neg` on half the elements and `cat` (1 + 1, then
+/// 2 + 2), `* sin` (2, 2), the sum (4, 2), the `cat` with the empty unrotated part (2, 2): 24;
+/// backward, by autograd: the two products' gradients (2 + 2 each), the `neg`'s (1 + 1), the
+/// rotation's `cat` (2 + 2) and the sum of the two paths (4 + 2): 20. The `[s, 1, 1, d]` cos
+/// and sin tables are negligible. (Transformer Engine's fused kernel moves 4 each way, which
+/// pplan does not count.)
+pub const UNFUSED_ROPE_BYTES: (f64, f64) = (24.0, 20.0);
+
+/// Bytes per element of the first expert GEMM's output (gate and up halves) of the eager
+/// clamp in front of Megatron-Core's fused clamped activation (`weighted_bias_quick_geglu_impl`,
+/// core_v0.15.0-0.19.0: `torch.cat((x_glu.clamp(max=c), x_linear.clamp(-c, c)))`). Forward:
+/// each half's `clamp` (read 2, write 2) and the `cat` (2, 2): 8. Backward: the gate's
+/// `where(x <= c, g, 0)` (the compare reads 2 and writes a 1-byte mask; the `where` reads the
+/// mask and the gradient and writes 2: 8), the up half's `where(-c <= x <= c, g, 0)` (two
+/// compares, the `and` of the masks, the `where`: 14), the halves' gradients re-assembled by
+/// `chunk`'s backward, a `cat` (2, 2): (8 + 14) / 2 + 4 = 15.
+pub const CLAMPED_GLU_BYTES: (f64, f64) = (8.0, 15.0);

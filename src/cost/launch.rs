@@ -155,10 +155,12 @@ impl CostModel<'_> {
             (3.0 + dropout, 5.0 + dropout)
         };
         let (forward, backward, weight, elementwise_f) = if self.stack.fused_kernels {
-            let elementwise = 2.0 + 2.0 + 1.0;
+            // YaRN's eager rotary embedding (`cost::eager`), where it cannot be fused.
+            let (rope_f, rope_b) = self.unfused_rope_kernels();
+            let elementwise = 2.0 + 2.0 + 1.0 + rope_f;
             (
                 4.0 + core_f + elementwise + tp_f + cast_f,
-                4.0 + core_b + 2.0 + 2.0 + 1.0 + tp_b + cast_b,
+                4.0 + core_b + 2.0 + 2.0 + 1.0 + rope_b + tp_b + cast_b,
                 4.0 + if self.stack.grad_accumulation_fusion {
                     0.0
                 } else {
@@ -266,7 +268,10 @@ impl CostModel<'_> {
         } else {
             (0.0, 0.0)
         };
-        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_f + bias_f;
+        // A clamped activation's eager clamps (`cost::eager`; their recomputation with the
+        // `moe_act` module included).
+        let (clamp_f, clamp_b) = self.moe_clamp_kernels();
+        let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_f + bias_f + clamp_f;
         let recompute = match self.layout.recompute {
             Recompute::Full | Recompute::NormMoe => forward,
             Recompute::NormAct => 1.0,
@@ -274,7 +279,7 @@ impl CostModel<'_> {
         };
         Kernels {
             forward,
-            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_b + bias_b + recompute,
+            backward_input: 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_b + bias_b + clamp_b + recompute,
             backward_weight: 1.0 + gemms,
         }
     }

@@ -4,6 +4,8 @@
 //!   [`CostModel`] binding them to a model and a hardware profile;
 //! - [`compute`]: per-layer, embedding, output-layer and optimizer time on one GPU;
 //! - [`cp`]: context parallelism: the K/V exchange and the ring's merge traffic;
+//! - [`eager`]: where Megatron-Core falls back to eager PyTorch for a model's own features
+//!   (YaRN's rotary embedding, a clamped gated activation);
 //! - [`network`]: collectives and point-to-point transfers on the links they cross;
 //! - [`memory`]: model state and activation memory per GPU;
 //! - [`moe`]: mixture-of-experts layers, expert parallelism, expert memory and reduction;
@@ -34,6 +36,7 @@
 
 pub mod compute;
 pub mod cp;
+pub mod eager;
 pub mod fp8_recipe;
 pub mod kernel_bytes;
 pub mod launch;

@@ -412,8 +412,10 @@ impl CostModel<'_> {
         let (cast_f, cast_b) = self.moe_low_precision_cast_bytes();
         // The second expert GEMM's bias, added outside it ([`CostModel::moe_expert_bias_bytes`]).
         let (bias_f, bias_b) = self.moe_expert_bias_bytes();
-        let fwd_mem = permute + act_f * rows * f + router_bytes + cast_f + bias_f;
-        let bwd_mem = permute + act_b * rows * f + router_bytes + cast_b + bias_b;
+        // A clamped activation's eager clamps ([`CostModel::moe_clamp_bytes`]).
+        let (clamp_f, clamp_b) = self.moe_clamp_bytes();
+        let fwd_mem = permute + act_f * rows * f + router_bytes + cast_f + bias_f + clamp_f;
+        let bwd_mem = permute + act_b * rows * f + router_bytes + cast_b + bias_b + clamp_b;
         let comm = 2.0 * (self.moe_a2a_s() + self.moe_etp_collective_s());
         let fwd_gemm = lin(&up) + lin(&down) + gemm_time_s(self.hw, &router);
         let bwd_in_gemm = lin_grad(&up.input_grad())
@@ -881,7 +883,8 @@ impl CostModel<'_> {
         let routed = match self.layout.recompute {
             Recompute::NormAct => kept,
             Recompute::NormMoe => 2.0 * sbh / t,
-            _ => kept + act,
+            // With a clamped activation's eager clamps, their input too.
+            _ => kept + act + self.moe_clamp_saved_bytes(),
         };
         let fs = moe.shared_ffn as f64 / t;
         let up_s = if self.model.gated_mlp { 2.0 * fs } else { fs };
