@@ -68,7 +68,7 @@ fn a_profile_without_flash_attention_2_rates_refuses_it_by_name() {
     let (code, _, err) = pplan(&with(&LLAMA3_8B_32K, &["--attention-kernel", "fa3"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("valid: cudnn, fa2, triton"), "{err}");
-    let (code, _, err) = pplan(&with(&LLAMA3_8B_32K, &["--attention-kernel", "triton"]));
+    let (code, _, err) = pplan(&with(&b200, &["--attention-kernel", "triton"]));
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("gpu.attention_triton_efficiency_forward") && err.contains("a100-80gb"),
@@ -94,6 +94,22 @@ fn the_triton_kernel_runs_at_flash_attention_v1s_rates_on_a100() {
     let fa2 = step(&with(&a100, &["--attention-kernel", "fa2"]));
     let triton = step(&with(&a100, &["--attention-kernel", "triton"]));
     assert!(triton > 1.2 * fa2 && triton < 1.4 * fa2, "{fa2} {triton}");
+}
+
+/// No Hopper rate of the Triton kernel is published: the Hopper profiles assume it bears to
+/// FlashAttention-2's measured law there the ratio it bears on A100 (both use Ampere's
+/// instructions on Hopper), at every length and head count.
+#[test]
+fn the_triton_kernel_on_hopper_is_flash_attention_2s_law_at_the_a100_ratio() {
+    for name in ["h100-80gb", "h200", "h800"] {
+        let hw = pplan::inputs::Hardware::bundled(name).unwrap();
+        for (seq, heads) in [(2048.0, 8.0), (8192.0, 64.0), (65536.0, 4.0)] {
+            let (tf, tb) = hw.attention_triton_efficiency_at(seq, heads).unwrap();
+            let (ff, fb) = hw.attention_fa2_efficiency_at(seq, heads).unwrap();
+            assert!((tf / ff - 0.40 / 0.60).abs() < 1e-3, "{name} {seq}");
+            assert!((tb / fb - 0.30 / 0.50).abs() < 1e-3, "{name} {seq}");
+        }
+    }
 }
 
 /// A profile's kernel rates are fractions of peak: zero or above one is refused by field.

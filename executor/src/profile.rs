@@ -718,6 +718,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_fa2_half_seq_backward: None,
             attention_triton_efficiency_forward: None,
             attention_triton_efficiency_backward: None,
+            attention_triton_half_seq_forward: None,
+            attention_triton_half_seq_backward: None,
             attention_noncausal_efficiency_forward: None,
             attention_noncausal_efficiency_backward: None,
             attention_noncausal_half_seq_forward: None,

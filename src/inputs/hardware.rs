@@ -86,14 +86,19 @@ pub struct Gpu {
     pub attention_fa2_half_seq_forward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_fa2_half_seq_backward: Option<f64>,
-    /// FlashAttention's Triton kernel of 2022 (`--attention-kernel triton`): its forward
-    /// (backward) efficiency is `attention_triton_efficiency_forward` (`_backward`) times the
-    /// fused kernel's fill term, no fall-off with length (none published). Absent: the
-    /// profile has no rates for it (`--attention-kernel triton` is refused).
+    /// FlashAttention's Triton kernel of 2022 (`--attention-kernel triton`): FlashAttention-2's
+    /// law form, `attention_triton_efficiency_forward · s/(s + s0) · H s/(H s + n0)` with `s0`
+    /// = `attention_triton_half_seq_forward` (`_backward`; absent: no fall-off) and the fused
+    /// kernel's `n0`. Absent rates: the profile has none for it (`--attention-kernel triton`
+    /// is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_triton_efficiency_forward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_triton_efficiency_backward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_triton_half_seq_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_triton_half_seq_backward: Option<f64>,
     /// The non-causal attention blocks of a context-parallel ring's later steps (every query
     /// tile over all the keys in hand, no short loops): their (forward, backward) efficiency
     /// is `attention_noncausal_efficiency_forward · s/(s + s0)` for the rank's `s` query tokens
@@ -389,14 +394,19 @@ impl Hardware {
         }
     }
 
-    /// The Triton FlashAttention kernel's (forward, backward) efficiency for `heads` =
-    /// micro-batch × query heads on one rank ([`Gpu::attention_triton_efficiency_forward`]);
-    /// `None` when the profile has no rates for it.
+    /// The Triton FlashAttention kernel's (forward, backward) efficiency for `seq` query tokens
+    /// per sequence and `heads` = micro-batch × query heads on one rank
+    /// ([`Gpu::attention_triton_efficiency_forward`]); `None` when the profile has no rates
+    /// for it.
     pub fn attention_triton_efficiency_at(&self, seq: f64, heads: f64) -> Option<(f64, f64)> {
         let fill = self.attention_fill(seq, heads);
         Some((
-            self.gpu.attention_triton_efficiency_forward? * fill,
-            self.gpu.attention_triton_efficiency_backward? * fill,
+            self.gpu.attention_triton_efficiency_forward?
+                * fall_off(seq, self.gpu.attention_triton_half_seq_forward)
+                * fill,
+            self.gpu.attention_triton_efficiency_backward?
+                * fall_off(seq, self.gpu.attention_triton_half_seq_backward)
+                * fill,
         ))
     }
 

@@ -242,6 +242,22 @@ impl Hardware {
                 "gpu.attention_half_seq_backward",
                 self.gpu.attention_half_seq_backward,
             ),
+            (
+                "gpu.attention_fa2_half_seq_forward",
+                self.gpu.attention_fa2_half_seq_forward,
+            ),
+            (
+                "gpu.attention_fa2_half_seq_backward",
+                self.gpu.attention_fa2_half_seq_backward,
+            ),
+            (
+                "gpu.attention_triton_half_seq_forward",
+                self.gpu.attention_triton_half_seq_forward,
+            ),
+            (
+                "gpu.attention_triton_half_seq_backward",
+                self.gpu.attention_triton_half_seq_backward,
+            ),
             ("gpu.attention_half_heads", self.gpu.attention_half_heads),
             ("gpu.attention_half_work", self.gpu.attention_half_work),
             (

@@ -347,7 +347,7 @@ impl StackFlags {
                         || hw.gpu.attention_triton_efficiency_backward.is_none() =>
                 {
                     return bad(format!(
-                        "--attention-kernel triton: hardware '{}' has no rates for FlashAttention's Triton kernel (gpu.attention_triton_efficiency_forward, _backward); valid: --attention-kernel cudnn or fa2, or a profile that has them (a100-80gb)",
+                        "--attention-kernel triton: hardware '{}' has no rates for FlashAttention's Triton kernel (gpu.attention_triton_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
                         hw.name
                     ))
                 }
