@@ -333,25 +333,10 @@ impl StackFlags {
                 .parse()
                 .map_err(|e: String| FlagError(format!("--cp-comm: {e}")))?,
             attention_kernel: match self.attention_kernel.parse() {
-                Ok(AttentionKernel::Fa2)
-                    if hw.gpu.attention_fa2_efficiency_forward.is_none()
-                        || hw.gpu.attention_fa2_efficiency_backward.is_none() =>
-                {
-                    return bad(format!(
-                        "--attention-kernel fa2: hardware '{}' has no FlashAttention-2 rates (gpu.attention_fa2_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
-                        hw.name
-                    ))
-                }
-                Ok(AttentionKernel::Triton)
-                    if hw.gpu.attention_triton_efficiency_forward.is_none()
-                        || hw.gpu.attention_triton_efficiency_backward.is_none() =>
-                {
-                    return bad(format!(
-                        "--attention-kernel triton: hardware '{}' has no rates for FlashAttention's Triton kernel (gpu.attention_triton_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
-                        hw.name
-                    ))
-                }
-                Ok(k) => k,
+                Ok(k) => match missing_kernel_rates(k, hw) {
+                    Some(e) => return bad(e),
+                    None => k,
+                },
                 Err(e) => return bad(format!("--attention-kernel: {e}")),
             },
             moe_imbalance: if self.moe_imbalance.is_finite()
@@ -462,6 +447,31 @@ pub fn precision_and_recipe(
         }));
     }
     Ok((recipe.precision(), recipe))
+}
+
+/// `--attention-kernel K`'s refusal on a profile without K's rates (both directions), or
+/// `None` where the profile has them (cuDNN's law is the one `--attention flash` itself asks
+/// for).
+fn missing_kernel_rates(k: AttentionKernel, hw: &Hardware) -> Option<String> {
+    let (has, what, fields) = match k {
+        AttentionKernel::Cudnn => return None,
+        AttentionKernel::Fa2 => (
+            hw.attention_fa2_efficiency_at(1.0, 1.0).is_some(),
+            "FlashAttention-2 rates",
+            "attention_fa2",
+        ),
+        AttentionKernel::Triton => (
+            hw.attention_triton_efficiency_at(1.0, 1.0).is_some(),
+            "rates for FlashAttention's Triton kernel",
+            "attention_triton",
+        ),
+    };
+    (!has).then(|| {
+        format!(
+            "--attention-kernel {k}: hardware '{}' has no {what} (gpu.{fields}_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
+            hw.name
+        )
+    })
 }
 
 fn join_precisions(ps: &[Precision]) -> String {
