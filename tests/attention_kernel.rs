@@ -150,6 +150,26 @@ fn plans_carry_the_kernel_and_the_emitters_say_what_runs() {
             "{target}: {out}{err}"
         );
     }
+    // The Triton kernel (llm-foundry's): the plan carries it, neither emitter can run it.
+    let triton = step(&with(
+        &LLAMA3_8B_32K,
+        &["--attention-kernel", "triton", "--output", plan],
+    ));
+    let text = std::fs::read_to_string(plan).unwrap();
+    assert!(text.contains("\"attention_kernel\": \"triton\""), "{text}");
+    assert_eq!(
+        step(&["predict", "--plan", plan, "--format", "json"]),
+        triton
+    );
+    for target in ["torchtitan", "megatron"] {
+        let (code, out, err) = pplan(&["emit", "--plan", plan, "--target", target]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            (out.contains("Triton kernel") || err.contains("Triton kernel"))
+                && (out.contains("llm-foundry") || err.contains("llm-foundry")),
+            "{target}: {out}{err}"
+        );
+    }
     // cuDNN's, the default, is left out of the plan.
     step(&with(
         &LLAMA3_8B_32K,
