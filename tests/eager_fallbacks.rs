@@ -143,19 +143,6 @@ fn the_clamped_activation_costs_its_eager_passes_unless_the_op_fuser_runs_it() {
     assert_eq!(eager.moe_clamp_saved_bytes(), 2.0 * elements);
     assert_eq!(fused.moe_clamp_saved_bytes(), 0.0);
 
-    // With the `moe_act` module recomputed the checkpoint keeps its input only, and the
-    // backward runs the clamps again.
-    let act = cm(&m, &hw, Recompute::NormAct, Stack::megatron_core());
-    assert_eq!(act.moe_clamp_saved_bytes(), 0.0);
-    assert_eq!(
-        act.moe_clamp_bytes().1,
-        (CLAMPED_GLU_BYTES.1 + CLAMPED_GLU_BYTES.0) * elements
-    );
-    assert_eq!(
-        act.moe_clamp_kernels().1,
-        CLAMPED_GLU_KERNELS.1 + CLAMPED_GLU_KERNELS.0
-    );
-
     // In the MoE layer: the bytes at the HBM rate (the rotary embedding's are in both), the
     // kept bytes in its activations.
     let hbm = hw.hbm_bytes_per_s();
@@ -167,6 +154,29 @@ fn the_clamped_activation_costs_its_eager_passes_unless_the_op_fuser_runs_it() {
     assert_eq!(
         eager.moe_layer_activation_bytes(1 << 30) - fused.moe_layer_activation_bytes(1 << 30),
         2 * 2048 * 1024
+    );
+
+    // With the `moe_act` module recomputed the checkpoint keeps its input only, and the
+    // backward runs the clamps again: their forward's bytes and kernels once more.
+    let act = cm(&m, &hw, Recompute::NormAct, Stack::megatron_core());
+    let act_fused = cm(
+        &m,
+        &hw,
+        Recompute::NormAct,
+        Stack {
+            te_op_fuser: true,
+            ..Stack::megatron_core()
+        },
+    );
+    assert_eq!(act.moe_clamp_saved_bytes(), 0.0);
+    let db =
+        act.moe_layer().backward_input.memory_s - act_fused.moe_layer().backward_input.memory_s;
+    let again = (CLAMPED_GLU_BYTES.1 + CLAMPED_GLU_BYTES.0) * elements;
+    assert!((db * hbm / again - 1.0).abs() < 1e-9, "{db}");
+    let (ka, kf) = (act.moe_kernels(2.0), act_fused.moe_kernels(2.0));
+    assert_eq!(
+        ka.backward_input - kf.backward_input,
+        CLAMPED_GLU_KERNELS.1 + CLAMPED_GLU_KERNELS.0
     );
 }
 

@@ -82,35 +82,26 @@ impl<'a> CostModel<'a> {
 
     /// HBM traffic (forward, backward) of the eager clamp on the busiest rank's routed rows
     /// ([`CLAMPED_GLU_BYTES`] an element of the first expert GEMM's output, `2 f_e / etp` a
-    /// row); with the `moe_act` module recomputed the backward runs its forward again.
+    /// row). The `moe_act` module's recomputation runs the forward again
+    /// ([`CostModel::moe_layer`](super::CostModel::moe_layer)).
     pub fn moe_clamp_bytes(&self) -> (f64, f64) {
         if !self.moe_eager_clamp() {
             return (0.0, 0.0);
         }
         let [up, _] = self.moe_expert_gemms();
         let elements = self.moe_rank_rows() * up.n;
-        let again = if self.layout.recompute == Recompute::NormAct {
-            CLAMPED_GLU_BYTES.0
-        } else {
-            0.0
-        };
         (
             CLAMPED_GLU_BYTES.0 * elements,
-            (CLAMPED_GLU_BYTES.1 + again) * elements,
+            CLAMPED_GLU_BYTES.1 * elements,
         )
     }
 
-    /// Kernels (forward, backward) of the eager clamp, the recomputed forward's included.
+    /// Kernels (forward, backward) of the eager clamp.
     pub fn moe_clamp_kernels(&self) -> (f64, f64) {
         if !self.moe_eager_clamp() {
             return (0.0, 0.0);
         }
-        let again = if self.layout.recompute == Recompute::NormAct {
-            CLAMPED_GLU_KERNELS.0
-        } else {
-            0.0
-        };
-        (CLAMPED_GLU_KERNELS.0, CLAMPED_GLU_KERNELS.1 + again)
+        CLAMPED_GLU_KERNELS
     }
 
     /// Bytes the eager clamp keeps beside what the fused activation keeps, per micro-batch on

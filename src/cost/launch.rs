@@ -268,13 +268,13 @@ impl CostModel<'_> {
         } else {
             (0.0, 0.0)
         };
-        // A clamped activation's eager clamps (`cost::eager`; their recomputation with the
-        // `moe_act` module included).
+        // A clamped activation's eager clamps (`cost::eager`).
         let (clamp_f, clamp_b) = self.moe_clamp_kernels();
         let forward = 3.0 + 2.0 + 2.0 + 1.0 + gemms + cast_f + bias_f + clamp_f;
         let recompute = match self.layout.recompute {
             Recompute::Full | Recompute::NormMoe => forward,
-            Recompute::NormAct => 1.0,
+            // The `moe_act` module: the activation kernel, and a clamped one's clamps.
+            Recompute::NormAct => 1.0 + clamp_f,
             _ => 0.0,
         };
         Kernels {

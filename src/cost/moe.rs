@@ -462,8 +462,8 @@ impl CostModel<'_> {
         match self.layout.recompute {
             // The MoE block again (router, dispatch, experts, combine) before its backward.
             Recompute::Full | Recompute::NormMoe => backward_input = backward_input.plus(forward),
-            // The experts' activation kernel again.
-            Recompute::NormAct => backward_input.memory_s += act_f * rows * f / hbm,
+            // The `moe_act` module again: the experts' activation, and a clamped one's clamps.
+            Recompute::NormAct => backward_input.memory_s += (act_f * rows * f + clamp_f) / hbm,
             _ => {}
         }
         // Expert weight gradients accumulate into their fp32 main gradients like the dense
