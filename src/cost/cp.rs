@@ -4,6 +4,23 @@
 //! docs/cost-model.md, "Context parallelism".
 
 use super::stack::{AttentionKernel, CostModel, CpComm};
+use crate::inputs::Hardware;
+
+impl AttentionKernel {
+    /// The kernel's causal (forward, backward) efficiency on `hw` for `seq` query tokens per
+    /// sequence and `heads` = micro-batch × query heads on the rank: cuDNN's law
+    /// ([`Hardware::attention_efficiency_at`]), FlashAttention-2's
+    /// ([`Hardware::attention_fa2_efficiency_at`]) or the Triton kernel's
+    /// ([`Hardware::attention_triton_efficiency_at`]); `None` where the profile has no rates for
+    /// the kernel.
+    pub fn efficiency_at(self, hw: &Hardware, seq: f64, heads: f64) -> Option<(f64, f64)> {
+        match self {
+            AttentionKernel::Cudnn => Some(hw.attention_efficiency_at(seq, heads)),
+            AttentionKernel::Fa2 => hw.attention_fa2_efficiency_at(seq, heads),
+            AttentionKernel::Triton => hw.attention_triton_efficiency_at(seq, heads),
+        }
+    }
+}
 
 impl CostModel<'_> {
     /// HBM traffic (forward, backward) of merging the steps of Transformer Engine's ring
@@ -60,25 +77,15 @@ impl CostModel<'_> {
     }
 
     /// The causal (forward, backward) efficiency of the stack's fused attention kernels for
-    /// `seq` query tokens per sequence and `heads` = micro-batch × query heads on the rank:
-    /// cuDNN's law ([`Hardware::attention_efficiency_at`]) or FlashAttention-2's
-    /// ([`Hardware::attention_fa2_efficiency_at`]; the stack flags refuse `fa2` on a profile
-    /// without it, so cuDNN's law stands in only for library callers that build such a stack).
-    ///
-    /// [`Hardware::attention_efficiency_at`]: crate::inputs::Hardware::attention_efficiency_at
-    /// [`Hardware::attention_fa2_efficiency_at`]: crate::inputs::Hardware::attention_fa2_efficiency_at
+    /// `seq` query tokens per sequence and `heads` = micro-batch × query heads on the rank
+    /// ([`AttentionKernel::efficiency_at`]; the stack flags refuse a kernel on a profile
+    /// without its rates, so cuDNN's law stands in only for library callers that build such a
+    /// stack).
     pub fn attention_kernel_efficiency_at(&self, seq: f64, heads: f64) -> (f64, f64) {
-        match self.stack.attention_kernel {
-            AttentionKernel::Fa2 => self
-                .hw
-                .attention_fa2_efficiency_at(seq, heads)
-                .unwrap_or_else(|| self.hw.attention_efficiency_at(seq, heads)),
-            AttentionKernel::Triton => self
-                .hw
-                .attention_triton_efficiency_at(seq, heads)
-                .unwrap_or_else(|| self.hw.attention_efficiency_at(seq, heads)),
-            AttentionKernel::Cudnn => self.hw.attention_efficiency_at(seq, heads),
-        }
+        self.stack
+            .attention_kernel
+            .efficiency_at(self.hw, seq, heads)
+            .unwrap_or_else(|| self.hw.attention_efficiency_at(seq, heads))
     }
 
     /// Bytes of one rank's K/V chunk for one layer and micro-batch: K and V of its `s / cp`

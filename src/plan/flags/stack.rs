@@ -449,26 +449,18 @@ pub fn precision_and_recipe(
     Ok((recipe.precision(), recipe))
 }
 
-/// `--attention-kernel K`'s refusal on a profile without K's rates (both directions), or
-/// `None` where the profile has them (cuDNN's law is the one `--attention flash` itself asks
-/// for).
+/// `--attention-kernel K`'s refusal on a profile without K's rates
+/// ([`AttentionKernel::efficiency_at`]), or `None` where the profile has them (cuDNN's law is
+/// the one `--attention flash` itself asks for).
 fn missing_kernel_rates(k: AttentionKernel, hw: &Hardware) -> Option<String> {
-    let (has, what, fields) = match k {
+    let what = match k {
         AttentionKernel::Cudnn => return None,
-        AttentionKernel::Fa2 => (
-            hw.attention_fa2_efficiency_at(1.0, 1.0).is_some(),
-            "FlashAttention-2 rates",
-            "attention_fa2",
-        ),
-        AttentionKernel::Triton => (
-            hw.attention_triton_efficiency_at(1.0, 1.0).is_some(),
-            "rates for FlashAttention's Triton kernel",
-            "attention_triton",
-        ),
+        AttentionKernel::Fa2 => "FlashAttention-2 rates",
+        AttentionKernel::Triton => "rates for FlashAttention's Triton kernel",
     };
-    (!has).then(|| {
+    k.efficiency_at(hw, 1.0, 1.0).is_none().then(|| {
         format!(
-            "--attention-kernel {k}: hardware '{}' has no {what} (gpu.{fields}_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
+            "--attention-kernel {k}: hardware '{}' has no {what} (gpu.attention_{k}_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
             hw.name
         )
     })
