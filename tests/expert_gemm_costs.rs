@@ -240,19 +240,24 @@ fn expert_gemm_operands_are_cast_like_the_dense_layers() {
     assert_eq!(current.moe_cast_kernels(16.0), (128.0, 128.0));
     assert_eq!(bf16.moe_cast_kernels(16.0), (0.0, 0.0));
 
-    // In the layer: beyond its dense part, the forward's HBM time is the activation (6 bytes
-    // an element of the gated intermediate), the router's scores (2 x 8 bytes each of 1,024
-    // tokens x 8 experts) and the casts; HybridEP permutes inside its kernels.
-    let hbm = hw.hbm_bytes_per_s();
-    for c in [&bf16, &delayed, &current] {
+    // The MoE layer and its dense part (attention, no MLP), the difference being the
+    // experts'.
+    let layers = |c: &CostModel| {
         let dense_model = c.moe_dense_part_model();
         let dense = CostModel {
             model: &dense_model,
             ..*c
         }
         .layer();
+        (dense, c.moe_layer())
+    };
+    // In the layer: beyond its dense part, the forward's HBM time is the activation (6 bytes
+    // an element of the gated intermediate), the router's scores (2 x 8 bytes each of 1,024
+    // tokens x 8 experts) and the casts; HybridEP permutes inside its kernels.
+    let hbm = hw.hbm_bytes_per_s();
+    for c in [&bf16, &delayed, &current] {
         let (cast_f, cast_b) = c.moe_low_precision_cast_bytes();
-        let moe = c.moe_layer();
+        let (dense, moe) = layers(c);
         let want_f = (6.0 * rows * f + 16.0 * 1024.0 * 8.0 + cast_f) / hbm;
         let want_b = (10.0 * rows * f + 16.0 * 1024.0 * 8.0 + cast_b) / hbm;
         let got_f = moe.forward.memory_s - dense.forward.memory_s;
@@ -264,13 +269,7 @@ fn expert_gemm_operands_are_cast_like_the_dense_layers() {
     // the forward without, as for per-tensor scales in the dense layers.
     let slow = hw.gpu.fp8_split_accumulator_slowdown.unwrap();
     let expert_gemms = |c: &CostModel| {
-        let dense_model = c.moe_dense_part_model();
-        let dense = CostModel {
-            model: &dense_model,
-            ..*c
-        }
-        .layer();
-        let moe = c.moe_layer();
+        let (dense, moe) = layers(c);
         (
             moe.forward.gemm_s - dense.forward.gemm_s,
             moe.backward_weight.gemm_s - dense.backward_weight.gemm_s,
