@@ -225,6 +225,34 @@ def long_attention(res):
         torch.cuda.empty_cache()
 
 
+# The softmax floor (docs/cost-model.md, "The softmax floor"): cuDNN's causal rate at head
+# dimension 64 (GPT-OSS's heads: 64 query, 8 key/value heads) against 128 at the same FLOPs per
+# call (twice the heads at 64), 2k-8k tokens, which the Hopper profiles take from
+# FlashAttention-3's figures and the Blackwell ones from 256-over-128 points only.
+HEAD_DIM_ATTENTION = [(64, 64, 8), (32, 128, 4)]
+
+
+def attention_head_dim(res):
+    from torch.nn.attention import SDPBackend
+    dev = "cuda"
+    for hd, heads, kv in HEAD_DIM_ATTENTION:
+        for seq in [2048, 4096, 8192]:
+            q = torch.randn(1, heads, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(1, kv, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(1, kv, seq, hd, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            g = torch.randn(1, heads, seq, hd, device=dev, dtype=torch.bfloat16)
+            fwd_flops = 2.0 * 2.0 * heads * seq * seq * hd / 2.0
+            row = {"seq": seq, "heads": heads, "kv_heads": kv, "head_dim": hd, "backend": "cudnn"}
+            try:
+                res["attention_head_dim"].append(sdpa_row(
+                    row, SDPBackend.CUDNN_ATTENTION, q, k, v, g, fwd_flops, is_causal=True,
+                    enable_gqa=True))
+            except Exception as e:  # noqa: BLE001
+                res["errors"].append(f"attention head dim {hd} s={seq}: {e!r}")
+            del q, k, v, g
+    torch.cuda.empty_cache()
+
+
 def memory_bound(res):
     dev = "cuda"
     for tokens, h in [(8192, 8192), (16384, 12288)]:
@@ -930,11 +958,12 @@ def main():
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
         "host_overhead": [], "grouped_gemm": [], "long_attention": [], "moe_layer_host": [],
         "moe_layer_sync": [], "moe_layer_1f1b": [], "kernel_gaps": [], "grouped_streams": [],
-        "cp_attention": [], "output_layer": [], "embedding_grad": [], "errors": [],
+        "cp_attention": [], "output_layer": [], "embedding_grad": [], "attention_head_dim": [],
+        "errors": [],
     }
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
              moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, grouped_streams,
-             cp_attention, output_layer, embedding_grad, sustained)
+             cp_attention, output_layer, embedding_grad, attention_head_dim, sustained)
     chosen = sys.argv[2:]
     unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
     if unknown:

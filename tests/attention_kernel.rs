@@ -179,3 +179,67 @@ fn plans_carry_the_kernel_and_the_emitters_say_what_runs() {
     assert!(!text.contains("attention_kernel"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The softmax floor reaches the attention core's time: a model with heads of 64 does half the
+/// attention FLOPs of the same model with heads of 128 but, on cuDNN below the H100's floor,
+/// takes `0.5 x d0/64` as long forward and backward (docs/cost-model.md, "The softmax floor");
+/// FlashAttention-2's law carries no floor, and latent attention's 192/128 heads are above it.
+#[test]
+fn a_head_dim_of_64_takes_cudnns_floor() {
+    use pplan::cost::{Attention, AttentionKernel, CostModel, Layout, Stack};
+    use pplan::inputs::{Hardware, Model};
+    let hw = Hardware::bundled("h100-80gb").unwrap();
+    let (d0f, d0b) = (
+        hw.gpu.attention_floor_head_dim_forward.unwrap(),
+        hw.gpu.attention_floor_head_dim_backward.unwrap(),
+    );
+    let with_head_dim = |d: u64| {
+        let mut m = Model::preset("llama3-8b").unwrap();
+        m.attention_head_dim = Some(d);
+        m
+    };
+    let (m64, m128) = (with_head_dim(64), with_head_dim(128));
+    let core = |m: &Model, kernel| {
+        CostModel {
+            model: m,
+            hw: &hw,
+            layout: Layout::tensor_parallel(1),
+            stack: Stack {
+                attention: Attention::Flash,
+                attention_kernel: kernel,
+                ..Stack::megatron_core()
+            },
+        }
+        .attention_core_s()
+    };
+    let ((f64_, b64), (f128, b128)) = (
+        core(&m64, AttentionKernel::Cudnn),
+        core(&m128, AttentionKernel::Cudnn),
+    );
+    assert!(
+        (f64_ / f128 - 0.5 * d0f / 64.0).abs() < 1e-9,
+        "{}",
+        f64_ / f128
+    );
+    assert!(
+        (b64 / b128 - 0.5 * d0b / 64.0).abs() < 1e-9,
+        "{}",
+        b64 / b128
+    );
+    let ((f64_, b64), (f128, b128)) = (
+        core(&m64, AttentionKernel::Fa2),
+        core(&m128, AttentionKernel::Fa2),
+    );
+    assert!((f64_ / f128 - 0.5).abs() < 1e-9 && (b64 / b128 - 0.5).abs() < 1e-9);
+    let dsv3 = Model::preset("deepseek-v3").unwrap();
+    let cm = CostModel {
+        model: &dsv3,
+        hw: &hw,
+        layout: Layout::tensor_parallel(1),
+        stack: Stack {
+            attention: Attention::Flash,
+            ..Stack::megatron_core()
+        },
+    };
+    assert_eq!(cm.attention_head_dim_factor(), (1.0, 1.0));
+}

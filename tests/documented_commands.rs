@@ -83,7 +83,8 @@ fn published_layout_against_the_reported_gpu_hours() {
 }
 
 /// GPT-OSS 120B (the Hugging Face config under tests/data/hf/), Megatron-Bridge's 26.04.01
-/// recipe on 64 H100: 5,824 tokens/s per GPU published, +12.3 % in pplan (+21.7 % before YaRN's
+/// recipe on 64 H100: 5,824 tokens/s per GPU published, +11.3 % in pplan (+12.3 % before cuDNN's
+/// softmax floor at head dimension 64; +21.7 % before YaRN's
 /// eager rotary embedding and the clamped activation's eager clamps were costed; +25.9 % before the
 /// second expert GEMM's bias was costed as Megatron-Core adds it, expert by expert; +25.5 % with
 /// the host time at 8.9 ms, before the experts' FP8 casts moved the B200 reading; +28.1 % with DeepEP
@@ -125,5 +126,5 @@ fn gpt_oss_120b_against_its_bridge_row() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let tokens = v["tokens_per_s_per_gpu"].as_f64().unwrap();
     let error = tokens / 5824.0 - 1.0;
-    assert!((error - 0.123).abs() < 0.0005, "{tokens} tokens/s, {error}");
+    assert!((error - 0.113).abs() < 0.0005, "{tokens} tokens/s, {error}");
 }

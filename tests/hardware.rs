@@ -661,3 +661,20 @@ fn blackwell_gemm_half_dim_is_scaled_from_xlas_table() {
         assert!((d0 - scaled).abs() < 0.5, "{name}: {d0}, scaled {scaled}");
     }
 }
+
+/// A softmax floor that is no head dimension exits 2 naming the file, the field and the range.
+#[test]
+fn a_bad_attention_floor_names_the_field_and_the_range() {
+    for (file, bad) in [("floor-zero.json", 0.0), ("floor-huge.json", 4096.0)] {
+        let (code, err) = predict_on_edited_profile(file, |v| {
+            v["gpu"]["attention_floor_head_dim_backward"] = serde_json::json!(bad)
+        });
+        assert_eq!(code, 2, "{bad}");
+        assert!(
+            err.contains(file)
+                && err.contains("gpu.attention_floor_head_dim_backward")
+                && err.contains("from 1 to 1024"),
+            "{err}"
+        );
+    }
+}

@@ -155,3 +155,142 @@ fn hopper_attention_law_predicts_nvidias_h200_points() {
         "forward {mf} (worst {wf}), backward {mb} (worst {wb})"
     );
 }
+
+/// cuDNN's (forward, backward) rate at head dimension 64 over its rate at 128 at each of the
+/// six sequence lengths of FlashAttention-3's H100 figures
+/// (`hardware/published/flashattention-3/h100_bf16_head_dim.csv`).
+fn fa3_cudnn_head_dim_ratios() -> Vec<(f64, f64, f64)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("hardware/published/flashattention-3/h100_bf16_head_dim.csv");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut at = BTreeMap::new();
+    for l in text.lines().skip(1).filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = l.split(',').collect();
+        let (d, s): (u64, u64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        at.insert((f[0].to_string(), d, s), f[4].parse::<f64>().unwrap());
+    }
+    let seqs: Vec<u64> = at
+        .keys()
+        .map(|k| k.2)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let r = |p: &str, s: u64| at[&(p.to_string(), 64, s)] / at[&(p.to_string(), 128, s)];
+    seqs.iter()
+        .map(|&s| (s as f64, r("fwd", s), r("bwd", s)))
+        .collect()
+}
+
+/// The softmax floor on Hopper: cuDNN at head dimension 64 runs at 0.669 of its rate at 128
+/// forward and 0.847 backward in FlashAttention-3's figures (the floor was fitted to them);
+/// every one of the twelve points within 5 % of what the profiles' floors give, on each
+/// Hopper profile.
+#[test]
+fn hopper_floor_reproduces_cudnn_at_head_dim_64() {
+    let pts = fa3_cudnn_head_dim_ratios();
+    assert_eq!(pts.len(), 6);
+    for name in ["h100-80gb", "h200", "h800"] {
+        let hw = Hardware::bundled(name).unwrap();
+        let (ff, fb) = hw.attention_head_dim_factor(64.0);
+        for &(s, rf, rb) in &pts {
+            for (pass, model, published) in [("forward", 1.0 / ff, rf), ("backward", 1.0 / fb, rb)]
+            {
+                assert!(
+                    (model / published - 1.0).abs() <= 0.05,
+                    "{name} {pass} at {s} tokens: floor gives {model:.3}, published {published:.3}"
+                );
+            }
+        }
+        // At and above the laws' head dimension, nothing changes.
+        for d in [128.0, 160.0, 256.0] {
+            assert_eq!(hw.attention_head_dim_factor(d), (1.0, 1.0), "{name} at {d}");
+        }
+    }
+}
+
+/// The Blackwell forward floor is 128 x the geometric mean of cuDNN's rate at head dimension
+/// 256 over its rate at 128 (each divided by its law's fill term), as
+/// `scripts/fit_attention_floor.py` computes it from NVIDIA's Qwen3.5 and Llama 3.1 points; the
+/// backward one Hopper's backward-to-forward ratio of it. At head dimension 64 the forward runs
+/// at half its rate at 128.
+#[test]
+fn blackwell_floor_is_fitted_to_cudnns_head_dim_256_points() {
+    let fill = |h: f64, s: f64| h * s / (h * s + 22000.0);
+    let hopper = Hardware::bundled("h100-80gb").unwrap();
+    let ratio = hopper.gpu.attention_floor_head_dim_backward.unwrap()
+        / hopper.gpu.attention_floor_head_dim_forward.unwrap();
+    for (rack, hgx, q, l) in [
+        (
+            "gb200-nvl72",
+            "b200",
+            "qwen35_gb200_20260424_095249.csv",
+            "llama3.1_gb200_20260424_100750.csv",
+        ),
+        (
+            "gb300-nvl72",
+            "b300",
+            "qwen35_gb300_20260424_095247.csv",
+            "llama3.1_gb300_20260424_100757.csv",
+        ),
+    ] {
+        let forward = |file| -> BTreeMap<u64, (f64, f64)> {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("hardware/published/cudnn-frontend")
+                .join(file);
+            let text = std::fs::read_to_string(path).unwrap();
+            let mut lines = text.lines();
+            let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+            let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+            lines
+                .map(|l| l.split(',').collect::<Vec<_>>())
+                .filter(|f| {
+                    f.len() == header.len()
+                        && f[col("backend")] == "cudnn"
+                        && f[col("data_type")] == "bfloat16"
+                        && f[col("attn_mask")] == "top_left"
+                        && f[col("profile_pass")] == "fwd"
+                        && f[col("deterministic_bwd")] == "False"
+                })
+                .map(|f| {
+                    let n = |c: &str| f[col(c)].parse::<f64>().unwrap();
+                    (
+                        n("q_seqlen") as u64,
+                        (n("tflops"), n("batch_size") * n("num_q_heads")),
+                    )
+                })
+                .collect()
+        };
+        let (d256, d128) = (forward(q), forward(l));
+        let logs: Vec<f64> = d256
+            .iter()
+            .map(|(s, (t, h))| {
+                let (t0, h0) = d128[s];
+                (t / t0 * fill(h0, *s as f64) / fill(*h, *s as f64)).ln()
+            })
+            .collect();
+        assert_eq!(logs.len(), 5, "{rack}");
+        let d0 = 128.0 * (logs.iter().sum::<f64>() / logs.len() as f64).exp();
+        for name in [rack, hgx] {
+            let hw = Hardware::bundled(name).unwrap();
+            let (f, b) = (
+                hw.gpu.attention_floor_head_dim_forward.unwrap(),
+                hw.gpu.attention_floor_head_dim_backward.unwrap(),
+            );
+            assert!((f - d0).abs() < 0.1, "{name}: forward floor {f}, fit {d0}");
+            assert!((b - ratio * f).abs() < 0.1, "{name}: backward floor {b}");
+            let (ff, _) = hw.attention_head_dim_factor(64.0);
+            assert!((ff - 2.0).abs() < 1e-12, "{name}: {ff}");
+        }
+    }
+}
+
+/// A profile without a floor (A100's laws are FlashAttention-2's published rates) keeps them at
+/// every head dimension.
+#[test]
+fn no_floor_no_change() {
+    let hw = Hardware::bundled("a100-80gb").unwrap();
+    assert!(hw.gpu.attention_floor_head_dim_forward.is_none());
+    for d in [32.0, 64.0, 96.0, 128.0] {
+        assert_eq!(hw.attention_head_dim_factor(d), (1.0, 1.0));
+    }
+}

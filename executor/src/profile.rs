@@ -720,6 +720,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_triton_efficiency_backward: None,
             attention_triton_half_seq_forward: None,
             attention_triton_half_seq_backward: None,
+            attention_floor_head_dim_forward: None,
+            attention_floor_head_dim_backward: None,
             attention_noncausal_efficiency_forward: None,
             attention_noncausal_efficiency_backward: None,
             attention_noncausal_half_seq_forward: None,

@@ -57,7 +57,8 @@ impl CostModel<'_> {
     /// for the all-gather variant and sliding windows, all of it at the causal ones.
     /// FlashAttention-2's ring ([`AttentionKernel::Fa2`]) runs its non-causal blocks at its
     /// causal law: no non-causal FlashAttention-2 law was fitted (the measured ones are 4-11 %
-    /// faster, `hardware/measured/h100/torch-kernels-moe.json`).
+    /// faster, `hardware/measured/h100/torch-kernels-moe.json`). Both times the kernel's softmax
+    /// floor at this model's head dimension ([`CostModel::attention_head_dim_factor`]).
     ///
     /// [`Hardware::attention_noncausal_efficiency_at`]: crate::inputs::Hardware::attention_noncausal_efficiency_at
     pub fn attention_s_per_flop(&self, causal: (f64, f64)) -> (f64, f64) {
@@ -73,7 +74,26 @@ impl CostModel<'_> {
             _ => causal,
         };
         let per = |c: f64, n: f64| (1.0 / c + (cp - 1.0) / n) / (cp * peak);
-        (per(causal.0, nf), per(causal.1, nb))
+        let (hf, hb) = self.attention_head_dim_factor();
+        (per(causal.0, nf) * hf, per(causal.1, nb) * hb)
+    }
+
+    /// How much longer the stack's attention kernel takes per FLOP at this model's head
+    /// dimension than at the one its laws are fitted at, (forward, backward): cuDNN's per-score
+    /// floor ([`Hardware::attention_head_dim_factor`]) at the mean of the query-key and value
+    /// head dimensions (multi-head latent attention: 192 and 128); 1 for FlashAttention-2's
+    /// and the Triton kernel's laws, which carry no floor.
+    ///
+    /// [`Hardware::attention_head_dim_factor`]: crate::inputs::Hardware::attention_head_dim_factor
+    pub fn attention_head_dim_factor(&self) -> (f64, f64) {
+        if self.stack.attention_kernel != AttentionKernel::Cudnn {
+            return (1.0, 1.0);
+        }
+        let d = match &self.model.mla {
+            Some(mla) => (mla.qk_head_dim() + mla.v_head_dim) as f64 / 2.0,
+            None => self.model.head_dim() as f64,
+        };
+        self.hw.attention_head_dim_factor(d)
     }
 
     /// The causal (forward, backward) efficiency of the stack's fused attention kernels for

@@ -99,6 +99,17 @@ pub struct Gpu {
     pub attention_triton_half_seq_forward: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_triton_half_seq_backward: Option<f64>,
+    /// The head dimension below which the fused (cuDNN) attention kernel's work per score, not
+    /// its matrix multiplications, bounds it, forward (backward): a score costs the two GEMMs
+    /// `4 d` FLOPs forward but one exponential and the softmax's bookkeeping whatever `d` is,
+    /// so at `d` below this floor `d0` the kernel runs at `d / d0` of its rate at `d0`. The
+    /// efficiency laws above are fitted at head dimension [`ATTENTION_LAW_HEAD_DIM`]; the
+    /// kernel's rate at `d` is theirs times `min(1, d/d0) / min(1, 128/d0)`
+    /// ([`Hardware::attention_head_dim_factor`]). Absent: no floor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_floor_head_dim_forward: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_floor_head_dim_backward: Option<f64>,
     /// The non-causal attention blocks of a context-parallel ring's later steps (every query
     /// tile over all the keys in hand, no short loops): their (forward, backward) efficiency
     /// is `attention_noncausal_efficiency_forward · s/(s + s0)` for the rank's `s` query tokens
@@ -140,6 +151,10 @@ pub struct Gpu {
 /// rank0.json.gz` at f4d0062; docs/cost-model.md, "Kernel launches"). A host-side cost,
 /// taken for every GPU.
 pub const DEFAULT_KERNEL_LAUNCH_S: f64 = 4.0e-6;
+
+/// The head dimension of the kernel timings every profile's attention laws are fitted to
+/// (cuDNN's and FlashAttention's published and measured points are at 128).
+pub const ATTENTION_LAW_HEAD_DIM: f64 = 128.0;
 
 /// One node: GPUs on a switched NVLink/NVSwitch fabric and the node's NICs. A node is what
 /// holds the NICs (a DGX/HGX box, or one 4-GPU compute tray of a GB200/GB300 NVL72 rack);
@@ -382,6 +397,27 @@ impl Hardware {
         (
             ef * fall_off(seq, self.gpu.attention_half_seq_forward) * h,
             eb * fall_off(seq, self.gpu.attention_half_seq_backward) * h,
+        )
+    }
+
+    /// How much longer the fused (cuDNN) attention kernel takes per FLOP at effective head
+    /// dimension `d` (the mean of the query-key and value head dimensions: a score's GEMM
+    /// FLOPs are `2 d_qk + 2 d_v`) than at the [`ATTENTION_LAW_HEAD_DIM`] its laws are fitted
+    /// at, (forward, backward): `max(1, d0/d) / max(1, d0/128)` with `d0` the profile's
+    /// floor ([`Gpu::attention_floor_head_dim_forward`]) for `d` below 128; 1 without a floor
+    /// and from 128 up, where the published kernels are not faster per FLOP by the floor's
+    /// measure (H100's cuDNN at head dimension 256 is 14-38 % slower than at 128, GB200's at
+    /// 192/128 within a few per cent of it): other limits than the floor set their rate.
+    pub fn attention_head_dim_factor(&self, d: f64) -> (f64, f64) {
+        let factor = |floor: Option<f64>| match floor {
+            Some(d0) if d > 0.0 && d < ATTENTION_LAW_HEAD_DIM => {
+                (d0 / d).max(1.0) / (d0 / ATTENTION_LAW_HEAD_DIM).max(1.0)
+            }
+            _ => 1.0,
+        };
+        (
+            factor(self.gpu.attention_floor_head_dim_forward),
+            factor(self.gpu.attention_floor_head_dim_backward),
         )
     }
 

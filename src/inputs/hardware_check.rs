@@ -278,6 +278,25 @@ impl Hardware {
                 }
             }
         }
+        for (field, v) in [
+            (
+                "gpu.attention_floor_head_dim_forward",
+                self.gpu.attention_floor_head_dim_forward,
+            ),
+            (
+                "gpu.attention_floor_head_dim_backward",
+                self.gpu.attention_floor_head_dim_backward,
+            ),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && (1.0..=1024.0).contains(&v)) {
+                    return Err(invalid(
+                        field,
+                        format!("must be a head dimension from 1 to 1024 (got {v})"),
+                    ));
+                }
+            }
+        }
         if self.gpu.attention_half_heads.is_some() && self.gpu.attention_half_work.is_some() {
             return Err(invalid(
                 "gpu.attention_half_work",
