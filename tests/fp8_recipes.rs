@@ -84,7 +84,7 @@ const LLAMA3_70B_64: [&str; 18] = [
 /// costing the H100's gap between kernels. Nothing else moves.
 #[test]
 fn tensorwise_adds_exactly_the_amax_pass_and_the_norm_casts() {
-    let delayed = predict(&with(&ONE_H100, &["--precision", "fp8"]));
+    let delayed = predict(&with(&ONE_H100, &["--fp8-recipe", "delayed"]));
     let tensorwise = predict(&with(&ONE_H100, &["--fp8-recipe", "tensorwise"]));
     assert_eq!(tensorwise["precision"], "fp8");
     assert_eq!(tensorwise["fp8_recipe"], "tensorwise");
@@ -162,7 +162,7 @@ fn tensorwise_reduces_its_amax_over_the_tensor_parallel_group() {
 #[test]
 fn blockwise_pays_the_split_accumulator_in_every_gemm_on_hopper_only() {
     let h100 = with(&LLAMA3_70B_64, &["--hardware", "h100-80gb"]);
-    let delayed = step(&predict(&with(&h100, &["--precision", "fp8"])));
+    let delayed = step(&predict(&with(&h100, &["--fp8-recipe", "delayed"])));
     let tensorwise = step(&predict(&with(&h100, &["--fp8-recipe", "tensorwise"])));
     let blockwise = predict(&with(&h100, &["--fp8-recipe", "blockwise"]));
     assert_eq!(blockwise["fp8_recipe"], "blockwise");
@@ -224,20 +224,32 @@ fn blockwise_pays_the_split_accumulator_in_every_gemm_on_hopper_only() {
     assert_eq!(bw.backward_weight.gemm_s, mx.backward_weight.gemm_s);
 }
 
-/// The flag absent, `--precision fp8` is delayed scaling, the same prediction byte for byte as
-/// `--fp8-recipe delayed` with or without `--precision fp8`, and names no recipe; `--fp8-recipe
+/// The flag absent, `--precision fp8` is what the stack's recipes run: current scaling on
+/// Megatron-Core's (Megatron-Bridge's performance recipes, `fp8_cs`), the same prediction byte
+/// for byte as `--fp8-recipe tensorwise` with or without `--precision fp8`; delayed scaling,
+/// Megatron-LM's own default, on the other stacks, where it names no recipe. `--fp8-recipe
 /// mxfp8` is `--precision mxfp8`.
 #[test]
-fn the_default_recipe_is_delayed_and_mxfp8_is_its_precision() {
+fn the_default_recipe_is_the_stacks_and_mxfp8_is_its_precision() {
     let h100 = with(&ONE_H100, &[]);
     let fp8 = predict(&with(&h100, &["--precision", "fp8"]));
-    assert!(fp8.get("fp8_recipe").is_none(), "{fp8}");
+    assert_eq!(fp8["fp8_recipe"], "tensorwise", "{fp8}");
     for extra in [
-        &["--fp8-recipe", "delayed"][..],
-        &["--precision", "fp8", "--fp8-recipe", "delayed"],
+        &["--fp8-recipe", "tensorwise"][..],
+        &["--precision", "fp8", "--fp8-recipe", "tensorwise"],
     ] {
         assert_eq!(predict(&with(&h100, extra)), fp8, "{extra:?}");
     }
+    let delayed = predict(&with(&h100, &["--fp8-recipe", "delayed"]));
+    assert!(delayed.get("fp8_recipe").is_none(), "{delayed}");
+    assert!(step(&fp8) > step(&delayed));
+    let titan = with(&h100, &["--stack", "torchtitan"]);
+    let titan_fp8 = predict(&with(&titan, &["--precision", "fp8"]));
+    assert!(titan_fp8.get("fp8_recipe").is_none(), "{titan_fp8}");
+    assert_eq!(
+        predict(&with(&titan, &["--fp8-recipe", "delayed"])),
+        titan_fp8
+    );
     let b200 = with(&LLAMA3_70B_64, &["--hardware", "b200"]);
     let mx = predict(&with(&b200, &["--precision", "mxfp8"]));
     assert_eq!(predict(&with(&b200, &["--fp8-recipe", "mxfp8"])), mx);
@@ -341,7 +353,7 @@ fn recipes_round_trip_through_megatron_arguments() {
     for (hw, extra, flags, precision, recipe) in [
         (
             "h100-80gb",
-            &["--precision", "fp8"][..],
+            &["--fp8-recipe", "delayed"][..],
             &[
                 "--fp8-format hybrid",
                 "--fp8-recipe delayed",
@@ -471,7 +483,7 @@ fn the_documented_recipe_figures_are_predicted() {
         .expect("the FP8 recipes section");
     for (gpu, hw, recipe, flags) in [
         ("H100", "h100-80gb", "bf16", &["--precision", "bf16"][..]),
-        ("H100", "h100-80gb", "delayed", &["--precision", "fp8"]),
+        ("H100", "h100-80gb", "delayed", &["--fp8-recipe", "delayed"]),
         (
             "H100",
             "h100-80gb",

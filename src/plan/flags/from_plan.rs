@@ -119,7 +119,8 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
             ..arg("--precision", &p.precision, "parallelism.precision")
         },
     ]);
-    if p.precision == "fp8" && p.fp8_recipe != "delayed" {
+    // Always: `--precision fp8` alone is tensorwise on Megatron-Core's stack, delayed on others.
+    if p.precision == "fp8" {
         out.push(PlanArg {
             yields_to: &["--precision"],
             ..arg("--fp8-recipe", &p.fp8_recipe, "parallelism.fp8_recipe")

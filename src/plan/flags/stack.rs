@@ -63,8 +63,10 @@ pub struct StackFlags {
     #[arg(long)]
     pub precision: Option<String>,
     /// Megatron-LM's --fp8-recipe, how Transformer Engine scales the FP8 tensors: delayed
-    /// (amax history of earlier steps; what --precision fp8 means without this flag),
-    /// tensorwise (current scaling: an amax pass before each cast), blockwise (DeepSeek-V3's
+    /// (amax history of earlier steps; what --precision fp8 means without this flag on the
+    /// megatron-2021 and torchtitan stacks), tensorwise (current scaling: an amax pass before
+    /// each cast; Megatron-Bridge's recipes, and --precision fp8 alone on the megatron-core
+    /// stack), blockwise (DeepSeek-V3's
     /// 1x128 and 128x128 blocks; all GEMMs with the split accumulator on Hopper) or mxfp8
     /// (Blackwell). Sets --precision (fp8, or mxfp8 for mxfp8) when that is not given; one
     /// that contradicts it is refused.
@@ -287,8 +289,20 @@ impl StackFlags {
             ..stack
         };
         let on = |flag: Option<OnOff>, default: bool| flag.map_or(default, OnOff::is_on);
-        let (precision, fp8_recipe) =
-            precision_and_recipe(self.precision.as_deref(), self.fp8_recipe.as_deref(), hw)?;
+        // FP8 without a recipe: Megatron-Bridge's performance recipes run current scaling
+        // (`fp8_cs`: `bf16_with_fp8_current_scaling_mixed`, fp8_recipe "tensorwise"), the other
+        // stacks Megatron-LM's default, delayed scaling.
+        let fp8_default = if self.preset == StackPreset::MegatronCore {
+            Fp8Recipe::Tensorwise
+        } else {
+            Fp8Recipe::Delayed
+        };
+        let (precision, fp8_recipe) = precision_and_recipe(
+            self.precision.as_deref(),
+            self.fp8_recipe.as_deref(),
+            fp8_default,
+            hw,
+        )?;
         let fp8_param_gather = match self.fp8_param_gather {
             Some(OnOff::On) if !matches!(precision, Precision::Fp8 | Precision::Mxfp8) => {
                 return bad(format!(
@@ -385,11 +399,12 @@ impl StackFlags {
 
 /// The precision and FP8 recipe from `--precision` and `--fp8-recipe` on `hw`: the recipe's
 /// precision where `--precision` is not given (else BF16), the precision's own recipe where
-/// the recipe is not (delayed for fp8, mxfp8 for mxfp8); a recipe that contradicts the
+/// the recipe is not (`fp8_default` for fp8, mxfp8 for mxfp8); a recipe that contradicts the
 /// precision, or that `hw` cannot run, is refused naming the flags and what is valid.
 pub fn precision_and_recipe(
     precision: Option<&str>,
     recipe: Option<&str>,
+    fp8_default: Fp8Recipe,
     hw: &Hardware,
 ) -> Result<(Precision, Fp8Recipe), FlagError> {
     let given = precision
@@ -398,10 +413,10 @@ pub fn precision_and_recipe(
         .map_err(|e| FlagError(format!("--precision: {e}")))?;
     let Some(text) = recipe else {
         let precision = given.unwrap_or_default();
-        let recipe = if precision == Precision::Mxfp8 {
-            Fp8Recipe::Mxfp8
-        } else {
-            Fp8Recipe::Delayed
+        let recipe = match precision {
+            Precision::Mxfp8 => Fp8Recipe::Mxfp8,
+            Precision::Fp8 => fp8_default,
+            _ => Fp8Recipe::Delayed,
         };
         return Ok((precision, recipe));
     };
