@@ -562,3 +562,47 @@ fn a_plan_whose_recipe_contradicts_its_precision_is_refused() {
         );
     }
 }
+
+/// NVFP4 (`NVFP4BlockScaling` with its Hadamard transform, Transformer Engine v2.10): every
+/// activation and gradient cast reads its BF16 input three times (amax, row-wise cast,
+/// column-wise transform and cast) and writes two 4-bit copies with an E4M3 scale per 16
+/// elements, 7.125 bytes an element, the norms' outputs included (they write BF16 first), in
+/// 4 kernels a cast, 4 casts each way; with sequence parallelism the amax all-reduces of
+/// current scaling. Counted here from Llama 3 8B's shapes at 2,048 tokens on one B200.
+#[test]
+fn nvfp4_casts_make_three_passes_over_every_tensor() {
+    let m = {
+        let mut m = Model::preset("llama3-8b").unwrap();
+        m.seq_len = 2048;
+        m
+    };
+    let b200 = Hardware::bundled("b200").unwrap();
+    let cm = |tp: u64, sp: bool| CostModel {
+        model: &m,
+        hw: &b200,
+        layout: Layout {
+            sequence_parallel: sp,
+            ..Layout::tensor_parallel(tp)
+        },
+        stack: Stack {
+            precision: pplan::inputs::hardware::Precision::Nvfp4,
+            ..Stack::megatron_core()
+        },
+    };
+    let (s, h, q, kv, f) = (2048.0, 4096.0, 32.0 * 128.0, 8.0 * 128.0, 14336.0);
+    let per = 3.0 * 2.0 + 2.0 * (0.5 + 1.0 / 16.0);
+    assert_eq!(per, 7.125);
+    let forward = s * (q + f) + 2.0 * s * h;
+    let backward = s * ((q + 2.0 * kv) + h + 2.0 * f + h);
+    let (bf, bb) = cm(1, false).low_precision_cast_bytes();
+    assert!((bf - per * forward).abs() < 1e-6 * bf, "{bf} {}", per * forward);
+    assert!((bb - per * backward).abs() < 1e-6 * bb, "{bb} {}", per * backward);
+    assert_eq!(cm(1, false).cast_kernels(), (16.0, 16.0));
+    assert_eq!(cm(1, false).amax_reduction_s(), (0.0, 0.0));
+    // t = 4 with sequence parallelism: the amax of QKV's and MLP-in's inputs and of the
+    // projection's and MLP-out's output gradients reduced over the tensor-parallel group.
+    let tp = cm(4, true);
+    assert_eq!(tp.cast_kernels(), (18.0, 18.0));
+    let (rf, rb) = tp.amax_reduction_s();
+    assert!(rf > 0.0 && rf == rb);
+}

@@ -29,6 +29,19 @@ pub const AMAX_BYTES: f64 = 4.0;
 /// counting the cast the fused norm saved.
 const TENSORWISE_EXTRA_KERNELS_PER_CAST: f64 = 3.0;
 
+/// Bytes per element of an NVFP4 cast of an activation or a gradient (`NVFP4BlockScaling`'s
+/// default: random Hadamard transform on the column-wise copy; Transformer Engine v2.10
+/// `NVFP4Quantizer::quantize_impl`): the amax pass (`nvte_hadamard_transform_amax`, the
+/// row-wise amax and the column-wise one after the transform) reads the BF16 tensor, the
+/// row-wise cast (`nvte_quantize_v2`) reads it again and writes 4 bits and an E4M3 scale per
+/// 16 elements, the column-wise cast fused with the transform
+/// (`nvte_hadamard_transform_cast_fusion_columnwise`) the same: `3 x 2 + 2 (1/2 + 1/16)`.
+pub const NVFP4_CAST_BYTES_PER_ELEMENT: f64 = 3.0 * 2.0 + 2.0 * (0.5 + 1.0 / 16.0);
+
+/// Kernels of one NVFP4 cast: the amax buffer zeroed, the amax pass, the row-wise cast and the
+/// column-wise transform and cast.
+const NVFP4_KERNELS_PER_CAST: f64 = 4.0;
+
 impl CostModel<'_> {
     /// Whether the linear layers run FP8 with `recipe` (precision `fp8`).
     fn fp8_with(&self, recipe: Fp8Recipe) -> bool {
@@ -65,13 +78,20 @@ impl CostModel<'_> {
     ///   are cast by a kernel of their own (no amax pass);
     /// - blockwise: both copies on every GPU, each with an FP32 scale per 128 elements
     ///   (`2 x 4 / 128` bytes an element), and the norms' outputs cast by a kernel of their
-    ///   own (`UNFUSED`).
+    ///   own (`UNFUSED`);
+    /// - NVFP4: [`NVFP4_CAST_BYTES_PER_ELEMENT`] for every cast, the norms' outputs included:
+    ///   the norms write BF16 and the whole quantization follows (`normalization.cpp`:
+    ///   `UNFUSED` for an NVFP4 quantizer with the post-transform amax).
     pub fn low_precision_cast_bytes(&self) -> (f64, f64) {
         if self.stack.precision == Precision::Bf16 {
             return (0.0, 0.0);
         }
         let per_element = self.cast_bytes_per_element();
         let (forward, norm_fed, backward) = self.cast_elements();
+        if self.stack.precision == Precision::Nvfp4 {
+            let e = NVFP4_CAST_BYTES_PER_ELEMENT;
+            return (e * (forward + norm_fed), e * backward);
+        }
         if self.fp8_with(Fp8Recipe::Tensorwise) {
             let amax = AMAX_PASS_BYTES_PER_ELEMENT;
             return (
@@ -128,6 +148,9 @@ impl CostModel<'_> {
         if self.fp8_with(Fp8Recipe::Tensorwise) {
             per_element += AMAX_PASS_BYTES_PER_ELEMENT;
         }
+        if self.stack.precision == Precision::Nvfp4 {
+            per_element = NVFP4_CAST_BYTES_PER_ELEMENT;
+        }
         let (forward, backward) = self.moe_cast_elements();
         (per_element * forward, per_element * backward)
     }
@@ -146,6 +169,8 @@ impl CostModel<'_> {
             1.0
         } else if self.fp8_with(Fp8Recipe::Tensorwise) {
             local_experts * (1.0 + TENSORWISE_EXTRA_KERNELS_PER_CAST)
+        } else if self.stack.precision == Precision::Nvfp4 {
+            local_experts * NVFP4_KERNELS_PER_CAST
         } else {
             local_experts
         };
@@ -181,10 +206,11 @@ impl CostModel<'_> {
     /// forward and the row-parallel layers' output-gradient quantizers (projection,
     /// MLP-out) in the backward (`set_quantizer_amax_reduction_group` in TE's `linear.py`,
     /// `layernorm_linear.py`, `layernorm_mlp.py`; `Float8CurrentScalingQuantizer::quantize_impl`
-    /// all-reduces and waits), one FP32 value each. Zero for other recipes, without sequence
-    /// parallelism or with t = 1.
+    /// all-reduces and waits), one FP32 value each; NVFP4 the same
+    /// (`_customize_quantizers_nvfp4` in `linear.py` at v2.10). Zero for other recipes,
+    /// without sequence parallelism or with t = 1.
     pub fn amax_reduction_s(&self) -> (f64, f64) {
-        if !self.fp8_with(Fp8Recipe::Tensorwise)
+        if !(self.fp8_with(Fp8Recipe::Tensorwise) || self.stack.precision == Precision::Nvfp4)
             || !self.layout.sequence_parallel
             || self.layout.tp <= 1
         {
@@ -195,20 +221,26 @@ impl CostModel<'_> {
     }
 
     /// Kernels of one layer's casts, (forward, input-gradient backward): delayed scaling (and
-    /// MXFP8, NVFP4) one kernel per cast, 2 forward and 4 backward; current scaling 3 more per
-    /// cast (amax zeroed, amax, scale), the norms' 2 outputs cast too, and with sequence
-    /// parallelism its 2 amax all-reduces each way; block scaling the norms' 2 casts more.
+    /// MXFP8) one kernel per cast, 2 forward and 4 backward; current scaling 3 more per cast
+    /// (amax zeroed, amax, scale), the norms' 2 outputs cast too, and with sequence
+    /// parallelism its 2 amax all-reduces each way; block scaling the norms' 2 casts more;
+    /// NVFP4 [`NVFP4_KERNELS_PER_CAST`] for each of 4 casts each way (the norms' outputs
+    /// included) and the all-reduces of current scaling.
     pub fn cast_kernels(&self) -> (f64, f64) {
         if self.stack.precision == Precision::Bf16 {
             return (0.0, 0.0);
         }
         let extra = TENSORWISE_EXTRA_KERNELS_PER_CAST;
+        let reduce = if self.layout.sequence_parallel && self.layout.tp > 1 {
+            2.0
+        } else {
+            0.0
+        };
+        if self.stack.precision == Precision::Nvfp4 {
+            let k = 4.0 * NVFP4_KERNELS_PER_CAST + reduce;
+            return (k, k);
+        }
         if self.fp8_with(Fp8Recipe::Tensorwise) {
-            let reduce = if self.layout.sequence_parallel && self.layout.tp > 1 {
-                2.0
-            } else {
-                0.0
-            };
             return (
                 2.0 * (1.0 + extra) + 2.0 * extra + reduce,
                 4.0 * (1.0 + extra) + reduce,
