@@ -595,8 +595,16 @@ fn nvfp4_casts_make_three_passes_over_every_tensor() {
     let forward = s * (q + f) + 2.0 * s * h;
     let backward = s * ((q + 2.0 * kv) + h + 2.0 * f + h);
     let (bf, bb) = cm(1, false).low_precision_cast_bytes();
-    assert!((bf - per * forward).abs() < 1e-6 * bf, "{bf} {}", per * forward);
-    assert!((bb - per * backward).abs() < 1e-6 * bb, "{bb} {}", per * backward);
+    assert!(
+        (bf - per * forward).abs() < 1e-6 * bf,
+        "{bf} {}",
+        per * forward
+    );
+    assert!(
+        (bb - per * backward).abs() < 1e-6 * bb,
+        "{bb} {}",
+        per * backward
+    );
     assert_eq!(cm(1, false).cast_kernels(), (16.0, 16.0));
     assert_eq!(cm(1, false).amax_reduction_s(), (0.0, 0.0));
     // t = 4 with sequence parallelism: the amax of QKV's and MLP-in's inputs and of the
