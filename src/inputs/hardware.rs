@@ -435,29 +435,54 @@ impl Hardware {
     /// ([`Gpu::attention_triton_efficiency_forward`]); `None` when the profile has no rates
     /// for it.
     pub fn attention_triton_efficiency_at(&self, seq: f64, heads: f64) -> Option<(f64, f64)> {
-        let fill = self.attention_fill(seq, heads);
-        Some((
-            self.gpu.attention_triton_efficiency_forward?
-                * fall_off(seq, self.gpu.attention_triton_half_seq_forward)
-                * fill,
-            self.gpu.attention_triton_efficiency_backward?
-                * fall_off(seq, self.gpu.attention_triton_half_seq_backward)
-                * fill,
-        ))
+        let g = &self.gpu;
+        self.flash_law_at(
+            seq,
+            heads,
+            (
+                g.attention_triton_efficiency_forward,
+                g.attention_triton_efficiency_backward,
+            ),
+            (
+                g.attention_triton_half_seq_forward,
+                g.attention_triton_half_seq_backward,
+            ),
+        )
     }
 
     /// FlashAttention-2's (forward, backward) efficiency for `seq` query tokens per sequence
     /// and `heads` = micro-batch × query heads on one rank ([`Gpu::attention_fa2_efficiency_forward`]);
     /// `None` when the profile has no FlashAttention-2 rates.
     pub fn attention_fa2_efficiency_at(&self, seq: f64, heads: f64) -> Option<(f64, f64)> {
+        let g = &self.gpu;
+        self.flash_law_at(
+            seq,
+            heads,
+            (
+                g.attention_fa2_efficiency_forward,
+                g.attention_fa2_efficiency_backward,
+            ),
+            (
+                g.attention_fa2_half_seq_forward,
+                g.attention_fa2_half_seq_backward,
+            ),
+        )
+    }
+
+    /// A FlashAttention kernel's law, (forward, backward): `A · s/(s + s0) · F` with the
+    /// asymptotes `a`, the half lengths `s0` (absent: no fall-off) and the fused law's fill
+    /// term `F`; `None` where either asymptote is absent.
+    fn flash_law_at(
+        &self,
+        seq: f64,
+        heads: f64,
+        a: (Option<f64>, Option<f64>),
+        s0: (Option<f64>, Option<f64>),
+    ) -> Option<(f64, f64)> {
         let fill = self.attention_fill(seq, heads);
         Some((
-            self.gpu.attention_fa2_efficiency_forward?
-                * fall_off(seq, self.gpu.attention_fa2_half_seq_forward)
-                * fill,
-            self.gpu.attention_fa2_efficiency_backward?
-                * fall_off(seq, self.gpu.attention_fa2_half_seq_backward)
-                * fill,
+            a.0? * fall_off(seq, s0.0) * fill,
+            a.1? * fall_off(seq, s0.1) * fill,
         ))
     }
 
