@@ -88,12 +88,18 @@ impl<'a> CostModel<'a> {
         if !self.moe_eager_clamp() {
             return (0.0, 0.0);
         }
-        let [up, _] = self.moe_expert_gemms();
-        let elements = self.moe_rank_rows() * up.n;
+        let elements = self.moe_clamp_elements();
         (
             CLAMPED_GLU_BYTES.0 * elements,
             CLAMPED_GLU_BYTES.1 * elements,
         )
+    }
+
+    /// Elements the eager clamp reads on the busiest rank: the first expert GEMM's output,
+    /// `2 f_e / etp` a routed row.
+    fn moe_clamp_elements(&self) -> f64 {
+        let [up, _] = self.moe_expert_gemms();
+        self.moe_rank_rows() * up.n
     }
 
     /// Kernels (forward, backward) of the eager clamp.
@@ -118,8 +124,7 @@ impl<'a> CostModel<'a> {
         {
             return 0.0;
         }
-        let [up, _] = self.moe_expert_gemms();
-        2.0 * self.moe_rank_rows() * up.n
+        2.0 * self.moe_clamp_elements()
     }
 }
 

@@ -86,12 +86,12 @@ impl CostModel<'_> {
         if self.stack.precision == Precision::Bf16 {
             return (0.0, 0.0);
         }
-        let per_element = self.cast_bytes_per_element();
         let (forward, norm_fed, backward) = self.cast_elements();
         if self.stack.precision == Precision::Nvfp4 {
             let e = NVFP4_CAST_BYTES_PER_ELEMENT;
             return (e * (forward + norm_fed), e * backward);
         }
+        let per_element = self.cast_bytes_per_element();
         if self.fp8_with(Fp8Recipe::Tensorwise) {
             let amax = AMAX_PASS_BYTES_PER_ELEMENT;
             return (
@@ -144,13 +144,13 @@ impl CostModel<'_> {
         if self.stack.precision == Precision::Bf16 {
             return (0.0, 0.0);
         }
-        let mut per_element = self.cast_bytes_per_element();
-        if self.fp8_with(Fp8Recipe::Tensorwise) {
-            per_element += AMAX_PASS_BYTES_PER_ELEMENT;
-        }
-        if self.stack.precision == Precision::Nvfp4 {
-            per_element = NVFP4_CAST_BYTES_PER_ELEMENT;
-        }
+        let per_element = if self.stack.precision == Precision::Nvfp4 {
+            NVFP4_CAST_BYTES_PER_ELEMENT
+        } else if self.fp8_with(Fp8Recipe::Tensorwise) {
+            self.cast_bytes_per_element() + AMAX_PASS_BYTES_PER_ELEMENT
+        } else {
+            self.cast_bytes_per_element()
+        };
         let (forward, backward) = self.moe_cast_elements();
         (per_element * forward, per_element * backward)
     }
