@@ -116,16 +116,13 @@ fn yarns_rotary_embedding_runs_eagerly_on_queries_and_keys() {
 fn the_clamped_activation_costs_its_eager_passes_unless_the_op_fuser_runs_it() {
     let hw = Hardware::bundled("h100-80gb").unwrap();
     let m = gpt_oss_like();
+    // Megatron-Core's stack with Transformer Engine's op fuser running the experts.
+    let fuser = || Stack {
+        te_op_fuser: true,
+        ..Stack::megatron_core()
+    };
     let eager = cm(&m, &hw, Recompute::None, Stack::megatron_core());
-    let fused = cm(
-        &m,
-        &hw,
-        Recompute::None,
-        Stack {
-            te_op_fuser: true,
-            ..Stack::megatron_core()
-        },
-    );
+    let fused = cm(&m, &hw, Recompute::None, fuser());
     assert!(eager.moe_eager_clamp() && !fused.moe_eager_clamp());
     // 1,024 tokens x top-2 over EP 4: 2,048 rows of the first GEMM's gated output, 2 x 512.
     let elements = 2048.0 * 1024.0;
@@ -159,15 +156,7 @@ fn the_clamped_activation_costs_its_eager_passes_unless_the_op_fuser_runs_it() {
     // With the `moe_act` module recomputed the checkpoint keeps its input only, and the
     // backward runs the clamps again: their forward's bytes and kernels once more.
     let act = cm(&m, &hw, Recompute::NormAct, Stack::megatron_core());
-    let act_fused = cm(
-        &m,
-        &hw,
-        Recompute::NormAct,
-        Stack {
-            te_op_fuser: true,
-            ..Stack::megatron_core()
-        },
-    );
+    let act_fused = cm(&m, &hw, Recompute::NormAct, fuser());
     assert_eq!(act.moe_clamp_saved_bytes(), 0.0);
     let db =
         act.moe_layer().backward_input.memory_s - act_fused.moe_layer().backward_input.memory_s;

@@ -8,9 +8,11 @@ use pplan::inputs::Hardware;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// (query tokens, batch x query heads, forward TFLOP/s, backward TFLOP/s) of the causal BF16
-/// non-deterministic cuDNN rows of one CSV (both column layouts the benchmark has written).
-fn points(file: &str) -> Vec<(f64, f64, f64, f64)> {
+/// (forward, backward) TFLOP/s of the causal BF16 non-deterministic cuDNN rows of one CSV
+/// (both column layouts the benchmark has written), keyed by (query tokens, batch x query
+/// heads); a file may time one pass only.
+type Rates = BTreeMap<(u64, u64), f64>;
+fn rates(file: &str) -> (Rates, Rates) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("hardware/published/cudnn-frontend")
         .join(file);
@@ -24,30 +26,24 @@ fn points(file: &str) -> Vec<(f64, f64, f64, f64)> {
     let num = |r: &BTreeMap<&str, &str>, k: &str| -> f64 { r[k].parse().unwrap() };
     let key = |r: &BTreeMap<&str, &str>| {
         (
-            num(r, "q_seqlen"),
-            num(r, "batch_size") * num(r, "num_q_heads"),
+            num(r, "q_seqlen") as u64,
+            (num(r, "batch_size") * num(r, "num_q_heads")) as u64,
         )
     };
-    let mut out = Vec::new();
+    let mut fwd = BTreeMap::new();
+    let mut bwd = BTreeMap::new();
     if header.contains(&"is_causal") {
         for r in &rows {
             if r["is_causal"] == "True"
                 && r["backend"].contains("cudnn")
                 && !r["backend"].contains("fp8")
             {
-                let (s, h) = key(r);
-                out.push((
-                    s,
-                    h,
-                    num(r, "fwd_tflops_per_sec"),
-                    num(r, "bwd_tflops_per_sec"),
-                ));
+                fwd.insert(key(r), num(r, "fwd_tflops_per_sec"));
+                bwd.insert(key(r), num(r, "bwd_tflops_per_sec"));
             }
         }
-        return out;
+        return (fwd, bwd);
     }
-    let mut fwd = BTreeMap::new();
-    let mut bwd = BTreeMap::new();
     for r in &rows {
         if r["backend"] != "cudnn"
             || r["data_type"] != "bfloat16"
@@ -56,8 +52,7 @@ fn points(file: &str) -> Vec<(f64, f64, f64, f64)> {
         {
             continue;
         }
-        let (s, h) = key(r);
-        let k = (s as u64, h as u64);
+        let k = key(r);
         match r["profile_pass"] {
             "both" => {
                 fwd.insert(k, num(r, "fwd_tflops"));
@@ -72,12 +67,16 @@ fn points(file: &str) -> Vec<(f64, f64, f64, f64)> {
             _ => {}
         }
     }
-    for (k, f) in fwd {
-        if let Some(b) = bwd.get(&k) {
-            out.push((k.0 as f64, k.1 as f64, f, *b));
-        }
-    }
-    out
+    (fwd, bwd)
+}
+
+/// (query tokens, batch x query heads, forward TFLOP/s, backward TFLOP/s) of one CSV's points
+/// timed both ways ([`rates`]).
+fn points(file: &str) -> Vec<(f64, f64, f64, f64)> {
+    let (fwd, bwd) = rates(file);
+    fwd.into_iter()
+        .filter_map(|(k, f)| bwd.get(&k).map(|b| (k.0 as f64, k.1 as f64, f, *b)))
+        .collect()
 }
 
 /// Mean and worst |law / published - 1| of (forward, backward) over `files` for `hw`.
@@ -215,7 +214,6 @@ fn hopper_floor_reproduces_cudnn_at_head_dim_64() {
 /// at half its rate at 128.
 #[test]
 fn blackwell_floor_is_fitted_to_cudnns_head_dim_256_points() {
-    let fill = |h: f64, s: f64| h * s / (h * s + 22000.0);
     let hopper = Hardware::bundled("h100-80gb").unwrap();
     let ratio = hopper.gpu.attention_floor_head_dim_backward.unwrap()
         / hopper.gpu.attention_floor_head_dim_forward.unwrap();
@@ -233,33 +231,21 @@ fn blackwell_floor_is_fitted_to_cudnns_head_dim_256_points() {
             "llama3.1_gb300_20260424_100757.csv",
         ),
     ] {
+        // {query tokens: (forward TFLOP/s, batch x query heads)}: each file has one head count.
         let forward = |file| -> BTreeMap<u64, (f64, f64)> {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("hardware/published/cudnn-frontend")
-                .join(file);
-            let text = std::fs::read_to_string(path).unwrap();
-            let mut lines = text.lines();
-            let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-            let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-            lines
-                .map(|l| l.split(',').collect::<Vec<_>>())
-                .filter(|f| {
-                    f.len() == header.len()
-                        && f[col("backend")] == "cudnn"
-                        && f[col("data_type")] == "bfloat16"
-                        && f[col("attn_mask")] == "top_left"
-                        && f[col("profile_pass")] == "fwd"
-                        && f[col("deterministic_bwd")] == "False"
-                })
-                .map(|f| {
-                    let n = |c: &str| f[col(c)].parse::<f64>().unwrap();
-                    (
-                        n("q_seqlen") as u64,
-                        (n("tflops"), n("batch_size") * n("num_q_heads")),
-                    )
-                })
+            rates(file)
+                .0
+                .into_iter()
+                .map(|((s, h), t)| (s, (t, h as f64)))
                 .collect()
         };
+        // The law's fill term with the rack profile's n0.
+        let n0 = Hardware::bundled(rack)
+            .unwrap()
+            .gpu
+            .attention_half_work
+            .unwrap();
+        let fill = |h: f64, s: f64| h * s / (h * s + n0);
         let (d256, d128) = (forward(q), forward(l));
         let logs: Vec<f64> = d256
             .iter()
