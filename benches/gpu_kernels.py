@@ -229,7 +229,10 @@ def long_attention(res):
 # dimension 64 (GPT-OSS's heads: 64 query, 8 key/value heads) against 128 at the same FLOPs per
 # call (twice the heads at 64), 2k-8k tokens, which the Hopper profiles take from
 # FlashAttention-3's figures and the Blackwell ones from 256-over-128 points only.
-HEAD_DIM_ATTENTION = [(64, 64, 8), (32, 128, 4)]
+# (head dim, heads, KV heads). The first H200 run (2026-11-28) had (32, 128, 4) for the second
+# entry, head dimension 32, by a slip for (128, 32, 4); its file keeps those rows as what they
+# are (head_dim 32). (128, 64, 8) is GPT-OSS's head counts at 128.
+HEAD_DIM_ATTENTION = [(64, 64, 8), (128, 32, 4), (128, 64, 8)]
 
 
 def attention_head_dim(res):
