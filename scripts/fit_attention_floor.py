@@ -9,9 +9,15 @@ min(1, d/d0) of its rate at d0. The profiles' laws are fitted at d = 128, so
 
     rate(d) / rate(128) = min(1, d/d0) / min(1, 128/d0).
 
-Hopper (`hopper`): cuDNN's published H100 speeds at head dim 64 and 128 (FlashAttention-3's
-figures, hardware/published/flashattention-3/h100_bf16_head_dim.csv): d0 = 64 / r with r the
-geometric mean of rate(64)/rate(128) over the six sequence lengths, forward and backward.
+Hopper (`hopper`): cuDNN measured on one H100 and one H200 (benches/gpu_kernels.py part
+attention_head_dim, and on the H200 an earlier run of it at head dim 32,
+hardware/measured/{h100,h200}/torch-kernels-head-dim*.json; PyTorch 2.11, cuDNN 9.19): causal
+BF16 at head dims 32 and 64 against 128 at 2k-8k tokens, each rate divided by the law's fill
+term H s/(H s + n0) (H the query heads), so that rate(d)/rate(128) = d/d0 gives d0 = d / ratio;
+d0 the geometric mean over each GPU's points, forward and backward (h100-80gb and h800 take
+the H100's, h200 the H200's). Beside them, as a check, cuDNN's published H100 speeds at 64 and
+128 (FlashAttention-3's figures, hardware/published/flashattention-3/h100_bf16_head_dim.csv),
+which gave the profiles' first floors.
 
 Blackwell (`blackwell FILE_D256 FILE_D128`): cuDNN's GB200/GB300 forward speeds at head dim 256
 (Qwen3.5's heads) and 128 (Llama 3.1's) at the same sequence lengths
@@ -28,15 +34,67 @@ import csv
 import math
 import sys
 
-N0 = 22000  # gpu.attention_half_work of the Blackwell profiles
+import json
+
+N0 = 22000  # gpu.attention_half_work of the Hopper and Blackwell profiles
 FA3 = "hardware/published/flashattention-3/h100_bf16_head_dim.csv"
+MEASURED = {"h100": ["hardware/measured/h100/torch-kernels-head-dim.json"],
+            "h200": ["hardware/measured/h200/torch-kernels-head-dim.json",
+                     "hardware/measured/h200/torch-kernels-head-dim-32.json"]}
 
 
 def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def fill(h, s):
+    return h * s / (h * s + N0)
+
+
+def measured(gpu):
+    """d0 (forward, backward) from one GPU's measured rates: each point at head dim 32 or 64
+    against head dim 128 with 64 query heads at the same length, fill-corrected."""
+    rows = [r for f in MEASURED[gpu] for r in json.load(open(f))["attention_head_dim"]]
+    ref = {r["seq"]: r for r in rows if r["head_dim"] == 128 and r["heads"] == 64}
+    out = {}
+    for p, key in (("fwd", "forward_flops_per_s"), ("bwd", "backward_flops_per_s")):
+        d0s = []
+        for r in rows:
+            if r["head_dim"] >= 128:
+                continue
+            b = ref[r["seq"]]
+            ratio = (r[key] / fill(r["heads"], r["seq"])) / (b[key] / fill(b["heads"], b["seq"]))
+            d0s.append(r["head_dim"] / ratio)
+            print(f"  {p} d {r['head_dim']:3d} heads {r['heads']:3d} {r['seq']:5d} tokens: "
+                  f"rate/rate(128) {ratio:.3f} (fill-corrected) -> d0 {d0s[-1]:.1f}")
+        d0 = geomean(d0s)
+        worst = max(abs(x / d0 - 1) for x in d0s)
+        mean = sum(abs(x / d0 - 1) for x in d0s) / len(d0s)
+        out[p] = d0
+        print(f"{gpu} measured {p}: d0 {d0:.1f} over {len(d0s)} points; each within "
+              f"{100 * mean:.1f} % on average, worst {100 * worst:.1f} %")
+    # The fill term itself: 32 heads against 64 at head dim 128.
+    for r in rows:
+        if r["head_dim"] == 128 and r["heads"] == 32:
+            b = ref[r["seq"]]
+            law = fill(32, r["seq"]) / fill(64, r["seq"])
+            print(f"  fill check, 32 against 64 heads at {r['seq']} tokens: forward "
+                  f"{r['forward_flops_per_s'] / b['forward_flops_per_s']:.3f}, backward "
+                  f"{r['backward_flops_per_s'] / b['backward_flops_per_s']:.3f}, law {law:.3f}")
+    return out
+
+
 def hopper():
+    """The H100's floors (h100-80gb, h800; their backward-to-forward ratio is the one the
+    Blackwell backward floor takes) after the H200's (h200) and the published check."""
+    measured("h200")
+    out = measured("h100")
+    print(f"hopper (H100) backward/forward floor ratio {out['bwd'] / out['fwd']:.3f}")
+    published()
+    return out
+
+
+def published():
     rows = list(csv.DictReader(open(FA3)))
     out = {}
     for p in ("fwd", "bwd"):
@@ -46,9 +104,9 @@ def hopper():
         worst = max(abs(x / r - 1) for x in ratios)
         mean = sum(abs(x / r - 1) for x in ratios) / len(ratios)
         out[p] = 64 / r
-        print(f"hopper {p}: rate(64)/rate(128) {r:.3f} -> d0 {64 / r:.1f}; points within "
-              f"{100 * mean:.1f} % on average, worst {100 * worst:.1f} %")
-    print(f"hopper backward/forward floor ratio {out['bwd'] / out['fwd']:.3f}")
+        print(f"published H100 (FlashAttention-3) {p}: rate(64)/rate(128) {r:.3f} -> d0 "
+              f"{64 / r:.1f}; points within {100 * mean:.1f} % on average, worst "
+              f"{100 * worst:.1f} %")
     return out
 
 
@@ -64,7 +122,6 @@ def forward_points(path):
 
 def blackwell(d256, d128):
     a, b = forward_points(d256), forward_points(d128)
-    fill = lambda h, s: h * s / (h * s + N0)
     ratios = []
     for s in sorted(set(a) & set(b)):
         (ta, ha), (tb, hb) = a[s], b[s]

@@ -39,7 +39,9 @@ fn published(hw: &Hardware) -> Vec<(String, f64, f64, String)> {
                 hw.gpu.attention_noncausal_efficiency_backward
             }
             "gpu.fp8_split_accumulator_slowdown" => hw.gpu.fp8_split_accumulator_slowdown,
+            "gpu.fp8_block_scaling_slowdown" => hw.gpu.fp8_block_scaling_slowdown,
             "gpu.kernel_launch_s" => hw.gpu.kernel_launch_s,
+            "gpu.gemm_latency_s" => hw.gpu.gemm_latency_s,
             other => panic!(
                 "{}: {other} cites a published figure but no check knows it",
                 hw.name

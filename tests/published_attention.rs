@@ -180,10 +180,11 @@ fn fa3_cudnn_head_dim_ratios() -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
-/// The softmax floor on Hopper: cuDNN at head dimension 64 runs at 0.669 of its rate at 128
-/// forward and 0.847 backward in FlashAttention-3's figures (the floor was fitted to them);
-/// every one of the twelve points within 5 % of what the profiles' floors give, on each
-/// Hopper profile.
+/// The softmax floor on Hopper against published figures: cuDNN at head dimension 64 runs at
+/// 0.669 of its rate at 128 forward and 0.847 backward in FlashAttention-3's H100 figures (the
+/// floor was first fitted to them); the floors measured on H200 since (cuDNN 9.19,
+/// tests/measured_mechanisms.rs) give 0.712 and 0.785: every one of the twelve published points
+/// within 12 % of what the profiles' floors give, on each Hopper profile.
 #[test]
 fn hopper_floor_reproduces_cudnn_at_head_dim_64() {
     let pts = fa3_cudnn_head_dim_ratios();
@@ -195,7 +196,7 @@ fn hopper_floor_reproduces_cudnn_at_head_dim_64() {
             for (pass, model, published) in [("forward", 1.0 / ff, rf), ("backward", 1.0 / fb, rb)]
             {
                 assert!(
-                    (model / published - 1.0).abs() <= 0.05,
+                    (model / published - 1.0).abs() <= 0.12,
                     "{name} {pass} at {s} tokens: floor gives {model:.3}, published {published:.3}"
                 );
             }

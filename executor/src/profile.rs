@@ -727,12 +727,14 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             attention_noncausal_half_seq_forward: None,
             attention_noncausal_half_seq_backward: None,
             fp8_split_accumulator_slowdown: None,
+            fp8_block_scaling_slowdown: None,
             // No FP8 peak is measured, so no FP8 layout question arises.
             fp8_any_layout: false,
             // Not measured by this profiler: pplan's default applies.
             kernel_launch_s: None,
             // Its kernels are timed back to back: their rates already hold the gaps.
             kernel_gap_s: None,
+            gemm_latency_s: None,
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,

@@ -183,10 +183,12 @@ impl CostModel<'_> {
     /// long. Per-tensor scales (delayed, tensorwise) run the input- and weight-gradient GEMMs
     /// with it and the forward without (`Float8CurrentScaling`: `fp8_gemm_fprop`
     /// `use_split_accumulator=False`, dgrad and wgrad True; TE 1.x `_2X_ACC_*` for delayed);
-    /// block scales run all three with it (`Float8BlockScaling` asserts it for fprop, dgrad
-    /// and wgrad; DeepSeek-V3, Sec. 3.3.2: partial sums promoted to FP32 every 128
-    /// elements of K), except where the GPU's block-scaled tensor cores run them as MXFP8
-    /// (Blackwell), which apply the scales themselves. Other precisions: 1.
+    /// block scales run all three with it and their scales applied block by block
+    /// (`Float8BlockScaling` asserts the split accumulator for fprop, dgrad and wgrad;
+    /// DeepSeek-V3, Sec. 3.3.2: partial sums promoted to FP32 every 128 elements of K):
+    /// `gpu.fp8_block_scaling_slowdown` (absent: the split accumulator's) for all three, except
+    /// where the GPU's block-scaled tensor cores run them as MXFP8 (Blackwell), which apply
+    /// the scales themselves. Other precisions: 1.
     pub fn fp8_gemm_slowdowns(&self) -> (f64, f64) {
         if self.stack.precision != Precision::Fp8 {
             return (1.0, 1.0);
@@ -194,7 +196,10 @@ impl CostModel<'_> {
         let split = self.hw.gpu.fp8_split_accumulator_slowdown.unwrap_or(1.0);
         match self.stack.fp8_recipe {
             r @ Fp8Recipe::Blockwise if r.emulated_as_mxfp8(self.hw) => (1.0, 1.0),
-            Fp8Recipe::Blockwise => (split, split),
+            Fp8Recipe::Blockwise => {
+                let block = self.hw.gpu.fp8_block_scaling_slowdown.unwrap_or(split);
+                (block, block)
+            }
             _ => (1.0, split),
         }
     }
@@ -331,10 +336,17 @@ mod tests {
             .fp8_gemm_slowdowns()
         };
         let h100 = Hardware::bundled("h100-80gb").unwrap();
+        let h200 = Hardware::bundled("h200").unwrap();
         let b200 = Hardware::bundled("b200").unwrap();
-        assert_eq!(slow(&h100, Fp8Recipe::Delayed), (1.0, 1.15));
-        assert_eq!(slow(&h100, Fp8Recipe::Tensorwise), (1.0, 1.15));
-        assert_eq!(slow(&h100, Fp8Recipe::Blockwise), (1.15, 1.15));
+        assert_eq!(slow(&h100, Fp8Recipe::Delayed), (1.0, 1.0));
+        assert_eq!(slow(&h200, Fp8Recipe::Delayed), (1.0, 1.01));
+        assert_eq!(slow(&h200, Fp8Recipe::Tensorwise), (1.0, 1.01));
+        // Block scales: their own measured slowdown on all three GEMMs, or the split
+        // accumulator's where a profile has none.
+        assert_eq!(slow(&h200, Fp8Recipe::Blockwise), (1.2, 1.2));
+        let mut h = h200.clone();
+        h.gpu.fp8_block_scaling_slowdown = None;
+        assert_eq!(slow(&h, Fp8Recipe::Blockwise), (1.01, 1.01));
         assert_eq!(slow(&h100, Fp8Recipe::Mxfp8), (1.0, 1.0));
         // Blackwell runs block scales as MXFP8 even where a profile sets the split
         // accumulator.

@@ -128,6 +128,13 @@ pub struct Gpu {
     /// runs the input- and weight-gradient GEMMs with it. Absent: 1 (no such mode, Blackwell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_split_accumulator_slowdown: Option<f64>,
+    /// How much longer an FP8 GEMM with per-block scales (1x128 tiles of the activations and
+    /// gradients, 128x128 blocks of the weights, cuBLASLt's `VEC128_32F` and `BLK128x128_32F`
+    /// scale modes: Transformer Engine's `Float8BlockScaling` on Hopper) takes than the same
+    /// GEMM with per-tensor scales and the fast accumulator: the scales applied to each K
+    /// block's partial sums in the main loop. Absent: `fp8_split_accumulator_slowdown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_block_scaling_slowdown: Option<f64>,
     /// Whether the tensor cores take FP8 operands in every layout (Blackwell), not only TN
     /// (Hopper): Transformer Engine then keeps one FP8 copy of a per-tensor-scaled tensor
     /// where it keeps the cast and its transpose on Hopper (`is_non_tn_fp8_gemm_supported`:
@@ -143,6 +150,13 @@ pub struct Gpu {
     /// (`cost::launch`). Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_gap_s: Option<f64>,
+    /// What a GEMM too small to keep the tensor cores busy takes beyond streaming its operands
+    /// and output through HBM once, seconds: the kernel's prologue (the first tiles' loads)
+    /// and epilogue, which no other tile overlaps. With it no GEMM takes less than
+    /// `bytes / hbm + this` (`cost::compute::gemm_time_in_s`); small-row expert GEMMs are
+    /// where it binds. Absent: no such floor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_latency_s: Option<f64>,
 }
 
 /// The median `cudaLaunchKernel` call, 4.0 us over 5,240 launches, in a PyTorch (Kineto)
@@ -252,6 +266,15 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Bytes of one GEMM operand element in this precision (the block scales left out).
+    pub fn operand_bytes(self) -> f64 {
+        match self {
+            Precision::Bf16 => 2.0,
+            Precision::Fp8 | Precision::Mxfp8 => 1.0,
+            Precision::Nvfp4 => 0.5,
+        }
+    }
+
     pub const ALL: [Precision; 4] = [
         Precision::Bf16,
         Precision::Fp8,

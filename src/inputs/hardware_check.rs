@@ -307,6 +307,7 @@ impl Hardware {
         for (field, v) in [
             ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
             ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),
+            ("gpu.gemm_latency_s", self.gpu.gemm_latency_s),
         ] {
             if let Some(v) = v {
                 if !(v.is_finite() && (0.0..1.0).contains(&v)) {
@@ -325,12 +326,20 @@ impl Hardware {
                 ));
             }
         }
-        if let Some(v) = self.gpu.fp8_split_accumulator_slowdown {
-            if !(v.is_finite() && v >= 1.0) {
-                return Err(invalid(
-                    "gpu.fp8_split_accumulator_slowdown",
-                    format!("must be a number >= 1 (got {v})"),
-                ));
+        for (field, v) in [
+            (
+                "gpu.fp8_split_accumulator_slowdown",
+                self.gpu.fp8_split_accumulator_slowdown,
+            ),
+            (
+                "gpu.fp8_block_scaling_slowdown",
+                self.gpu.fp8_block_scaling_slowdown,
+            ),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v >= 1.0) {
+                    return Err(invalid(field, format!("must be a number >= 1 (got {v})")));
+                }
             }
         }
         for (field, v) in [

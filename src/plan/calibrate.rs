@@ -713,6 +713,7 @@ pub fn calibrate(input: CalibrateInput) -> Result<Calibration, CalibrateError> {
             "gpu.attention_efficiency_forward",
             "gpu.attention_efficiency_backward",
             "gpu.fp8_split_accumulator_slowdown",
+            "gpu.fp8_block_scaling_slowdown",
             "gpu.memory_bytes",
             "node (counts, nvlink_domain_gpus)",
             "network",
