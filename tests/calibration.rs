@@ -42,6 +42,7 @@ fn published(hw: &Hardware) -> Vec<(String, f64, f64, String)> {
             "gpu.fp8_block_scaling_slowdown" => hw.gpu.fp8_block_scaling_slowdown,
             "gpu.kernel_launch_s" => hw.gpu.kernel_launch_s,
             "gpu.gemm_latency_s" => hw.gpu.gemm_latency_s,
+            "gpu.graph_kernel_gap_s" => hw.gpu.graph_kernel_gap_s,
             other => panic!(
                 "{}: {other} cites a published figure but no check knows it",
                 hw.name

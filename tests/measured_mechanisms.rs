@@ -370,8 +370,9 @@ fn permutation_gathers_run_at_copy_speed_and_scatters_do_not() {
 /// 2 %, where the eager one waits on its host (Qwen3-30B-A3B: 7.9 ms against 6.4; H200).
 /// Between kernels replayed from a graph the GPU waits a median 0.19 us on the H200 (0.03-0.88)
 /// and 0.17 on the H100 (0.04-0.80), against 0.93-1.88 and 0.77-1.86 us issued one by one (the
-/// profiles' `gpu.kernel_gap_s`, 1.5 us, within a tenth of their medians): pplan removes the host time of what a graph captures but still prices each
-/// captured kernel's gap at the stream's (docs/cost-model.md, "CUDA graphs").
+/// profiles' `gpu.kernel_gap_s`, 1.5 us, within a tenth of their medians): the graph's median,
+/// to a hundredth of a microsecond, is the profiles' `gpu.graph_kernel_gap_s`, which the
+/// kernels a graph captures wait instead (`cost::launch`; docs/cost-model.md, "CUDA graphs").
 #[test]
 fn cuda_graphs_take_the_host_time_and_most_of_the_gap() {
     for r in rows("h200", "torch-mechanisms.json", "moe_graph") {
@@ -399,5 +400,12 @@ fn cuda_graphs_take_the_host_time_and_most_of_the_gap() {
             (profile / eager - 1.0).abs() < 0.11,
             "{gpu}: {profile} {eager}"
         );
+        for name in profiles {
+            let in_graph = Hardware::bundled(name).unwrap().graph_kernel_gap_s();
+            assert!(
+                (in_graph - (graph * 1e8).round() / 1e8).abs() < 1e-12,
+                "{name}: {in_graph} {graph}"
+            );
+        }
     }
 }

@@ -734,6 +734,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             kernel_launch_s: None,
             // Its kernels are timed back to back: their rates already hold the gaps.
             kernel_gap_s: None,
+            graph_kernel_gap_s: None,
             gemm_latency_s: None,
         },
         node: Node {

@@ -613,7 +613,7 @@ impl CostModel<'_> {
             backward_input,
             backward_weight,
         }
-        .floored_launching(kernels, self.layer_launches(kernels), self.hw)
+        .floored_launching(kernels, self.layer_captured_kernels(kernels), self.hw)
     }
 
     /// Accumulating `params` weight gradients of one micro-batch into their fp32 main

@@ -487,7 +487,7 @@ impl CostModel<'_> {
                 backward_input,
                 backward_weight,
             })
-            .floored_launching(kernels, kernels.launched_with_graph(captured), self.hw);
+            .floored_launching(kernels, captured, self.hw);
         if self.stack.moe_layer_host_s <= 0.0 {
             return layer;
         }

@@ -150,6 +150,10 @@ pub struct Gpu {
     /// (`cost::launch`). Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_gap_s: Option<f64>,
+    /// GPU time between two kernels replayed from one CUDA graph, seconds: what a graph
+    /// leaves of [`Gpu::kernel_gap_s`] for the kernels it captures. Absent: `kernel_gap_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_kernel_gap_s: Option<f64>,
     /// What a GEMM too small to keep the tensor cores busy takes beyond streaming its operands
     /// and output through HBM once, seconds: the kernel's prologue (the first tiles' loads)
     /// and epilogue, which no other tile overlaps. With it no GEMM takes less than
@@ -525,6 +529,14 @@ impl Hardware {
     /// GPU time between two kernels queued back to back ([`Gpu::kernel_gap_s`], else 0).
     pub fn kernel_gap_s(&self) -> f64 {
         self.gpu.kernel_gap_s.unwrap_or(0.0)
+    }
+
+    /// GPU time between two kernels replayed from a CUDA graph ([`Gpu::graph_kernel_gap_s`],
+    /// else [`Hardware::kernel_gap_s`]).
+    pub fn graph_kernel_gap_s(&self) -> f64 {
+        self.gpu
+            .graph_kernel_gap_s
+            .unwrap_or_else(|| self.kernel_gap_s())
     }
 
     /// Host time to launch one kernel ([`Gpu::kernel_launch_s`], else the default).

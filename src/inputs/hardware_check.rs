@@ -307,6 +307,7 @@ impl Hardware {
         for (field, v) in [
             ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
             ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),
+            ("gpu.graph_kernel_gap_s", self.gpu.graph_kernel_gap_s),
             ("gpu.gemm_latency_s", self.gpu.gemm_latency_s),
         ] {
             if let Some(v) = v {
