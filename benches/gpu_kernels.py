@@ -705,6 +705,32 @@ def moe_layer_1f1b(res):
         torch.cuda.empty_cache()
 
 
+def gap_cases(static_output=False):
+    """The cases of `kernel_gaps` (name, one call, calls): a small and a large elementwise add,
+    an expert-sized GEMM (into one output buffer with `static_output`, as a captured graph
+    replays it), and a Qwen3-235B-A22B expert's forward (up GEMM, SwiGLU, down GEMM) over 16
+    local experts."""
+    dev, dt = "cuda", torch.bfloat16
+    small = torch.randn(1 << 20, device=dev, dtype=dt)
+    large = torch.randn(1 << 26, device=dev, dtype=dt)
+    a = torch.randn(1024, 4096, device=dev, dtype=dt)
+    w = torch.randn(3072, 4096, device=dev, dtype=dt)
+    w1 = [torch.randn(3072, 4096, device=dev, dtype=dt) for _ in range(16)]
+    w2 = [torch.randn(4096, 1536, device=dev, dtype=dt) for _ in range(16)]
+    out = torch.empty(1024, 3072, device=dev, dtype=dt)
+
+    def experts():
+        for e in range(16):
+            u, g = (a @ w1[e].t()).chunk(2, dim=-1)
+            (F.silu(u) * g) @ w2[e].t()
+
+    gemm = (lambda: torch.matmul(a, w.t(), out=out)) if static_output else (lambda: a @ w.t())
+    return [("add 1M bf16", lambda: small.add_(1.0), 500),
+            ("add 64M bf16", lambda: large.add_(1.0), 100),
+            ("gemm 1024x3072x4096 bf16", gemm, 300),
+            ("16 experts 1024 rows (up, silu*mul, down)", experts, 10)]
+
+
 def kernel_gaps(res):
     """The GPU's time between back-to-back kernels of one stream when the host is far ahead:
     a few hundred calls queued behind a 50 ms spin kernel (torch.cuda._sleep), CUDA events
@@ -714,24 +740,7 @@ def kernel_gaps(res):
     Qwen3-235B expert's forward (up GEMM, SwiGLU, down GEMM) over 16 local experts."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    dev, dt = "cuda", torch.bfloat16
-    small = torch.randn(1 << 20, device=dev, dtype=dt)
-    large = torch.randn(1 << 26, device=dev, dtype=dt)
-    a = torch.randn(1024, 4096, device=dev, dtype=dt)
-    w = torch.randn(3072, 4096, device=dev, dtype=dt)
-    w1 = [torch.randn(3072, 4096, device=dev, dtype=dt) for _ in range(16)]
-    w2 = [torch.randn(4096, 1536, device=dev, dtype=dt) for _ in range(16)]
-
-    def experts():
-        for e in range(16):
-            u, g = (a @ w1[e].t()).chunk(2, dim=-1)
-            (F.silu(u) * g) @ w2[e].t()
-
-    cases = [("add 1M bf16", lambda: small.add_(1.0), 500),
-             ("add 64M bf16", lambda: large.add_(1.0), 100),
-             ("gemm 1024x3072x4096 bf16", lambda: a @ w.t(), 300),
-             ("16 experts 1024 rows (up, silu*mul, down)", experts, 10)]
-    for name, fn, n in cases:
+    for name, fn, n in gap_cases():
         try:
             wall, host = queued(fn, n)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -945,17 +954,46 @@ def embedding_grad(res):
         torch.cuda.empty_cache()
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
+def device_fields(tool):
+    """What a results file records of the script and the GPU it ran on."""
     p = torch.cuda.get_device_properties(0)
-    res = {
-        "tool": "benches/gpu_kernels.py",
+    return {
+        "tool": tool,
         "gpu": torch.cuda.get_device_name(0),
         "compute_capability": f"{p.major}.{p.minor}",
         "multiprocessors": p.multi_processor_count,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
+    }
+
+
+def run_parts(res, parts, chosen, out):
+    """Runs the `chosen` parts (all without) into `res`, one list per part, each error recorded
+    and the file rewritten after every part; an unknown part name exits with the valid ones."""
+    names = [q.__name__ for q in parts]
+    unknown = [c for c in chosen if c not in names]
+    if unknown:
+        sys.exit(f"{res['tool']}: unknown part(s) {unknown}; valid: " + ", ".join(names))
+    res["parts"] = chosen or names
+    res.setdefault("errors", [])
+    by_name = {q.__name__: q for q in parts}
+    for name in res["parts"]:
+        res.setdefault(name, [])
+        t0 = time.time()
+        try:
+            by_name[name](res)
+        except Exception:  # noqa: BLE001
+            res["errors"].append(f"{name}: {traceback.format_exc()}")
+        print(f"{name}: {time.time() - t0:.1f} s", flush=True)
+        with open(out, "w") as f:
+            json.dump(res, f, indent=1)
+    print(f"wrote {out}; errors: {len(res['errors'])}")
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "gpu-kernels.json"
+    res = dict(device_fields("benches/gpu_kernels.py"), **{
         "method": "CUDA events around back-to-back calls (at least 10 ms a sample), one untimed "
                   "call first, median of 3; random normal inputs",
         "gemm_bf16": [], "gemm_fp8": [], "attention": [], "memory_bound": [],
@@ -963,28 +1001,11 @@ def main():
         "moe_layer_sync": [], "moe_layer_1f1b": [], "kernel_gaps": [], "grouped_streams": [],
         "cp_attention": [], "output_layer": [], "embedding_grad": [], "attention_head_dim": [],
         "errors": [],
-    }
+    })
     parts = (gemms, attention, memory_bound, host_overhead, grouped_gemms, long_attention,
              moe_layer_host, moe_layer_sync, moe_layer_1f1b, kernel_gaps, grouped_streams,
              cp_attention, output_layer, embedding_grad, attention_head_dim, sustained)
-    chosen = sys.argv[2:]
-    unknown = [c for c in chosen if c not in {p.__name__ for p in parts}]
-    if unknown:
-        sys.exit(f"gpu_kernels.py: unknown part(s) {unknown}; valid: "
-                 + ", ".join(p.__name__ for p in parts))
-    res["parts"] = chosen or [p.__name__ for p in parts]
-    by_name = {p.__name__: p for p in parts}
-    for part in (by_name[c] for c in res["parts"]):
-        t0 = time.time()
-        try:
-            part(res)
-        except Exception:  # noqa: BLE001
-            res["errors"].append(f"{part.__name__}: {traceback.format_exc()}")
-        print(f"{part.__name__}: {time.time() - t0:.1f} s", flush=True)
-        with open(out, "w") as f:
-            json.dump(res, f, indent=1)
-    print(f"wrote {out}; errors: {len(res['errors'])}")
-
+    run_parts(res, parts, sys.argv[2:], out)
 
 if __name__ == "__main__":
     main()

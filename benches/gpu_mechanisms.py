@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_kernels import bench, profiled_kernels, queued, sdpa_row  # noqa: E402
+from gpu_kernels import (bench, device_fields, gap_cases, profiled_kernels, queued,  # noqa: E402
+                         run_parts, sdpa_row)
 
 DEV, BF16 = "cuda", torch.bfloat16
 
@@ -218,7 +219,8 @@ GRAPH_LAYERS = [("qwen3-30b-a3b-ep8", 2048, 768, 16, 4096, 128),
 def padded_moe(h, f, local, tokens, experts):
     """A MoE layer whose per-expert row counts are fixed (tokens x top-k / local each: the
     routing forced to balance, as a drop-and-pad dispatcher pads to), so it never reads a count
-    on the host and can be captured in a CUDA graph. Returns (step, x, params)."""
+    on the host and can be captured in a CUDA graph. Returns (step, params): the step and the
+    tensors it reads, kept alive with it."""
     w = lambda *s: (0.02 * torch.randn(*s, device=DEV, dtype=BF16)).requires_grad_()
     x = torch.randn(tokens, h, device=DEV, dtype=BF16, requires_grad=True)
     router, w1, w2 = w(experts, h), [w(2 * f, h) for _ in range(local)], \
@@ -246,10 +248,10 @@ def padded_moe(h, f, local, tokens, experts):
     return step, params
 
 
-def graph_of(step, params):
-    """`step` captured in one CUDA graph (warmed up on a side stream first, as PyTorch's
-    whole-network capture does); the gradients are zeroed outside the graph by replaying into
-    the same buffers (accumulation into them is part of what is captured)."""
+def graph_of(step):
+    """`step` captured in one CUDA graph, warmed up on a side stream first as PyTorch's
+    whole-network capture does (gradients accumulate into the same buffers at every replay:
+    what is captured is the accumulation)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -296,7 +298,7 @@ def moe_graph(res):
                 row.update(eager_wall_s=eager, eager_host_s=eager_host, kernel_s=kernel_s,
                            kernels=kernels, eager_host_s_per_kernel=eager_host / max(kernels, 1))
                 try:
-                    g = graph_of(step, params)
+                    g = graph_of(step)
                     replay = wall_per_call(g.replay, n)
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
@@ -376,24 +378,7 @@ def graph_gaps(res):
     cases of benches/gpu_kernels.py part `kernel_gaps`."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    small = torch.randn(1 << 20, device=DEV, dtype=BF16)
-    large = torch.randn(1 << 26, device=DEV, dtype=BF16)
-    a = torch.randn(1024, 4096, device=DEV, dtype=BF16)
-    w = torch.randn(3072, 4096, device=DEV, dtype=BF16)
-    w1 = [torch.randn(3072, 4096, device=DEV, dtype=BF16) for _ in range(16)]
-    w2 = [torch.randn(4096, 1536, device=DEV, dtype=BF16) for _ in range(16)]
-    out = torch.empty(1024, 3072, device=DEV, dtype=BF16)
-
-    def experts():
-        for e in range(16):
-            u, g = (a @ w1[e].t()).chunk(2, dim=-1)
-            (F.silu(u) * g) @ w2[e].t()
-
-    cases = [("add 1M bf16", lambda: small.add_(1.0), 500),
-             ("add 64M bf16", lambda: large.add_(1.0), 100),
-             ("gemm 1024x3072x4096 bf16", lambda: torch.matmul(a, w.t(), out=out), 300),
-             ("16 experts 1024 rows (up, silu*mul, down)", experts, 10)]
-    for name, fn, n in cases:
+    for name, fn, n in gap_cases(static_output=True):
         try:
             def many():
                 for _ in range(n):
@@ -405,15 +390,7 @@ def graph_gaps(res):
             ev = [x for x in prof.key_averages() if x.device_type == DeviceType.CUDA]
             busy = sum(x.self_device_time_total for x in ev) * 1e-6
             count = sum(x.count for x in ev)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                many()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                many()
-            torch.cuda.synchronize()
+            g = graph_of(many)
             graph_wall, _ = queued(g.replay, 1)
             res["graph_gaps"].append({
                 "case": name, "calls": n, "kernels": count, "kernel_s": busy,
@@ -427,40 +404,12 @@ def graph_gaps(res):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu-mechanisms.json"
-    p = torch.cuda.get_device_properties(0)
     parts = (grouped_gemm_rows, permutation, long_context_attention, moe_graph, fp8_scaling,
              graph_gaps)
-    res = {
-        "tool": "benches/gpu_mechanisms.py",
-        "gpu": torch.cuda.get_device_name(0),
-        "compute_capability": f"{p.major}.{p.minor}",
-        "multiprocessors": p.multi_processor_count,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(),
-        "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "default"),
-        "errors": [],
-    }
-    for part in parts:
-        res[part.__name__] = []
-    chosen = sys.argv[2:]
-    unknown = [c for c in chosen if c not in {q.__name__ for q in parts}]
-    if unknown:
-        sys.exit(f"gpu_mechanisms.py: unknown part(s) {unknown}; valid: "
-                 + ", ".join(q.__name__ for q in parts))
-    res["parts"] = chosen or [q.__name__ for q in parts]
-    by_name = {q.__name__: q for q in parts}
-    for name in res["parts"]:
-        t0 = time.time()
-        try:
-            by_name[name](res)
-        except Exception:  # noqa: BLE001
-            res["errors"].append(f"{name}: {traceback.format_exc()}")
-        print(f"{name}: {time.time() - t0:.1f} s", flush=True)
-        with open(out, "w") as fh:
-            json.dump(res, fh, indent=1)
-    print(f"wrote {out}; errors: {len(res['errors'])}")
-
+    res = dict(device_fields("benches/gpu_mechanisms.py"),
+               cuda_device_max_connections=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS",
+                                                          "default"))
+    run_parts(res, parts, sys.argv[2:], out)
 
 if __name__ == "__main__":
     main()

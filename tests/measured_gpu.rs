@@ -7,14 +7,8 @@ use pplan::cost::compute::{gemm_kernel_efficiency, Gemm};
 use pplan::inputs::Hardware;
 use serde_json::Value;
 
-fn load(gpu: &str, file: &str) -> Value {
-    let p = format!(
-        "{}/hardware/measured/{gpu}/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}")))
-        .unwrap()
-}
+mod common;
+use common::measured as load;
 
 fn profile(gpu: &str) -> Hardware {
     Hardware::bundled(if gpu == "h100" { "h100-80gb" } else { gpu }).unwrap()

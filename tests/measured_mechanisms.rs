@@ -10,14 +10,8 @@ use pplan::inputs::Hardware;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-fn load(gpu: &str, file: &str) -> Value {
-    let p = format!(
-        "{}/hardware/measured/{gpu}/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}")))
-        .unwrap()
-}
+mod common;
+use common::measured as load;
 
 fn rows(gpu: &str, file: &str, part: &str) -> Vec<Value> {
     load(gpu, file)[part].as_array().unwrap().clone()

@@ -49,3 +49,13 @@ pub fn small_moe() -> pplan::inputs::Model {
     });
     m
 }
+
+/// A file of `hardware/measured/{gpu}/`, parsed (the GPU measurements the profiles rest on).
+pub fn measured(gpu: &str, file: &str) -> serde_json::Value {
+    let p = format!(
+        "{}/hardware/measured/{gpu}/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}")))
+        .unwrap()
+}
