@@ -189,7 +189,7 @@ fn hopper_floors_are_the_fits_to_the_measured_head_dim_points() {
 
 /// The routed experts' GEMMs (8 experts of one shape, cuBLAS one by one, the host far ahead)
 /// at 4-16,384 rows an expert and four widths: one GEMM's own time is the row's seconds / 8
-/// less the gap between kernels. The kernel curve alone is 35-54 % fast at 4-64 rows (a GEMM of
+/// less the gap between kernels. The kernel curve alone is 32-54 % fast at 4-64 rows (a GEMM of
 /// few rows streams its weights and waits on its prologue and epilogue, whatever its FLOPs);
 /// with the floor `bytes / hbm + gpu.gemm_latency_s` (`cost::compute::gemm_floor_s`) the mean
 /// error at 4-64 rows is within 12 %. `gpu.gemm_latency_s` is the least-squares value (log,
