@@ -154,6 +154,20 @@ impl Hardware {
             field,
             reason,
         };
+        // The first given value among `fields` that is not finite and `valid`, named with
+        // `what` a valid one is.
+        let given =
+            |fields: &[(&'static str, Option<f64>)], valid: &dyn Fn(f64) -> bool, what: &str| {
+                for &(field, v) in fields {
+                    match v {
+                        Some(v) if !(v.is_finite() && valid(v)) => {
+                            return Err(invalid(field, format!("must be {what} (got {v})")));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            };
         let positive = [
             ("gpu.peak_flops_per_s", self.gpu.peak_flops_per_s),
             (
@@ -233,70 +247,60 @@ impl Hardware {
                 return Err(invalid(field, format!("must be in (0, 1] (got {v})")));
             }
         }
-        for (field, v) in [
-            (
-                "gpu.attention_half_seq_forward",
-                self.gpu.attention_half_seq_forward,
-            ),
-            (
-                "gpu.attention_half_seq_backward",
-                self.gpu.attention_half_seq_backward,
-            ),
-            (
-                "gpu.attention_fa2_half_seq_forward",
-                self.gpu.attention_fa2_half_seq_forward,
-            ),
-            (
-                "gpu.attention_fa2_half_seq_backward",
-                self.gpu.attention_fa2_half_seq_backward,
-            ),
-            (
-                "gpu.attention_triton_half_seq_forward",
-                self.gpu.attention_triton_half_seq_forward,
-            ),
-            (
-                "gpu.attention_triton_half_seq_backward",
-                self.gpu.attention_triton_half_seq_backward,
-            ),
-            ("gpu.attention_half_heads", self.gpu.attention_half_heads),
-            ("gpu.attention_half_work", self.gpu.attention_half_work),
-            (
-                "gpu.attention_noncausal_half_seq_forward",
-                self.gpu.attention_noncausal_half_seq_forward,
-            ),
-            (
-                "gpu.attention_noncausal_half_seq_backward",
-                self.gpu.attention_noncausal_half_seq_backward,
-            ),
-        ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(invalid(
-                        field,
-                        format!("must be a number of tokens or heads, 0 or more (got {v})"),
-                    ));
-                }
-            }
-        }
-        for (field, v) in [
-            (
-                "gpu.attention_floor_head_dim_forward",
-                self.gpu.attention_floor_head_dim_forward,
-            ),
-            (
-                "gpu.attention_floor_head_dim_backward",
-                self.gpu.attention_floor_head_dim_backward,
-            ),
-        ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && (1.0..=1024.0).contains(&v)) {
-                    return Err(invalid(
-                        field,
-                        format!("must be a head dimension from 1 to 1024 (got {v})"),
-                    ));
-                }
-            }
-        }
+        given(
+            &[
+                (
+                    "gpu.attention_half_seq_forward",
+                    self.gpu.attention_half_seq_forward,
+                ),
+                (
+                    "gpu.attention_half_seq_backward",
+                    self.gpu.attention_half_seq_backward,
+                ),
+                (
+                    "gpu.attention_fa2_half_seq_forward",
+                    self.gpu.attention_fa2_half_seq_forward,
+                ),
+                (
+                    "gpu.attention_fa2_half_seq_backward",
+                    self.gpu.attention_fa2_half_seq_backward,
+                ),
+                (
+                    "gpu.attention_triton_half_seq_forward",
+                    self.gpu.attention_triton_half_seq_forward,
+                ),
+                (
+                    "gpu.attention_triton_half_seq_backward",
+                    self.gpu.attention_triton_half_seq_backward,
+                ),
+                ("gpu.attention_half_heads", self.gpu.attention_half_heads),
+                ("gpu.attention_half_work", self.gpu.attention_half_work),
+                (
+                    "gpu.attention_noncausal_half_seq_forward",
+                    self.gpu.attention_noncausal_half_seq_forward,
+                ),
+                (
+                    "gpu.attention_noncausal_half_seq_backward",
+                    self.gpu.attention_noncausal_half_seq_backward,
+                ),
+            ],
+            &|v| v >= 0.0,
+            "a number of tokens or heads, 0 or more",
+        )?;
+        given(
+            &[
+                (
+                    "gpu.attention_floor_head_dim_forward",
+                    self.gpu.attention_floor_head_dim_forward,
+                ),
+                (
+                    "gpu.attention_floor_head_dim_backward",
+                    self.gpu.attention_floor_head_dim_backward,
+                ),
+            ],
+            &|v| (1.0..=1024.0).contains(&v),
+            "a head dimension from 1 to 1024",
+        )?;
         if self.gpu.attention_half_heads.is_some() && self.gpu.attention_half_work.is_some() {
             return Err(invalid(
                 "gpu.attention_half_work",
@@ -304,53 +308,46 @@ impl Hardware {
                     .to_string(),
             ));
         }
-        for (field, v) in [
-            ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
-            ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),
-            ("gpu.graph_kernel_gap_s", self.gpu.graph_kernel_gap_s),
-            ("gpu.gemm_latency_s", self.gpu.gemm_latency_s),
-        ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && (0.0..1.0).contains(&v)) {
-                    return Err(invalid(
-                        field,
-                        format!("must be a number of seconds from 0 to 1 (got {v})"),
-                    ));
-                }
-            }
-        }
-        if let Some(v) = self.node.host_link_bytes_per_s {
-            if !(v.is_finite() && (1e6..=1e14).contains(&v)) {
-                return Err(invalid(
-                    "node.host_link_bytes_per_s",
-                    format!("must be from 1e6 to 1e14 bytes/s (got {v})"),
-                ));
-            }
-        }
-        for (field, v) in [
-            (
-                "gpu.fp8_split_accumulator_slowdown",
-                self.gpu.fp8_split_accumulator_slowdown,
-            ),
-            (
-                "gpu.fp8_block_scaling_slowdown",
-                self.gpu.fp8_block_scaling_slowdown,
-            ),
-        ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && v >= 1.0) {
-                    return Err(invalid(field, format!("must be a number >= 1 (got {v})")));
-                }
-            }
-        }
-        for (field, v) in [
-            ("node.nvlink_latency_s", self.node.nvlink_latency_s),
-            ("node.nic_latency_s", self.node.nic_latency_s),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(invalid(field, format!("must be >= 0 (got {v})")));
-            }
-        }
+        given(
+            &[
+                ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
+                ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),
+                ("gpu.graph_kernel_gap_s", self.gpu.graph_kernel_gap_s),
+                ("gpu.gemm_latency_s", self.gpu.gemm_latency_s),
+            ],
+            &|v| (0.0..1.0).contains(&v),
+            "a number of seconds from 0 to 1",
+        )?;
+        given(
+            &[(
+                "node.host_link_bytes_per_s",
+                self.node.host_link_bytes_per_s,
+            )],
+            &|v| (1e6..=1e14).contains(&v),
+            "from 1e6 to 1e14 bytes/s",
+        )?;
+        given(
+            &[
+                (
+                    "gpu.fp8_split_accumulator_slowdown",
+                    self.gpu.fp8_split_accumulator_slowdown,
+                ),
+                (
+                    "gpu.fp8_block_scaling_slowdown",
+                    self.gpu.fp8_block_scaling_slowdown,
+                ),
+            ],
+            &|v| v >= 1.0,
+            "a number >= 1",
+        )?;
+        given(
+            &[
+                ("node.nvlink_latency_s", Some(self.node.nvlink_latency_s)),
+                ("node.nic_latency_s", Some(self.node.nic_latency_s)),
+            ],
+            &|v| v >= 0.0,
+            ">= 0",
+        )?;
         for (field, v, what) in [
             (
                 "gpu.peak_fp8_flops_per_s",
