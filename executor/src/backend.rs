@@ -71,6 +71,12 @@ pub enum ExecError {
 pub trait DeviceWorker: Send {
     /// The device index (`0..p`).
     fn device(&self) -> u32;
+    /// Which data- or context-parallel replica of the pipeline this worker runs (`0..dp·cp`;
+    /// 0 without replicas). Every replica runs its device's action list; the runner keeps
+    /// replica 0's spans and weights.
+    fn replica(&self) -> u32 {
+        0
+    }
     /// Forward of `stage` for `microbatch`.
     fn forward(
         &mut self,
@@ -93,7 +99,9 @@ pub trait DeviceWorker: Send {
     /// Block until all work issued so far has finished (a no-op on the CPU).
     fn synchronize(&mut self) -> Result<(), ExecError>;
     /// The current weights of each stage on this device, as f32 on the host, in the order
-    /// (stage, matrices in [`crate::spec::Matrix`] order for each of its layers). For tests.
+    /// (stage, matrices in [`crate::spec::Matrix`] order for each of its layers; every expert
+    /// of a MoE layer, gathered from the expert-parallel group). For tests. A collective when
+    /// the plan has replicas: every worker calls it.
     fn weights(&mut self) -> Result<Vec<(u32, Vec<f32>)>, ExecError>;
     /// The sum of the losses computed on this device since the last call (0 off the last stage).
     fn take_loss(&mut self) -> f64;

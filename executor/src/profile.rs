@@ -21,6 +21,7 @@
 //!   same channel and copy the CPU backend uses; ping-pong, one-way time = round trip / 2;
 //!   latency from a 1-element message, bandwidth = bytes / (one-way time − latency).
 
+use crate::cpu::comm::Comms;
 use crate::cpu::math::gemm;
 use crate::cpu::model::{self, Ctx, StageInput, StageWeights};
 use crate::spec::{self, Dims};
@@ -153,10 +154,13 @@ fn time_stage(
             (None, None) => unreachable!("an input is always made"),
         };
         let t = Instant::now();
-        let (_, _, mut st) = model::stage_forward(c, w, input, labels, 1.0);
+        let mut solo = Comms::solo();
+        let (_, _, mut st) = model::stage_forward(c, w, input, labels, 1.0, &mut solo)
+            .expect("one rank has no peers to lose");
         let tf = ms_since(t);
         let t = Instant::now();
-        let _ = model::stage_backward_input(c, w, &mut st, dy.map(<[f32]>::to_vec));
+        let _ = model::stage_backward_input(c, w, &mut st, dy.map(<[f32]>::to_vec), &mut solo)
+            .expect("one rank has no peers to lose");
         let ti = ms_since(t);
         let t = Instant::now();
         model::stage_backward_weight(c, &st, &mut acc);
@@ -328,14 +332,14 @@ pub fn dims_of(req: &ProfileRequest) -> Result<Dims, String> {
             m.hidden_size, m.num_heads
         ));
     }
-    Ok(Dims {
-        hidden: m.hidden_size as usize,
-        heads: m.num_heads as usize,
-        ffn: m.ffn_hidden_size as usize,
-        seq: req.seq_len.unwrap_or(m.seq_len) as usize,
-        micro_batch: req.micro_batch as usize,
-        vocab: m.vocab_size as usize,
-    })
+    Ok(Dims::dense(
+        m.hidden_size as usize,
+        m.num_heads as usize,
+        m.ffn_hidden_size as usize,
+        req.seq_len.unwrap_or(m.seq_len) as usize,
+        req.micro_batch as usize,
+        m.vocab_size as usize,
+    ))
 }
 
 /// Measure everything; errors are messages naming the flag.
@@ -351,10 +355,7 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
             biggest as f64 / 1e9
         ));
     }
-    let c = Ctx {
-        dims: d,
-        threads: req.threads_per_device,
-    };
+    let c = Ctx::new(d, req.threads_per_device);
     let seed = spec::DEFAULT_SEED;
     let ids = spec::token_ids(seed, 0, 0, &d);
     let labels = spec::labels(seed, 0, 0, &d);
@@ -859,14 +860,7 @@ mod tests {
     }
 
     fn dims() -> Dims {
-        Dims {
-            hidden: 64,
-            heads: 4,
-            ffn: 256,
-            seq: 8,
-            micro_batch: 2,
-            vocab: 100,
-        }
+        Dims::dense(64, 4, 256, 8, 2, 100)
     }
 
     #[test]

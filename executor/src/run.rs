@@ -89,6 +89,7 @@ type ThreadOut = Result<(Vec<StepSpan>, Vec<f64>, Vec<(u32, Vec<f32>)>), RunErro
 
 fn run_device(
     mut w: Box<dyn DeviceWorker>,
+    slot: usize,
     actions: Vec<pplan::schedule::ir::Action>,
     steps: u32,
     progress: Arc<Mutex<Vec<String>>>,
@@ -106,7 +107,7 @@ fn run_device(
     for step in 0..steps {
         for a in &actions {
             if let Ok(mut p) = progress.lock() {
-                p[dev as usize] = format!("{a} (step {step})");
+                p[slot] = format!("{a} (step {step})");
             }
             let r = match a.kind {
                 Kind::F => w.forward(a.stage, a.microbatch, &mut spans),
@@ -123,26 +124,35 @@ fn run_device(
         out.extend(spans.drain(..).map(|span| StepSpan { step, span }));
         losses.push(w.take_loss());
     }
-    if let Ok(mut p) = progress.lock() {
-        p[dev as usize] = "finished".into();
-    }
     let weights = w.weights().map_err(|e| fail(steps, "weights".into(), e))?;
+    if let Ok(mut p) = progress.lock() {
+        p[slot] = "finished".into();
+    }
     Ok((out, losses, weights))
 }
 
-/// Run `steps` passes of `schedule` on `workers` (one per device, index = device).
+/// Run `steps` passes of `schedule` on `workers`: one per device, or one per device and
+/// data/context-parallel replica ([`DeviceWorker::replica`]); each on its own thread. The
+/// result keeps replica 0's spans and weights (every replica runs the same actions; a step
+/// ends when the last replica's last span does) and sums the losses of all.
 pub fn run(
     schedule: &Schedule,
     workers: Vec<Box<dyn DeviceWorker>>,
     cfg: &RunConfig,
 ) -> Result<RunResult, RunError> {
     let p = schedule.num_devices();
-    assert_eq!(workers.len() as u32, p, "one worker per device");
-    let progress = Arc::new(Mutex::new(vec![String::from("starting"); p as usize]));
-    let (tx, rx) = mpsc::channel::<(u32, ThreadOut)>();
+    let n = workers.len();
+    assert!(
+        n > 0 && n % p as usize == 0,
+        "one worker per device and replica"
+    );
+    let progress = Arc::new(Mutex::new(vec![String::from("starting"); n]));
+    let (tx, rx) = mpsc::channel::<(usize, ThreadOut)>();
     let mut handles = Vec::new();
-    for w in workers {
+    let mut replica_of = Vec::with_capacity(n);
+    for (slot, w) in workers.into_iter().enumerate() {
         let dev = w.device();
+        replica_of.push((dev, w.replica()));
         let actions = schedule.devices[dev as usize].clone();
         let tx = tx.clone();
         let progress = progress.clone();
@@ -154,7 +164,7 @@ pub fn run(
                 // dropped while unwinding (hanging up its channels) and we send the message.
                 let prog = progress.clone();
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_device(w, actions, steps, prog)
+                    run_device(w, slot, actions, steps, prog)
                 }))
                 .unwrap_or_else(|e| {
                     let what = e
@@ -167,12 +177,12 @@ pub fn run(
                         step: 0,
                         action: progress
                             .lock()
-                            .map(|p| p[dev as usize].clone())
+                            .map(|p| p[slot].clone())
                             .unwrap_or_else(|_| "(unknown)".into()),
                         error: ExecError::Backend(format!("worker panicked: {what}")),
                     })
                 });
-                let _ = tx.send((dev, r));
+                let _ = tx.send((slot, r));
             })
             .map_err(|e| RunError {
                 device: dev,
@@ -184,21 +194,28 @@ pub fn run(
     }
     drop(tx);
     let deadline = cfg.timeout.map(|t| Instant::now() + t);
-    let mut results: Vec<Option<ThreadOut>> = (0..p).map(|_| None).collect();
-    for _ in 0..p {
+    let mut results: Vec<Option<ThreadOut>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
         let got = match deadline {
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match got {
-            Ok((dev, r)) => results[dev as usize] = Some(r),
+            Ok((slot, r)) => results[slot] = Some(r),
             Err(_) => {
                 let prog = progress.lock().map(|p| p.clone()).unwrap_or_default();
                 let stuck: Vec<String> = prog
                     .iter()
                     .enumerate()
                     .filter(|(_, s)| s.as_str() != "finished")
-                    .map(|(d, s)| format!("device {d} at {s}"))
+                    .map(|(i, s)| {
+                        let (d, r) = replica_of[i];
+                        if n == p as usize {
+                            format!("device {d} at {s}")
+                        } else {
+                            format!("device {d} (replica {r}) at {s}")
+                        }
+                    })
                     .collect();
                 return Err(RunError {
                     device: stuck
@@ -232,22 +249,34 @@ pub fn run(
     let mut spans = Vec::new();
     let mut loss = vec![0.0; cfg.steps as usize];
     let mut weights = Vec::new();
-    for r in results.into_iter().flatten() {
-        let (s, l, w) = r.expect("errors handled above");
-        spans.extend(s);
+    let mut others: Vec<StepSpan> = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        let (s, l, w) = r
+            .expect("every worker reported")
+            .expect("errors handled above");
         for (acc, x) in loss.iter_mut().zip(l) {
             *acc += x;
         }
-        weights.extend(w);
+        if replica_of[i].1 == 0 {
+            spans.extend(s);
+            weights.extend(w);
+        } else {
+            others.extend(s);
+        }
     }
     weights.sort_by_key(|(s, _)| *s);
     let per = cfg.minibatches_per_pass.max(1) as f64;
     for l in &mut loss {
         *l /= per;
     }
-    let origin = spans.iter().map(|s| s.span.start_ns).min().unwrap_or(0);
-    for s in &mut spans {
-        s.span.start_ns -= origin;
+    let origin = spans
+        .iter()
+        .chain(&others)
+        .map(|s| s.span.start_ns)
+        .min()
+        .unwrap_or(0);
+    for s in spans.iter_mut().chain(&mut others) {
+        s.span.start_ns = s.span.start_ns.saturating_sub(origin);
         s.span.end_ns = s.span.end_ns.saturating_sub(origin).max(s.span.start_ns);
     }
     let mut step_times_s = Vec::with_capacity(cfg.steps as usize);
@@ -255,6 +284,7 @@ pub fn run(
     for step in 0..cfg.steps {
         let end = spans
             .iter()
+            .chain(&others)
             .filter(|s| s.step == step)
             .map(|s| s.span.end_ns)
             .max()

@@ -19,6 +19,36 @@
 //!   - `u = x1 · W1` with `W1 [h, f]`; `g = gelu(u)` (tanh form:
 //!     `0.5 u (1 + tanh(sqrt(2/π) (u + 0.044715 u³)))`);
 //!   - `y = x1 + g · W2` with `W2 [f, h]`.
+//! * **Mixture-of-experts layer** (where the plan's `moe_layer_pattern` has a 1; `E` experts of
+//!   width `f_e`, top-`k`; Megatron-Core's default router): the MLP above is replaced by
+//!   - router logits `r = x1 · Wr` with `Wr [h, E]` (f32 even under FP8, as Megatron-Core keeps
+//!     the router); each token's `k` largest logits (ties to the lower expert index) and their
+//!     gates `p = softmax` over those `k` logits (`moe_router_pre_softmax` off);
+//!   - each routed expert `e` an MLP `gelu(x W1_e) W2_e` (`W1_e [h, f_e]`, `W2_e [f_e, h]`) on
+//!     the tokens routed to it (dropless: no capacity), tokens permuted so each expert's rows
+//!     are contiguous (in token order), and un-permuted back: `moe[t] = Σ_j p[t,j] · MLP_e(t,j)(x1[t])`;
+//!   - a shared expert `gelu(x1 Ws1) Ws2` on every token when its width is above 0;
+//!   - `y = x1 + moe + shared`. No auxiliary loss (Megatron-Core's default coefficient is 0).
+//!
+//!   With expert parallelism `ep`, rank `q` of an expert-parallel group holds experts
+//!   `q·E/ep .. (q+1)·E/ep`; each rank sends every routed row to its expert's rank
+//!   (all-to-all), the experts run on what they received (rows by source rank, then token
+//!   order), and the outputs go back the same way.
+//! * **Context parallelism** `cp`: each sequence is cut into `2·cp` chunks and rank `c` holds
+//!   chunks `c` and `2cp−1−c` (Megatron-Core's load-balanced split); every matrix product is
+//!   per token and runs on the rank's own tokens; attention runs as a ring: the keys and values
+//!   travel round the `cp` ranks and each rank folds every block into its queries' online
+//!   softmax (position `i` sees position `t ≤ i` of any block); the backward sends the blocks
+//!   round again with their gradients, which arrive back at their owner after `cp` steps.
+//! * **Data parallelism** `dp`: replica `r` runs micro-batches `r · per_step + k`
+//!   ([`replica_microbatch`]); gradients are summed over replicas (and context-parallel ranks)
+//!   before the optimizer step, expert gradients over the replicas that hold the same experts.
+//! * **FP8** (`precision` `fp8`; CPU emulation): every GEMM of a transformer layer (not the
+//!   router, embedding or output layer) runs on its operands rounded to FP8 and back
+//!   (`crate::cpu::fp8`): `tensorwise` (current scaling, one scale per tensor from its
+//!   amax; E4M3 forward, E5M2 gradients, Transformer Engine's hybrid format), `blockwise`
+//!   (E4M3 everywhere; 1x128 blocks for activations and gradients, 128x128 for weights). The
+//!   weight gradient uses the operands as the forward and backward GEMMs quantised them.
 //! * **Output and loss** (last stage only): `logits = y · Wout` with `Wout [h, V]`; the loss of
 //!   a micro-batch is the mean over its `T` tokens of the softmax cross-entropy against
 //!   [`labels`], divided by the micro-batches per optimizer step, so that accumulated gradients
@@ -56,26 +86,90 @@ pub struct Dims {
     pub seq: usize,
     pub micro_batch: usize,
     pub vocab: usize,
+    /// The experts of the MoE layers (which layers: the plan's `moe_layer_pattern`).
+    pub moe: Option<MoeDims>,
+    /// Context-parallel ranks a sequence is split over (1: none).
+    pub cp: usize,
+    /// Data-parallel replicas (1: none); the loss is the mean over all of them.
+    pub dp: usize,
+}
+
+/// A mixture-of-experts layer's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeDims {
+    pub experts: usize,
+    pub topk: usize,
+    /// Each routed expert's MLP width.
+    pub ffn: usize,
+    /// The shared expert's MLP width (0: none).
+    pub shared_ffn: usize,
 }
 
 impl Dims {
+    /// A dense model on one rank (no experts, no context or data parallelism).
+    pub fn dense(
+        hidden: usize,
+        heads: usize,
+        ffn: usize,
+        seq: usize,
+        micro_batch: usize,
+        vocab: usize,
+    ) -> Dims {
+        Dims {
+            hidden,
+            heads,
+            ffn,
+            seq,
+            micro_batch,
+            vocab,
+            moe: None,
+            cp: 1,
+            dp: 1,
+        }
+    }
+
     pub fn from_plan(plan: &pplan::plan::plan_file::Plan) -> Dims {
         let m = &plan.model;
+        let par = &plan.parallelism;
         Dims {
             hidden: m.hidden_size as usize,
             heads: m.num_attention_heads as usize,
             ffn: m.ffn_hidden_size as usize,
             seq: m.seq_length as usize,
-            micro_batch: plan.parallelism.micro_batch as usize,
+            micro_batch: par.micro_batch as usize,
             vocab: m.vocab_size as usize,
+            moe: m.moe.as_ref().map(|e| MoeDims {
+                experts: e.num_experts as usize,
+                topk: e.moe_router_topk as usize,
+                ffn: e.moe_ffn_hidden_size as usize,
+                shared_ffn: e.moe_shared_expert_intermediate_size as usize,
+            }),
+            cp: par.cp.max(1) as usize,
+            dp: par.dp.max(1) as usize,
         }
     }
-    /// Tokens per micro-batch.
+    /// Tokens per micro-batch on one rank: `micro_batch · seq / cp`.
     pub fn tokens(&self) -> usize {
+        self.micro_batch * self.local_seq()
+    }
+    /// Tokens of a whole micro-batch, over its context-parallel ranks: `micro_batch · seq`.
+    pub fn full_tokens(&self) -> usize {
         self.micro_batch * self.seq
+    }
+    /// Positions of a sequence one context-parallel rank holds: `seq / cp`.
+    pub fn local_seq(&self) -> usize {
+        self.seq / self.cp.max(1)
     }
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads
+    }
+    /// The same model on one rank: what the sequential reference runs.
+    pub fn single_rank(&self) -> Dims {
+        Dims {
+            cp: 1,
+            dp: 1,
+            ..*self
+        }
     }
 }
 
@@ -88,6 +182,14 @@ pub enum Matrix {
     Mlp1,
     Mlp2,
     Output,
+    /// A MoE layer's router `[h, E]`.
+    Router,
+    /// Routed expert `e`'s first and second MLP matrices `[h, f_e]`, `[f_e, h]`.
+    Expert1(u32),
+    Expert2(u32),
+    /// The shared expert's `[h, f_s]`, `[f_s, h]`.
+    Shared1,
+    Shared2,
 }
 
 impl Matrix {
@@ -99,10 +201,21 @@ impl Matrix {
             Matrix::Mlp1 => 4,
             Matrix::Mlp2 => 5,
             Matrix::Output => 6,
+            Matrix::Router => 7,
+            Matrix::Shared1 => 8,
+            Matrix::Shared2 => 9,
+            Matrix::Expert1(e) => 16 + 2 * e as u64,
+            Matrix::Expert2(e) => 17 + 2 * e as u64,
         }
     }
-    /// (rows, cols) of the matrix.
+    /// (rows, cols) of the matrix; the MoE matrices are empty in a dense model.
     pub fn shape(self, d: &Dims) -> (usize, usize) {
+        let moe = d.moe.unwrap_or(MoeDims {
+            experts: 0,
+            topk: 0,
+            ffn: 0,
+            shared_ffn: 0,
+        });
         match self {
             Matrix::Embedding => (d.vocab, d.hidden),
             Matrix::Qkv => (d.hidden, 3 * d.hidden),
@@ -110,6 +223,11 @@ impl Matrix {
             Matrix::Mlp1 => (d.hidden, d.ffn),
             Matrix::Mlp2 => (d.ffn, d.hidden),
             Matrix::Output => (d.hidden, d.vocab),
+            Matrix::Router => (d.hidden, moe.experts),
+            Matrix::Expert1(_) => (d.hidden, moe.ffn),
+            Matrix::Expert2(_) => (moe.ffn, d.hidden),
+            Matrix::Shared1 => (d.hidden, moe.shared_ffn),
+            Matrix::Shared2 => (moe.shared_ffn, d.hidden),
         }
     }
 }
@@ -151,10 +269,13 @@ pub fn init_matrix(seed: u64, layer: u32, m: Matrix, d: &Dims) -> Vec<f32> {
         .collect()
 }
 
-/// Token ids of micro-batch `mb` of optimizer step `step`, `T` of them, each in `0..V`.
+/// Token ids of micro-batch `mb` of optimizer step `step`, `micro_batch · seq` of them (the
+/// whole micro-batch, over its context-parallel ranks), each in `0..V`. With `dp` data-parallel
+/// replicas a step has `dp · per_step` micro-batches: replica `r`'s `k`-th is `r · per_step + k`
+/// ([`replica_microbatch`]).
 pub fn token_ids(seed: u64, step: u32, mb: u32, d: &Dims) -> Vec<u32> {
     let mut rng = SplitMix64::new(mix(mix(seed ^ 0xDA7A, step as u64), mb as u64));
-    (0..d.tokens())
+    (0..d.full_tokens())
         .map(|_| (rng.next_u64() % d.vocab as u64) as u32)
         .collect()
 }
@@ -186,9 +307,16 @@ pub fn data_index(pass: u32, microbatch: u32, microbatches: u32, per_step: u32) 
     ((g / per) as u32, (g % per) as u32)
 }
 
-/// The factor every token's cross-entropy is multiplied by: `1 / (T * per_step)`.
+/// The micro-batch of a step that data-parallel replica `replica`'s `k`-th micro-batch trains
+/// on: `replica · per_step + k`.
+pub fn replica_microbatch(replica: u32, k: u32, per_step: u32) -> u32 {
+    replica * per_step.max(1) + k
+}
+
+/// The factor every token's cross-entropy is multiplied by: `1 / (b · seq · per_step · dp)`,
+/// so that the gradients summed over micro-batches and replicas are the mean loss's.
 pub fn loss_scale(d: &Dims, per_step: u32) -> f32 {
-    1.0 / (d.tokens() as f32 * per_step.max(1) as f32)
+    1.0 / (d.full_tokens() as f32 * per_step.max(1) as f32 * d.dp.max(1) as f32)
 }
 
 #[cfg(test)]
@@ -197,14 +325,7 @@ mod tests {
 
     #[test]
     fn weights_depend_on_layer_not_on_partition_and_are_small() {
-        let d = Dims {
-            hidden: 8,
-            heads: 2,
-            ffn: 16,
-            seq: 4,
-            micro_batch: 2,
-            vocab: 11,
-        };
+        let d = Dims::dense(8, 2, 16, 4, 2, 11);
         let a = init_matrix(1, 3, Matrix::Qkv, &d);
         assert_eq!(a, init_matrix(1, 3, Matrix::Qkv, &d));
         assert_ne!(a, init_matrix(1, 4, Matrix::Qkv, &d));

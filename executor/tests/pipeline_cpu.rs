@@ -108,10 +108,8 @@ fn asynchronous_reference(
 ) -> Vec<f32> {
     let sch = plan.schedule_ir().unwrap();
     let d = dims(plan);
-    let c = Ctx {
-        dims: d,
-        threads: 1,
-    };
+    let c = Ctx::new(d, 1);
+    let mut solo = pplan_exec::cpu::comm::Comms::solo();
     let seed = spec::DEFAULT_SEED;
     let n = plan.stages.len();
     let big_m = sch.num_microbatches;
@@ -173,14 +171,17 @@ fn asynchronous_reference(
                     Some(h) => StageInput::Hidden(h),
                 };
                 let lab = (s + 1 == n).then_some(labels.as_slice());
-                let (y, _, st) = model::stage_forward(&c, w, input, lab, spec::loss_scale(&d, per));
+                let (y, _, st) =
+                    model::stage_forward(&c, w, input, lab, spec::loss_scale(&d, per), &mut solo)
+                        .unwrap();
                 x = y;
                 states.push(st);
             }
             let mut dy = None;
             for s in (0..n).rev() {
                 let w = &versions[s][bwd_v[s]];
-                dy = model::stage_backward_input(&c, w, &mut states[s], dy.take());
+                dy = model::stage_backward_input(&c, w, &mut states[s], dy.take(), &mut solo)
+                    .unwrap();
                 model::stage_backward_weight(&c, &states[s], &mut acc[s]);
                 count[s] += 1;
                 if count[s] % per == 0 {

@@ -18,14 +18,22 @@
 //! stage 0 used for the micro-batch. 2BW accumulates `microbatches_per_step` backwards per
 //! update; forwards use the newest version and backwards their stashed one (two alive at most).
 
+pub mod comm;
+pub mod fp8;
+pub mod linear;
 pub mod math;
 pub mod model;
+pub mod moe;
+pub mod quant;
+pub mod ring;
 
 use crate::backend::{BackwardPart, DeviceWorker, ExecError, RunOptions, Span, SpanStream};
 use crate::spec::{self, Dims};
+use comm::{Comms, Group};
 use model::{Ctx, MicrobatchState, StageInput, StageWeights};
 use pplan::plan::plan_file::Plan;
 use pplan::schedule::ir::{Kind, WeightUpdate};
+use quant::Fp8Recipe;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -80,9 +88,12 @@ struct StageSlot {
     bwd_out: Option<Outbox>,
 }
 
-/// A CPU pipeline device.
+/// A CPU pipeline device: one rank of it, with data and context parallelism.
 pub struct CpuWorker {
     device: u32,
+    /// This rank's replica index `r = dp_rank · cp + cp_rank` (0 without replicas).
+    replica: u32,
+    comms: Comms,
     ctx: Ctx,
     lr: f32,
     seed: u64,
@@ -99,8 +110,8 @@ pub struct CpuWorker {
     origin: Instant,
 }
 
-/// Why this backend cannot run a plan, or None.
-pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
+/// Why the executor's model cannot express a plan, or None: the checks both backends make.
+pub fn unsupported_model(plan: &Plan) -> Option<String> {
     let m = &plan.model;
     let par = &plan.parallelism;
     if m.gated_mlp {
@@ -109,8 +120,53 @@ pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
     if m.num_query_groups != m.num_attention_heads {
         return Some(format!("plan: field `model.num_query_groups` is {} but the executor's model has no grouped-query attention (it must equal num_attention_heads = {})", m.num_query_groups, m.num_attention_heads));
     }
-    if par.tp != 1 || par.dp != 1 || par.cp != 1 {
-        return Some(format!("plan: fields `parallelism.tp` = {}, `parallelism.dp` = {} and `parallelism.cp` = {}: the executor runs one pipeline (tp = 1, dp = 1, cp = 1)", par.tp, par.dp, par.cp));
+    if m.mla.is_some() {
+        return Some("plan: field `model.mla` is set; the executor's model has no multi-head latent attention".into());
+    }
+    if par.tp != 1 || par.etp != 1 {
+        return Some(format!("plan: fields `parallelism.tp` = {} and `parallelism.etp` = {}: the executor has no tensor parallelism (both must be 1)", par.tp, par.etp));
+    }
+    if let Some(e) = &m.moe {
+        if e.moe_router_topk == 0 || e.moe_router_topk > e.num_experts {
+            return Some(format!(
+                "plan: field `model.moe.moe_router_topk` is {}; it must be 1..=num_experts ({})",
+                e.moe_router_topk, e.num_experts
+            ));
+        }
+        if e.moe_router_num_groups > 1 {
+            return Some("plan: field `model.moe.moe_router_num_groups` is set; the executor routes without group limits".into());
+        }
+        if e.moe_layer_pattern.len() != m.num_layers as usize {
+            return Some(format!(
+                "plan: field `model.moe.moe_layer_pattern` has {} entries for {} layers",
+                e.moe_layer_pattern.len(),
+                m.num_layers
+            ));
+        }
+    }
+    None
+}
+
+/// Why this backend cannot run a plan, or None.
+pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
+    if let Some(why) = unsupported_model(plan) {
+        return Some(why);
+    }
+    let m = &plan.model;
+    let par = &plan.parallelism;
+    let replicas = par.dp * par.cp;
+    if replicas > 1 && plan.schedule.weight_update != "flush" {
+        return Some(format!("plan: fields `parallelism.dp` = {} and `parallelism.cp` = {} with `schedule.weight_update` '{}': the CPU backend runs data and context parallelism with synchronous schedules (flush) only", par.dp, par.cp, plan.schedule.weight_update));
+    }
+    if par.cp > 1 && m.seq_length % (2 * par.cp) != 0 {
+        return Some(format!("plan: field `model.seq_length` = {} is not a multiple of 2 × parallelism.cp = {}: context parallelism cuts each sequence into 2·cp equal chunks", m.seq_length, 2 * par.cp));
+    }
+    let experts = m.moe.as_ref().map_or(0, |e| e.num_experts);
+    if par.ep > 1 && (experts == 0 || experts % par.ep != 0 || replicas % par.ep != 0) {
+        return Some(format!("plan: field `parallelism.ep` = {}: expert parallelism needs a MoE model whose experts ({experts}) and data × context-parallel ranks ({replicas}) it divides", par.ep));
+    }
+    if let Err(why) = Fp8Recipe::from_plan(&par.precision, &par.fp8_recipe) {
+        return Some(why);
     }
     if let Some(dt) = &opts.dtype {
         if dt != "f32" && dt != "bf16" {
@@ -128,7 +184,7 @@ pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
 
 /// Bytes the CPU run needs at most: every stage's weights and gradients (times the in-flight
 /// versions for PipeDream) plus every micro-batch's activations on every layer at once (GPipe's
-/// worst case).
+/// worst case), on every data- and context-parallel replica.
 pub fn memory_needed_bytes(plan: &Plan) -> u128 {
     let d = Dims::from_plan(plan);
     let m = &plan.model;
@@ -137,8 +193,22 @@ pub fn memory_needed_bytes(plan: &Plan) -> u128 {
         m.ffn_hidden_size as u128,
         m.vocab_size as u128,
     );
-    let per_layer = 3 * h * h + h * h + 2 * h * f;
-    let weights = (m.num_layers as u128 * per_layer + 2 * v * h) * 4;
+    let par = &plan.parallelism;
+    let replicas = (par.dp * par.cp).max(1) as u128;
+    let dense = 3 * h * h + h * h + 2 * h * f;
+    let per_layer = |l: usize| match &m.moe {
+        Some(e) if e.moe_layer_pattern.get(l) == Some(&1) => {
+            let (n, fe, fs) = (
+                e.num_experts as u128,
+                e.moe_ffn_hidden_size as u128,
+                e.moe_shared_expert_intermediate_size as u128,
+            );
+            4 * h * h + h * n + 2 * h * fe * n / par.ep.max(1) as u128 + 2 * h * fs
+        }
+        _ => dense,
+    };
+    let layers: u128 = (0..m.num_layers as usize).map(per_layer).sum();
+    let weights = (layers + 2 * v * h) * 4;
     let p = plan.parallelism.pp as u128;
     let versions = if plan.schedule.weight_update == "flush" {
         2
@@ -149,7 +219,7 @@ pub fn memory_needed_bytes(plan: &Plan) -> u128 {
         * m.num_layers as u128
         * model::layer_activation_bytes(&d) as u128;
     let logits = plan.schedule.microbatches as u128 * d.tokens() as u128 * v * 4;
-    weights * versions + acts + logits
+    replicas * (weights * versions + acts + logits)
 }
 
 fn available_memory_bytes() -> Option<u128> {
@@ -179,7 +249,6 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
         .map_err(|e| ExecError::Plan(e.to_string()))?;
     let dims = Dims::from_plan(plan);
     let p = plan.parallelism.pp as u32;
-    let n = plan.stages.len();
     let origin = Instant::now();
     let vsync = matches!(
         schedule.weight_update,
@@ -203,6 +272,97 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
             }
         }
     }
+    let par = &plan.parallelism;
+    let (dp, cp, ep) = (
+        par.dp.max(1) as usize,
+        par.cp.max(1) as usize,
+        par.ep.max(1) as usize,
+    );
+    let replicas = dp * cp;
+    let fp8 = Fp8Recipe::from_plan(&par.precision, &par.fp8_recipe).map_err(ExecError::Plan)?;
+    let experts = dims.moe.map_or(0, |m| m.experts) as u32;
+    let pattern: Vec<u8> = plan
+        .model
+        .moe
+        .as_ref()
+        .map_or_else(Vec::new, |m| m.moe_layer_pattern.clone());
+    // Each pipeline device's groups, per replica r = dp_rank · cp + cp_rank: context-parallel
+    // groups of the cp consecutive replicas, expert-parallel groups of ep consecutive ones,
+    // expert-data-parallel groups of the replicas with the same r mod ep, and all of them.
+    let mut comms: Vec<Vec<Comms>> = Vec::new();
+    for _ in 0..p {
+        let mut cps: Vec<Group> = (0..dp)
+            .flat_map(|_| Group::wired("context-parallel", cp))
+            .collect();
+        let mut eps: Vec<Group> = (0..replicas / ep)
+            .flat_map(|_| Group::wired("expert-parallel", ep))
+            .collect();
+        let mut edps: Vec<Option<Group>> = (0..replicas).map(|_| None).collect();
+        for q in 0..ep {
+            let members = Group::wired("expert-data-parallel", replicas / ep);
+            for (i, g) in members.into_iter().enumerate() {
+                edps[i * ep + q] = Some(g);
+            }
+        }
+        let dps = Group::wired("data-parallel", replicas);
+        let mut per: Vec<Comms> = Vec::new();
+        for (r, dpg) in dps.into_iter().enumerate().rev() {
+            per.push(Comms {
+                cp: cps.pop().expect("one context-parallel end per replica"),
+                ep: eps.pop().expect("one expert-parallel end per replica"),
+                dp: dpg,
+                edp: edps[r]
+                    .take()
+                    .expect("one expert-data-parallel end per replica"),
+            });
+        }
+        per.reverse();
+        comms.push(per);
+    }
+    let mut out: Vec<CpuWorker> = Vec::new();
+    for r in 0..replicas {
+        let held = {
+            let per = experts / ep as u32;
+            let q = (r % ep) as u32;
+            q * per..(q + 1) * per
+        };
+        out.extend(pipeline(
+            plan,
+            opts,
+            &schedule,
+            &vsync_versions,
+            origin,
+            fp8,
+            &pattern,
+            held,
+            r as u32,
+            &mut comms,
+        ));
+    }
+    Ok(out
+        .into_iter()
+        .map(|w| Box::new(w) as Box<dyn DeviceWorker>)
+        .collect())
+}
+
+/// One replica's pipeline: a worker per device, wired with channels, weights initialised per
+/// the spec; each worker takes its ends of `comms[device][replica]`.
+#[allow(clippy::too_many_arguments)]
+fn pipeline(
+    plan: &Plan,
+    opts: &RunOptions,
+    schedule: &pplan::schedule::ir::Schedule,
+    vsync_versions: &[u32],
+    origin: Instant,
+    fp8: Option<Fp8Recipe>,
+    pattern: &[u8],
+    held: std::ops::Range<u32>,
+    replica: u32,
+    comms: &mut [Vec<Comms>],
+) -> Vec<CpuWorker> {
+    let dims = Dims::from_plan(plan);
+    let p = plan.parallelism.pp as u32;
+    let n = plan.stages.len();
     // Per boundary: the two channel ends, taken by the stages that own them.
     type Ends = (Option<Sender<Msg>>, Option<Receiver<Msg>>);
     let mut fwd: Vec<Ends> = Vec::new();
@@ -216,9 +376,12 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
     let mut out: Vec<CpuWorker> = (0..p)
         .map(|device| CpuWorker {
             device,
+            replica,
+            comms: std::mem::replace(&mut comms[device as usize][replica as usize], Comms::solo()),
             ctx: Ctx {
                 dims,
                 threads: opts.threads_per_device,
+                fp8,
             },
             lr: opts.lr,
             seed: opts.seed,
@@ -226,7 +389,7 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
             stash: !opts.disable_weight_stashing,
             microbatches: schedule.num_microbatches,
             per_step: schedule.microbatches_per_step.max(1),
-            vsync_versions: vsync_versions.clone(),
+            vsync_versions: vsync_versions.to_vec(),
             pass: 0,
             stages: Vec::new(),
             loss: 0.0,
@@ -236,13 +399,15 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
     for st in &plan.stages {
         let s = st.stage as usize;
         let dev = st.device;
-        let w = StageWeights::init(
+        let w = StageWeights::init_moe(
             opts.seed,
             st.first_layer,
             st.num_layers,
             st.embedding,
             st.output,
             &dims,
+            pattern,
+            held.clone(),
         );
         let device_of = |stage: usize| plan.stages[stage].device;
         let slot = StageSlot {
@@ -275,10 +440,7 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
         };
         out[dev as usize].stages.push(slot);
     }
-    Ok(out
-        .into_iter()
-        .map(|w| Box::new(w) as Box<dyn DeviceWorker>)
-        .collect())
+    out
 }
 
 impl CpuWorker {
@@ -536,20 +698,35 @@ impl DeviceWorker for CpuWorker {
     fn forward(&mut self, stage: u32, mb: u32, spans: &mut Vec<Span>) -> Result<(), ExecError> {
         let i = self.slot_index(stage)?;
         let (step, data_mb) = spec::data_index(self.pass, mb, self.microbatches, self.per_step);
+        let d = self.ctx.dims;
+        let data_mb = spec::replica_microbatch(self.replica / d.cp as u32, data_mb, self.per_step);
+        let cp_rank = self.comms.cp.rank();
         let ids;
         let input = if self.stages[i].embedding {
-            ids = spec::token_ids(self.seed, step, data_mb, &self.ctx.dims);
+            ids = model::cp_tokens(&spec::token_ids(self.seed, step, data_mb, &d), &d, cp_rank);
             StageInput::Tokens(&ids)
         } else {
             StageInput::Hidden(self.receive(i, true, mb, spans)?)
         };
         let labels = self.stages[i]
             .output
-            .then(|| spec::labels(self.seed, step, data_mb, &self.ctx.dims));
+            .then(|| model::cp_tokens(&spec::labels(self.seed, step, data_mb, &d), &d, cp_rank));
         let start = self.now_ns();
         let w = self.forward_weights(i, mb)?;
-        let scale = spec::loss_scale(&self.ctx.dims, self.per_step);
-        let (y, loss, st) = model::stage_forward(&self.ctx, &w, input, labels.as_deref(), scale);
+        let scale = spec::loss_scale(&d, self.per_step);
+        let device = self.device;
+        let (y, loss, st) = model::stage_forward(
+            &self.ctx,
+            &w,
+            input,
+            labels.as_deref(),
+            scale,
+            &mut self.comms,
+        )
+        .map_err(|e| ExecError::Peer {
+            device,
+            what: format!("{stage}F{mb}: {e}"),
+        })?;
         self.loss += loss;
         if self.stages[i].inflight.insert(mb, (w, st)).is_some() {
             return Err(ExecError::Backend(format!(
@@ -609,7 +786,12 @@ impl DeviceWorker for CpuWorker {
                 .clone();
             let (stashed, st) = slot.inflight.get_mut(&mb).ok_or_else(missing)?;
             let w = if self.stash { stashed.clone() } else { newest };
-            dx = model::stage_backward_input(&self.ctx, &w, st, dy);
+            dx = model::stage_backward_input(&self.ctx, &w, st, dy, &mut self.comms).map_err(
+                |e| ExecError::Peer {
+                    device,
+                    what: format!("{stage}{kind}{mb}: {e}"),
+                },
+            )?;
             if part == BackwardPart::Input {
                 let s = self.span(
                     SpanStream::Compute,
@@ -665,6 +847,14 @@ impl DeviceWorker for CpuWorker {
         if !self.is_async() {
             let start = self.now_ns();
             for i in 0..self.stages.len() {
+                let device = self.device;
+                self.stages[i]
+                    .grads
+                    .all_reduce(&mut self.comms)
+                    .map_err(|e| ExecError::Peer {
+                        device,
+                        what: format!("gradient reduction: {e}"),
+                    })?;
                 self.apply_update(i);
             }
             let first = self.stages.first().map(|s| s.stage);
@@ -697,12 +887,25 @@ impl DeviceWorker for CpuWorker {
         Ok(())
     }
 
+    fn replica(&self) -> u32 {
+        self.replica
+    }
+
     fn weights(&mut self) -> Result<Vec<(u32, Vec<f32>)>, ExecError> {
-        Ok(self
-            .stages
+        let device = self.device;
+        self.stages
             .iter()
-            .map(|s| (s.stage, s.versions.back().expect("a version").1.flat()))
-            .collect())
+            .map(|s| {
+                let w = &s.versions.back().expect("a version").1;
+                let flat = w
+                    .flat_gathered(&mut self.comms)
+                    .map_err(|e| ExecError::Peer {
+                        device,
+                        what: format!("gathering the experts: {e}"),
+                    })?;
+                Ok((s.stage, flat))
+            })
+            .collect()
     }
 
     fn take_loss(&mut self) -> f64 {

@@ -1,18 +1,27 @@
 //! The spec's model on the CPU: one stage's weights, and its forward, backward-for-inputs (`I`)
 //! and backward-for-weights (`W`) on one micro-batch. Pure functions of their arguments (no
 //! channels, no clock), so the pipelined worker, the sequential reference and the gradient
-//! check all run exactly this code.
+//! check all run exactly this code. The collectives of expert and context parallelism go
+//! through the [`Comms`] a call is given ([`Comms::solo`] for one rank).
 
-use super::math::{self, gemm, AttnShape};
+use super::comm::{CommError, Comms};
+pub use super::linear::Ctx;
+use super::linear::{linear, linear_dgrad, linear_wgrad};
+use super::math::{self, gemm};
+use super::moe::{self, MoeActs, MoeGrads, MoeWeights};
+use super::quant::{q_act, q_grad};
+use super::ring::{self, RingForward};
 use crate::spec::{init_matrix, Dims, Matrix};
 
-/// The four matrices of one transformer layer.
+/// The matrices of one transformer layer: attention, then a dense MLP (`mlp1`, `mlp2`) or,
+/// in a MoE layer, the router and this rank's experts (`mlp1`, `mlp2` empty).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerWeights {
     pub qkv: Vec<f32>,
     pub out: Vec<f32>,
     pub mlp1: Vec<f32>,
     pub mlp2: Vec<f32>,
+    pub moe: Option<MoeWeights>,
 }
 
 /// Everything one stage owns: the embedding (stage 0), its layers, the output matrix (last
@@ -25,16 +34,43 @@ pub struct StageWeights {
 }
 
 impl StageWeights {
-    /// The spec's deterministic initial weights for layers `first..first + n`.
+    /// The spec's deterministic initial weights for layers `first..first + n` of a dense model.
     pub fn init(seed: u64, first: u32, n: u32, embedding: bool, output: bool, d: &Dims) -> Self {
+        Self::init_moe(seed, first, n, embedding, output, d, &[], 0..0)
+    }
+
+    /// The same with MoE layers where `moe_pattern[layer]` is 1, holding the routed experts
+    /// `experts` (this rank's share under expert parallelism).
+    #[allow(clippy::too_many_arguments)]
+    pub fn init_moe(
+        seed: u64,
+        first: u32,
+        n: u32,
+        embedding: bool,
+        output: bool,
+        d: &Dims,
+        moe_pattern: &[u8],
+        experts: std::ops::Range<u32>,
+    ) -> Self {
         StageWeights {
             embedding: embedding.then(|| init_matrix(seed, 0, Matrix::Embedding, d)),
             layers: (first..first + n)
-                .map(|l| LayerWeights {
-                    qkv: init_matrix(seed, l, Matrix::Qkv, d),
-                    out: init_matrix(seed, l, Matrix::Out, d),
-                    mlp1: init_matrix(seed, l, Matrix::Mlp1, d),
-                    mlp2: init_matrix(seed, l, Matrix::Mlp2, d),
+                .map(|l| {
+                    let is_moe = moe_pattern.get(l as usize) == Some(&1) && d.moe.is_some();
+                    let dense = |m| {
+                        if is_moe {
+                            Vec::new()
+                        } else {
+                            init_matrix(seed, l, m, d)
+                        }
+                    };
+                    LayerWeights {
+                        qkv: init_matrix(seed, l, Matrix::Qkv, d),
+                        out: init_matrix(seed, l, Matrix::Out, d),
+                        mlp1: dense(Matrix::Mlp1),
+                        mlp2: dense(Matrix::Mlp2),
+                        moe: is_moe.then(|| MoeWeights::init(seed, l, d, experts.clone())),
+                    }
                 })
                 .collect(),
             output: output.then(|| init_matrix(seed, 0, Matrix::Output, d)),
@@ -54,41 +90,74 @@ impl StageWeights {
                     out: z(&l.out),
                     mlp1: z(&l.mlp1),
                     mlp2: z(&l.mlp2),
+                    moe: l.moe.as_ref().map(MoeWeights::zeros_like),
                 })
                 .collect(),
             output: self.output.as_ref().map(z),
         }
     }
 
-    fn tensors(&self) -> Vec<&Vec<f32>> {
-        let mut v: Vec<&Vec<f32>> = Vec::new();
-        v.extend(self.embedding.iter());
+    /// Every matrix with whether it belongs to a routed expert, in flat order.
+    fn tensors(&self) -> Vec<(&Vec<f32>, bool)> {
+        let mut v: Vec<(&Vec<f32>, bool)> = Vec::new();
+        v.extend(self.embedding.iter().map(|t| (t, false)));
         for l in &self.layers {
-            v.extend([&l.qkv, &l.out, &l.mlp1, &l.mlp2]);
+            v.extend([&l.qkv, &l.out, &l.mlp1, &l.mlp2].map(|t| (t, false)));
+            if let Some(m) = &l.moe {
+                v.extend(m.tensors());
+            }
         }
-        v.extend(self.output.iter());
+        v.extend(self.output.iter().map(|t| (t, false)));
         v
     }
 
-    fn tensors_mut(&mut self) -> Vec<&mut Vec<f32>> {
-        let mut v: Vec<&mut Vec<f32>> = Vec::new();
-        v.extend(self.embedding.iter_mut());
+    /// Every matrix with whether it belongs to a routed expert, in flat order.
+    pub fn tensors_mut(&mut self) -> Vec<(&mut Vec<f32>, bool)> {
+        let mut v: Vec<(&mut Vec<f32>, bool)> = Vec::new();
+        v.extend(self.embedding.iter_mut().map(|t| (t, false)));
         for l in &mut self.layers {
-            v.extend([&mut l.qkv, &mut l.out, &mut l.mlp1, &mut l.mlp2]);
+            v.extend([&mut l.qkv, &mut l.out, &mut l.mlp1, &mut l.mlp2].map(|t| (t, false)));
+            if let Some(m) = &mut l.moe {
+                v.extend(m.tensors_mut());
+            }
         }
-        v.extend(self.output.iter_mut());
+        v.extend(self.output.iter_mut().map(|t| (t, false)));
         v
     }
 
     /// All matrices flattened in [`crate::backend::DeviceWorker::weights`] order: embedding,
-    /// then (Qkv, Out, Mlp1, Mlp2) per layer, then output.
+    /// then per layer Qkv, Out, Mlp1, Mlp2 (empty in a MoE layer) and, in a MoE layer, the
+    /// router, each held expert's two matrices in expert order and the shared expert's; then
+    /// the output matrix.
     pub fn flat(&self) -> Vec<f32> {
-        self.tensors().into_iter().flatten().copied().collect()
+        self.tensors()
+            .into_iter()
+            .flat_map(|(t, _)| t)
+            .copied()
+            .collect()
+    }
+
+    /// The same with every routed expert of the model, gathered from the expert-parallel
+    /// group (each rank's share in rank order): what one rank holding the whole model would
+    /// flatten. A collective: every rank of the group calls it.
+    pub fn flat_gathered(&self, comms: &mut Comms) -> Result<Vec<f32>, CommError> {
+        let mut out = Vec::new();
+        out.extend(self.embedding.iter().flatten());
+        for l in &self.layers {
+            for t in [&l.qkv, &l.out, &l.mlp1, &l.mlp2] {
+                out.extend(t);
+            }
+            if let Some(m) = &l.moe {
+                out.extend(m.flat_gathered(&mut comms.ep)?);
+            }
+        }
+        out.extend(self.output.iter().flatten());
+        Ok(out)
     }
 
     /// Number of f32 parameters.
     pub fn len(&self) -> usize {
-        self.tensors().iter().map(|t| t.len()).sum()
+        self.tensors().iter().map(|(t, _)| t.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -97,7 +166,7 @@ impl StageWeights {
 
     /// SGD: `self -= lr * grads`.
     pub fn sgd(&mut self, lr: f32, grads: &StageWeights) {
-        for (w, g) in self.tensors_mut().into_iter().zip(grads.tensors()) {
+        for ((w, _), (g, _)) in self.tensors_mut().into_iter().zip(grads.tensors()) {
             for (x, y) in w.iter_mut().zip(g) {
                 *x -= lr * y;
             }
@@ -105,31 +174,61 @@ impl StageWeights {
     }
 
     pub fn zero(&mut self) {
-        for t in self.tensors_mut() {
+        for (t, _) in self.tensors_mut() {
             t.fill(0.0);
         }
     }
+
+    /// Sums these gradients over the ranks that hold the same weights: the routed experts'
+    /// over the expert-data-parallel group, everything else over the data-parallel group
+    /// (data × context-parallel replicas). A collective.
+    pub fn all_reduce(&mut self, comms: &mut Comms) -> Result<(), CommError> {
+        for (t, expert) in self.tensors_mut() {
+            if expert {
+                comms.edp.all_reduce_sum(t)?;
+            } else {
+                comms.dp.all_reduce_sum(t)?;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// What a layer's forward keeps for its backward.
+/// What a layer's forward keeps for its backward. Under FP8 the saved GEMM inputs (`x`, `ctx`,
+/// `x1` of a dense layer, `g`) are the quantised operands the forward GEMMs used.
 #[derive(Debug, Clone, Default)]
 struct LayerActs {
     x: Vec<f32>,
     qkv: Vec<f32>,
+    /// One rank: the softmax probabilities. Context parallelism: empty (the ring keeps `ring`).
     probs: Vec<f32>,
+    ring: Option<RingActs>,
     ctx: Vec<f32>,
     x1: Vec<f32>,
     u: Vec<f32>,
     g: Vec<f32>,
+    moe: Option<MoeActs>,
 }
 
-/// What a layer's `I` keeps for its `W`: the gradients at each GEMM's output.
+/// What ring attention keeps: this rank's q, k, v, its output and log-sum-exp.
+#[derive(Debug, Clone, Default)]
+struct RingActs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    out: Vec<f32>,
+    lse: Vec<f32>,
+}
+
+/// What a layer's `I` keeps for its `W`: the gradients at each GEMM's output (quantised as
+/// the backward GEMMs used them under FP8).
 #[derive(Debug, Clone, Default)]
 struct LayerGrads {
     dy: Vec<f32>,
     du: Vec<f32>,
     dx1: Vec<f32>,
     dqkv: Vec<f32>,
+    moe: Option<MoeGrads>,
 }
 
 /// One micro-batch's state in one stage between F and W.
@@ -148,68 +247,159 @@ pub struct MicrobatchState {
 
 /// The input of a stage's forward.
 pub enum StageInput<'a> {
-    /// Stage 0: token ids.
+    /// Stage 0: this rank's token ids ([`cp_tokens`] of the micro-batch's).
     Tokens(&'a [u32]),
     /// Any other stage: the previous stage's output `[T, h]`.
     Hidden(Vec<f32>),
 }
 
-/// Shapes and threads shared by every call.
-#[derive(Debug, Clone, Copy)]
-pub struct Ctx {
-    pub dims: Dims,
-    pub threads: usize,
+/// The tokens (ids or labels) one context-parallel rank holds, from the whole micro-batch's
+/// `micro_batch · seq`: per sequence, the positions [`ring::cp_positions`] gives the rank.
+pub fn cp_tokens(all: &[u32], d: &Dims, cp_rank: usize) -> Vec<u32> {
+    if d.cp <= 1 {
+        return all.to_vec();
+    }
+    let pos = ring::cp_positions(d.seq, d.cp, cp_rank);
+    (0..d.micro_batch)
+        .flat_map(|s| pos.iter().map(move |&p| all[s * d.seq + p]))
+        .collect()
 }
 
-impl Ctx {
-    fn attn(&self) -> AttnShape {
-        AttnShape {
-            b: self.dims.micro_batch,
-            seq: self.dims.seq,
-            heads: self.dims.heads,
-            d: self.dims.head_dim(),
+/// An attention's output `[T, h]` and what its backward keeps: the probabilities (one rank) or
+/// the ring's tensors (context parallelism).
+type Attention = (Vec<f32>, Vec<f32>, Option<RingActs>);
+
+/// Attention of this rank's tokens: on one rank the whole causal softmax (probabilities kept),
+/// under context parallelism the ring over the `cp` ranks' key/value blocks.
+fn attention_forward(c: &Ctx, qkv: &[f32], comms: &mut Comms) -> Result<Attention, CommError> {
+    let d = &c.dims;
+    let (t, h) = (d.tokens(), d.hidden);
+    if d.cp <= 1 {
+        let sh = c.attn();
+        let mut ctx = vec![0.0; t * h];
+        let mut probs = vec![0.0; sh.probs_len()];
+        math::attention_forward(sh, qkv, &mut ctx, &mut probs);
+        return Ok((ctx, probs, None));
+    }
+    let (cp, me) = (d.cp, comms.cp.rank());
+    let (q, k, v) = ring::split_qkv(t, h, qkv);
+    let qpos = ring::cp_positions(d.seq, cp, me);
+    let mut st = RingForward::new(c.ring(), d.local_seq());
+    let mut kv: Vec<f32> = k.iter().chain(&v).copied().collect();
+    let mut src = me;
+    for step in 0..cp {
+        let kpos = ring::cp_positions(d.seq, cp, src);
+        st.block(&q, &qpos, &kv[..t * h], &kv[t * h..], &kpos);
+        if step + 1 < cp {
+            kv = comms.cp.shift(kv)?;
+            src = (src + cp - 1) % cp;
         }
     }
+    let (out, lse) = st.finish();
+    let ring = RingActs {
+        q,
+        k,
+        v,
+        out: out.clone(),
+        lse,
+    };
+    Ok((out, Vec::new(), Some(ring)))
+}
+
+/// The gradient `dqkv` of [`attention_forward`] from `dctx`.
+fn attention_backward(
+    c: &Ctx,
+    a: &LayerActs,
+    dctx: &[f32],
+    comms: &mut Comms,
+) -> Result<Vec<f32>, CommError> {
+    let d = &c.dims;
+    let (t, h) = (d.tokens(), d.hidden);
+    let mut dqkv = vec![0.0; t * 3 * h];
+    let Some(r) = &a.ring else {
+        math::attention_backward(c.attn(), &a.qkv, &a.probs, dctx, &mut dqkv);
+        return Ok(dqkv);
+    };
+    let (cp, me) = (d.cp, comms.cp.rank());
+    let sh = c.ring();
+    let sl = d.local_seq();
+    let qpos = ring::cp_positions(d.seq, cp, me);
+    let delta = ring::delta(sh, sl, &r.out, dctx);
+    let mut dq = vec![0.0; t * h];
+    // The travelling block: k, v and their gradients so far, [k | v | dk | dv].
+    let n = t * h;
+    let mut buf: Vec<f32> = r.k.iter().chain(&r.v).copied().collect();
+    buf.resize(4 * n, 0.0);
+    let mut src = me;
+    for _ in 0..cp {
+        let kpos = ring::cp_positions(d.seq, cp, src);
+        let (kv, grads) = buf.split_at_mut(2 * n);
+        let (dk, dv) = grads.split_at_mut(n);
+        ring::block_backward(
+            sh,
+            &r.q,
+            &qpos,
+            &kv[..n],
+            &kv[n..],
+            &kpos,
+            &r.lse,
+            &delta,
+            dctx,
+            &mut dq,
+            dk,
+            dv,
+        );
+        // After cp steps the block and its gradients are back at their owner.
+        buf = comms.cp.shift(buf)?;
+        src = (src + cp - 1) % cp;
+    }
+    Ok(ring::join_qkv(t, h, &dq, &buf[2 * n..3 * n], &buf[3 * n..]))
 }
 
 /// Forward of one layer; returns `y` and what the backward needs.
-fn layer_forward(c: &Ctx, w: &LayerWeights, x: Vec<f32>) -> (Vec<f32>, LayerActs) {
+fn layer_forward(
+    c: &Ctx,
+    w: &LayerWeights,
+    x: Vec<f32>,
+    comms: &mut Comms,
+) -> Result<(Vec<f32>, LayerActs), CommError> {
     let d = &c.dims;
     let (t, h, f) = (d.tokens(), d.hidden, d.ffn);
+    let xq = q_act(c.fp8, &x, t, h);
     let mut qkv = vec![0.0; t * 3 * h];
-    gemm(
-        t,
-        h,
-        3 * h,
-        &x,
-        false,
-        &w.qkv,
-        false,
-        &mut qkv,
-        0.0,
-        c.threads,
-    );
-    let sh = c.attn();
-    let mut ctx = vec![0.0; t * h];
-    let mut probs = vec![0.0; sh.probs_len()];
-    math::attention_forward(sh, &qkv, &mut ctx, &mut probs);
-    let mut x1 = x.clone();
-    gemm(t, h, h, &ctx, false, &w.out, false, &mut x1, 1.0, c.threads);
-    let mut u = vec![0.0; t * f];
-    gemm(t, h, f, &x1, false, &w.mlp1, false, &mut u, 0.0, c.threads);
-    let g: Vec<f32> = u.iter().map(|&v| math::gelu(v)).collect();
-    let mut y = x1.clone();
-    gemm(t, f, h, &g, false, &w.mlp2, false, &mut y, 1.0, c.threads);
-    let acts = LayerActs {
-        x,
+    linear(c, t, h, 3 * h, &xq, &w.qkv, &mut qkv, 0.0);
+    let (ctx, probs, ring) = attention_forward(c, &qkv, comms)?;
+    let ctxq = q_act(c.fp8, &ctx, t, h);
+    let mut x1 = x;
+    linear(c, t, h, h, &ctxq, &w.out, &mut x1, 1.0);
+    let mut acts = LayerActs {
+        x: xq,
         qkv,
         probs,
-        ctx,
-        x1,
-        u,
-        g,
+        ring,
+        ctx: ctxq,
+        ..LayerActs::default()
     };
-    (y, acts)
+    let mut y = x1.clone();
+    if let Some(mw) = &w.moe {
+        let (out, ma) = moe::forward(c, mw, &x1, comms)?;
+        for (a, b) in y.iter_mut().zip(&out) {
+            *a += b;
+        }
+        acts.moe = Some(ma);
+        acts.x1 = x1;
+    } else {
+        let x1q = q_act(c.fp8, &x1, t, h);
+        let mut u = vec![0.0; t * f];
+        linear(c, t, h, f, &x1q, &w.mlp1, &mut u, 0.0);
+        let g: Vec<f32> = u.iter().map(|&v| math::gelu(v)).collect();
+        let gq = q_act(c.fp8, &g, t, f);
+        linear(c, t, f, h, &gq, &w.mlp2, &mut y, 1.0);
+        acts.x1 = x1q;
+        acts.u = u;
+        acts.g = gq;
+    }
+    Ok((y, acts))
 }
 
 /// Backward for inputs of one layer: `dx` from `dy`; keeps the GEMM-output gradients for W.
@@ -218,106 +408,73 @@ fn layer_backward_input(
     w: &LayerWeights,
     a: &LayerActs,
     dy: Vec<f32>,
-) -> (Vec<f32>, LayerGrads) {
+    comms: &mut Comms,
+) -> Result<(Vec<f32>, LayerGrads), CommError> {
     let d = &c.dims;
     let (t, h, f) = (d.tokens(), d.hidden, d.ffn);
-    // y = x1 + g W2: dg = dy W2ᵀ; du = dg ⊙ gelu'(u)
-    let mut du = vec![0.0; t * f];
-    gemm(t, h, f, &dy, false, &w.mlp2, true, &mut du, 0.0, c.threads);
-    for (g, &u) in du.iter_mut().zip(&a.u) {
-        *g *= math::gelu_grad(u);
-    }
-    // u = x1 W1: dx1 = dy + du W1ᵀ
+    let mut lg = LayerGrads::default();
+    // y = x1 + mlp(x1): dx1 = dy + the MLP's (or MoE block's) input gradient
     let mut dx1 = dy.clone();
-    gemm(t, f, h, &du, false, &w.mlp1, true, &mut dx1, 1.0, c.threads);
+    if let (Some(mw), Some(ma)) = (&w.moe, &a.moe) {
+        let (dx, mg) = moe::backward_input(c, mw, ma, &dy, comms)?;
+        for (s, v) in dx1.iter_mut().zip(&dx) {
+            *s += v;
+        }
+        lg.moe = Some(mg);
+        lg.dy = dy;
+    } else {
+        // y = x1 + g W2: dg = dy W2ᵀ; du = dg ⊙ gelu'(u); u = x1 W1: dx1 += du W1ᵀ
+        let dyq = q_grad(c.fp8, &dy, t, h);
+        let mut du = vec![0.0; t * f];
+        linear_dgrad(c, t, f, h, &dyq, &w.mlp2, &mut du, 0.0);
+        for (g, &u) in du.iter_mut().zip(&a.u) {
+            *g *= math::gelu_grad(u);
+        }
+        let duq = q_grad(c.fp8, &du, t, f);
+        linear_dgrad(c, t, h, f, &duq, &w.mlp1, &mut dx1, 1.0);
+        lg.dy = dyq;
+        lg.du = duq;
+    }
     // x1 = x + ctx Wo: dctx = dx1 Woᵀ
+    let dx1q = q_grad(c.fp8, &dx1, t, h);
     let mut dctx = vec![0.0; t * h];
-    gemm(
-        t, h, h, &dx1, false, &w.out, true, &mut dctx, 0.0, c.threads,
-    );
-    let mut dqkv = vec![0.0; t * 3 * h];
-    math::attention_backward(c.attn(), &a.qkv, &a.probs, &dctx, &mut dqkv);
+    linear_dgrad(c, t, h, h, &dx1q, &w.out, &mut dctx, 0.0);
+    let dqkv = attention_backward(c, a, &dctx, comms)?;
     // qkv = x Wqkv: dx = dx1 + dqkv Wqkvᵀ
-    let mut dx = dx1.clone();
-    gemm(
-        t,
-        3 * h,
-        h,
-        &dqkv,
-        false,
-        &w.qkv,
-        true,
-        &mut dx,
-        1.0,
-        c.threads,
-    );
-    (dx, LayerGrads { dy, du, dx1, dqkv })
+    let dqkvq = q_grad(c.fp8, &dqkv, t, 3 * h);
+    let mut dx = dx1;
+    linear_dgrad(c, t, h, 3 * h, &dqkvq, &w.qkv, &mut dx, 1.0);
+    lg.dx1 = dx1q;
+    lg.dqkv = dqkvq;
+    Ok((dx, lg))
 }
 
-/// Backward for weights of one layer: `dW += Xᵀ dY` for its four GEMMs.
+/// Backward for weights of one layer: `dW += Xᵀ dY` for its GEMMs.
 fn layer_backward_weight(c: &Ctx, a: &LayerActs, g: &LayerGrads, acc: &mut LayerWeights) {
     let d = &c.dims;
     let (t, h, f) = (d.tokens(), d.hidden, d.ffn);
-    gemm(
-        h,
-        t,
-        3 * h,
-        &a.x,
-        true,
-        &g.dqkv,
-        false,
-        &mut acc.qkv,
-        1.0,
-        c.threads,
-    );
-    gemm(
-        h,
-        t,
-        h,
-        &a.ctx,
-        true,
-        &g.dx1,
-        false,
-        &mut acc.out,
-        1.0,
-        c.threads,
-    );
-    gemm(
-        h,
-        t,
-        f,
-        &a.x1,
-        true,
-        &g.du,
-        false,
-        &mut acc.mlp1,
-        1.0,
-        c.threads,
-    );
-    gemm(
-        f,
-        t,
-        h,
-        &a.g,
-        true,
-        &g.dy,
-        false,
-        &mut acc.mlp2,
-        1.0,
-        c.threads,
-    );
+    linear_wgrad(c, t, h, 3 * h, &a.x, &g.dqkv, &mut acc.qkv);
+    linear_wgrad(c, t, h, h, &a.ctx, &g.dx1, &mut acc.out);
+    match (&a.moe, &g.moe, &mut acc.moe) {
+        (Some(ma), Some(mg), Some(macc)) => moe::backward_weight(c, ma, mg, &a.x1, macc),
+        _ => {
+            linear_wgrad(c, t, h, f, &a.x1, &g.du, &mut acc.mlp1);
+            linear_wgrad(c, t, f, h, &a.g, &g.dy, &mut acc.mlp2);
+        }
+    }
 }
 
 /// Forward of a stage. Returns the output `[T, h]` (None on the last stage) and the scaled
 /// loss (last stage; `labels` given) and the state for the backward.
-/// `loss_scale` is `1 / (T · micro-batches per step)` (see [`crate::spec`]).
+/// `loss_scale` is `1 / (b · seq · micro-batches per step · dp)` (see [`crate::spec`]).
 pub fn stage_forward(
     c: &Ctx,
     w: &StageWeights,
     input: StageInput<'_>,
     labels: Option<&[u32]>,
     loss_scale: f32,
-) -> (Option<Vec<f32>>, f64, MicrobatchState) {
+    comms: &mut Comms,
+) -> Result<(Option<Vec<f32>>, f64, MicrobatchState), CommError> {
     let d = &c.dims;
     let (t, h) = (d.tokens(), d.hidden);
     let mut st = MicrobatchState::default();
@@ -337,11 +494,11 @@ pub fn stage_forward(
         StageInput::Hidden(x) => x,
     };
     for lw in &w.layers {
-        let (y, acts) = layer_forward(c, lw, x);
+        let (y, acts) = layer_forward(c, lw, x, comms)?;
         st.layers.push(acts);
         x = y;
     }
-    match (&w.output, labels) {
+    Ok(match (&w.output, labels) {
         (Some(wout), Some(labels)) => {
             let v = d.vocab;
             let mut logits = vec![0.0; t * v];
@@ -352,7 +509,7 @@ pub fn stage_forward(
             (None, loss, st)
         }
         _ => (Some(x), 0.0, st),
-    }
+    })
 }
 
 /// Backward for inputs of a stage: `dy` is the gradient at the stage's output (None on the
@@ -363,7 +520,8 @@ pub fn stage_backward_input(
     w: &StageWeights,
     st: &mut MicrobatchState,
     dy: Option<Vec<f32>>,
-) -> Option<Vec<f32>> {
+    comms: &mut Comms,
+) -> Result<Option<Vec<f32>>, CommError> {
     let d = &c.dims;
     let (t, h) = (d.tokens(), d.hidden);
     let mut g = match (&w.output, dy) {
@@ -388,10 +546,11 @@ pub fn stage_backward_input(
     };
     let mut grads = Vec::with_capacity(w.layers.len());
     for (lw, acts) in w.layers.iter().zip(&mut st.layers).rev() {
-        let (dx, lg) = layer_backward_input(c, lw, acts, g);
+        let (dx, lg) = layer_backward_input(c, lw, acts, g, comms)?;
         // Only W's inputs stay alive: the attention scores and the MLP pre-activation go.
         acts.qkv = Vec::new();
         acts.probs = Vec::new();
+        acts.ring = None;
         acts.u = Vec::new();
         grads.push(lg);
         g = dx;
@@ -399,12 +558,12 @@ pub fn stage_backward_input(
     grads.reverse();
     st.grads = grads;
     st.input_done = true;
-    if w.embedding.is_some() {
+    Ok(if w.embedding.is_some() {
         st.d_embedded = g;
         None
     } else {
         Some(g)
-    }
+    })
 }
 
 /// Backward for weights of a stage: accumulates into `acc` (same shapes as the weights).
@@ -443,10 +602,21 @@ pub fn activation_message_bytes(d: &Dims) -> u64 {
     (d.tokens() * d.hidden * 4) as u64
 }
 
-/// Bytes one layer keeps alive from F to its backward on the CPU backend (f32):
-/// `x, ctx, x1 [T,h]` + `qkv [T,3h]` + `u, g [T,f]` + probabilities `[b, n, s, s]`, all 4 bytes.
+/// Bytes one layer keeps alive from F to its backward on the CPU backend (f32), on one rank:
+/// `x, ctx, x1 [T,h]` + `qkv [T,3h]` + `u, g [T,f]` + probabilities `[b, n, s, s]` (one rank)
+/// or q, k, v, output and log-sum-exp (context parallelism), all 4 bytes. A MoE layer keeps,
+/// in place of `u, g`, each routed row's input, `u`, `g` and output (`T·k` rows, assuming
+/// balanced routing) and the shared expert's `u, g`.
 pub fn layer_activation_bytes(d: &Dims) -> u64 {
-    let (t, h, f) = (d.tokens(), d.hidden, d.ffn);
-    let probs = d.micro_batch * d.heads * d.seq * d.seq;
-    ((3 * t * h + 3 * t * h + 2 * t * f + probs) * 4) as u64
+    let (t, h) = (d.tokens(), d.hidden);
+    let attn = if d.cp <= 1 {
+        d.micro_batch * d.heads * d.seq * d.seq
+    } else {
+        4 * t * h + d.micro_batch * d.heads * d.local_seq()
+    };
+    let mlp = match d.moe {
+        None => 2 * t * d.ffn,
+        Some(m) => t * m.topk * (2 * h + 2 * m.ffn) + 2 * t * m.shared_ffn + t * m.experts,
+    };
+    ((3 * t * h + 3 * t * h + mlp + attn) * 4) as u64
 }

@@ -131,6 +131,12 @@ fn gib(bytes: u64) -> String {
 /// Builds one CUDA worker per pipeline device of this process (all of them in a single-process
 /// run; the device whose index is the rank under torchrun/Slurm), checking memory first.
 pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorker>>, ExecError> {
+    if let Some(why) = crate::cpu::unsupported_model(plan) {
+        return Err(ExecError::Plan(why));
+    }
+    if let Some(why) = cpu_only(plan) {
+        return Err(ExecError::Plan(why));
+    }
     if plan.schedule.weight_update != "flush" {
         return Err(ExecError::Plan(format!(
             "plan field `schedule.weight_update` is '{}': the CUDA backend runs synchronous schedules (flush) only; PipeDream weight stashing is run by the CPU backend",
@@ -152,6 +158,27 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
     guarded("setting up the CUDA workers", || {
         build(plan, opts, dist, share, timeout)
     })
+}
+
+/// What the CPU backend runs and the CUDA backend does not yet: mixture-of-experts layers,
+/// data, context and expert parallelism, FP8 GEMMs.
+fn cpu_only(plan: &Plan) -> Option<String> {
+    let par = &plan.parallelism;
+    let what = if plan.model.moe.is_some() {
+        "field `model.moe` is set (mixture-of-experts layers)".to_string()
+    } else if par.dp > 1 || par.cp > 1 || par.ep > 1 {
+        format!(
+            "fields `parallelism.dp` = {}, `cp` = {}, `ep` = {} (replicas of the pipeline)",
+            par.dp, par.cp, par.ep
+        )
+    } else if par.precision != "bf16" {
+        format!("field `parallelism.precision` is '{}'", par.precision)
+    } else {
+        return None;
+    };
+    Some(format!(
+        "plan: {what}: the CUDA backend runs one dense BF16/f32 pipeline; run this plan with --backend cpu"
+    ))
 }
 
 fn build(

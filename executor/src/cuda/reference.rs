@@ -314,14 +314,7 @@ mod tests {
     use super::*;
 
     fn tiny() -> Dims {
-        Dims {
-            hidden: 8,
-            heads: 2,
-            ffn: 12,
-            seq: 4,
-            micro_batch: 2,
-            vocab: 7,
-        }
+        Dims::dense(8, 2, 12, 4, 2, 7)
     }
 
     /// Central differences in f64 would be nicer, but the model is f32; with eps = 1e-2 and

@@ -170,14 +170,7 @@ fn measure(req: &SweepRequest) -> Result<SweepOutput, ExecError> {
     let total = g0.ctx.total_mem().map_err(device::drv)? as u64;
     let (maj, min) = g0.ctx.compute_capability().unwrap_or((0, 0));
     // A tiny worker: only its GEMM call, kernels and events are used.
-    let tiny = Dims {
-        hidden: 64,
-        heads: 2,
-        ffn: 256,
-        seq: 16,
-        micro_batch: 1,
-        vocab: 128,
-    };
+    let tiny = Dims::dense(64, 2, 256, 16, 1, 128);
     let mut w = profiling_worker(&g0, tiny, req.bf16)?;
     w.start_clock(Instant::now())?;
 
