@@ -18,6 +18,9 @@ pub enum SpanStream {
     Compute,
     Send,
     Recv,
+    /// Gradients summed over the data- and context-parallel replicas before the optimizer
+    /// step (the simulator's data-parallel stream, `REDUCE_GRAD`).
+    DataParallel,
     Optimizer,
 }
 

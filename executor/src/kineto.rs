@@ -30,6 +30,7 @@ fn stream_tid(s: SpanStream) -> u32 {
         SpanStream::Compute => 7,
         SpanStream::Send => 8,
         SpanStream::Recv => 9,
+        SpanStream::DataParallel => 10,
         SpanStream::Optimizer => 12,
     }
 }
@@ -42,6 +43,9 @@ fn kernel_name(sp: &StepSpan) -> String {
     match sp.span.stream {
         SpanStream::Send | SpanStream::Recv => {
             "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)".to_string()
+        }
+        SpanStream::DataParallel => {
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)".to_string()
         }
         SpanStream::Optimizer => "pplan_cpu_sgd_step".to_string(),
         SpanStream::Compute => match sp.span.kind {
@@ -138,7 +142,7 @@ fn rank_trace(r: &RunResult, d: u32) -> Value {
                 0,
                 json!({}),
             )),
-            SpanStream::Send | SpanStream::Recv => {}
+            SpanStream::Send | SpanStream::Recv | SpanStream::DataParallel => {}
         }
         events.push(complete(
             "cudaLaunchKernel",
@@ -150,6 +154,9 @@ fn rank_trace(r: &RunResult, d: u32) -> Value {
             json!({ "correlation": correlation }),
         ));
         let mut args = json!({ "device": d, "stream": tid, "correlation": correlation });
+        if sp.stream == SpanStream::DataParallel {
+            args["Collective name"] = json!("allreduce");
+        }
         if matches!(sp.stream, SpanStream::Send | SpanStream::Recv) {
             args["Collective name"] = json!(if sp.stream == SpanStream::Send {
                 "send"

@@ -152,6 +152,23 @@ struct ProfileArgs {
     /// Compute threads per device (as `run --threads-per-device`).
     #[arg(long, default_value_t = 1)]
     threads_per_device: usize,
+    /// CPU: data-parallel replicas of each device the layers are timed on (as the plan's
+    /// `parallelism.dp`).
+    #[arg(long, default_value_t = 1)]
+    dp: usize,
+    /// CPU: context-parallel ranks of each device, timed with their attention ring.
+    #[arg(long, default_value_t = 1)]
+    cp: usize,
+    /// CPU: expert-parallel size (divides dp x cp), timed with its all-to-all.
+    #[arg(long, default_value_t = 1)]
+    ep: usize,
+    /// CPU: the layers' GEMM format (as the plan's `parallelism.precision`): bf16 (computed in
+    /// f32) or fp8 (emulated, with --fp8-recipe).
+    #[arg(long, default_value = "bf16")]
+    precision: String,
+    /// CPU, with --precision fp8: tensorwise or blockwise.
+    #[arg(long, default_value = "tensorwise")]
+    fp8_recipe: String,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -299,7 +316,24 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
         devices: a.devices.unwrap_or(2),
         devices_explicit: a.devices.is_some(),
         threads_per_device: a.threads_per_device,
+        parallel: pplan_exec::profile_layers::Parallel {
+            dp: a.dp,
+            cp: a.cp,
+            ep: a.ep,
+            fp8: pplan_exec::cpu::quant::Fp8Recipe::from_plan(&a.precision, &a.fp8_recipe)
+                .map_err(|e| {
+                    CliError::Input(
+                        e.replace("plan: field `parallelism.precision`", "--precision")
+                            .replace("plan: field `parallelism.fp8_recipe`", "--fp8-recipe"),
+                    )
+                })?,
+        },
     };
+    if matches!(a.backend, BackendArg::Cuda) && req.parallel != Default::default() {
+        return Err(CliError::Input(
+            "--dp, --cp, --ep and --precision fp8 are measured by the CPU backend; the CUDA profile times one dense BF16/f32 pipeline (use --backend cpu)".into(),
+        ));
+    }
     let out = match a.backend {
         BackendArg::Cpu => pplan_exec::profile::profile_cpu(&req).map_err(CliError::Input)?,
         BackendArg::Cuda => {

@@ -23,11 +23,13 @@
 
 use crate::cpu::comm::Comms;
 use crate::cpu::math::gemm;
-use crate::cpu::model::{self, Ctx, StageInput, StageWeights};
+use crate::cpu::model::{self, Ctx, StageWeights};
+pub use crate::profile_layers::{layer_entries, median, MoeTimes, StageTimes};
+use crate::profile_layers::{parallel_text, time_stage};
 use crate::spec::{self, Dims};
 use pplan::inputs::hardware::{Gpu, Hardware, Network, Node};
 use pplan::inputs::model::Model;
-use pplan::inputs::profile::{LayerProfile, ProfiledLayer};
+use pplan::inputs::profile::LayerProfile;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -42,6 +44,8 @@ pub struct ProfileRequest {
     /// `--devices` was given (the CUDA profiler otherwise writes the visible GPU count).
     pub devices_explicit: bool,
     pub threads_per_device: usize,
+    /// The replicas and number format of the plans the profile is for (CPU backend only).
+    pub parallel: crate::profile_layers::Parallel,
 }
 
 /// One measured GEMM shape.
@@ -118,62 +122,6 @@ pub struct ProfileOutput {
     pub summary: ProfileSummary,
 }
 
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
-/// (F, I, W) medians in ms of a stage made of `w` on `input`.
-fn time_stage(
-    c: &Ctx,
-    w: &StageWeights,
-    make_input: &(dyn Fn() -> (Option<Vec<u32>>, Option<Vec<f32>>) + Sync),
-    labels: Option<&[u32]>,
-    dy: Option<&[f32]>,
-    repeats: u32,
-) -> (f64, f64, f64) {
-    let (mut f, mut i, mut wt) = (Vec::new(), Vec::new(), Vec::new());
-    let mut acc = w.zeros_like();
-    // One untimed warm-up run (first touch of the buffers), then `repeats` timed ones.
-    for r in 0..=repeats {
-        let (ids, hidden) = make_input();
-        let input = match (&ids, hidden) {
-            (Some(ids), _) => StageInput::Tokens(ids),
-            (None, Some(x)) => StageInput::Hidden(x),
-            (None, None) => unreachable!("an input is always made"),
-        };
-        let t = Instant::now();
-        let mut solo = Comms::solo();
-        let (_, _, mut st) = model::stage_forward(c, w, input, labels, 1.0, &mut solo)
-            .expect("one rank has no peers to lose");
-        let tf = ms_since(t);
-        let t = Instant::now();
-        let _ = model::stage_backward_input(c, w, &mut st, dy.map(<[f32]>::to_vec), &mut solo)
-            .expect("one rank has no peers to lose");
-        let ti = ms_since(t);
-        let t = Instant::now();
-        model::stage_backward_weight(c, &st, &mut acc);
-        let tw = ms_since(t);
-        if r > 0 {
-            f.push(tf);
-            i.push(ti);
-            wt.push(tw);
-        }
-    }
-    (median(f), median(i), median(wt))
-}
-
 /// [`time_stage`] on `devices` threads at once, each with its own input and accumulators, and
 /// the median over threads of their medians: in a pipelined run all devices compute at the same
 /// time and share the memory system and caches, so a layer timed alone on an idle machine is
@@ -189,7 +137,10 @@ fn time_stage_concurrent(
 ) -> (f64, f64, f64) {
     let per: Vec<(f64, f64, f64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..devices.max(1))
-            .map(|_| scope.spawn(|| time_stage(c, w, make_input, labels, dy, repeats)))
+            .map(|_| {
+                scope
+                    .spawn(|| time_stage(c, w, make_input, labels, dy, repeats, &mut Comms::solo()))
+            })
             .collect();
         handles
             .into_iter()
@@ -332,14 +283,26 @@ pub fn dims_of(req: &ProfileRequest) -> Result<Dims, String> {
             m.hidden_size, m.num_heads
         ));
     }
-    Ok(Dims::dense(
-        m.hidden_size as usize,
-        m.num_heads as usize,
-        m.ffn_hidden_size as usize,
-        req.seq_len.unwrap_or(m.seq_len) as usize,
-        req.micro_batch as usize,
-        m.vocab_size as usize,
-    ))
+    let d = Dims {
+        moe: m.moe.as_ref().map(|e| spec::MoeDims {
+            experts: e.num_experts as usize,
+            topk: e.top_k as usize,
+            ffn: e.expert_ffn as usize,
+            shared_ffn: e.shared_ffn as usize,
+        }),
+        cp: req.parallel.cp,
+        dp: req.parallel.dp,
+        ..Dims::dense(
+            m.hidden_size as usize,
+            m.num_heads as usize,
+            m.ffn_hidden_size as usize,
+            req.seq_len.unwrap_or(m.seq_len) as usize,
+            req.micro_batch as usize,
+            m.vocab_size as usize,
+        )
+    };
+    req.parallel.check(&d)?;
+    Ok(d)
 }
 
 /// Measure everything; errors are messages naming the flag.
@@ -355,24 +318,41 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
             biggest as f64 / 1e9
         ));
     }
-    let c = Ctx::new(d, req.threads_per_device);
+    let c = Ctx {
+        fp8: req.parallel.fp8,
+        ..Ctx::new(d, req.threads_per_device)
+    };
     let seed = spec::DEFAULT_SEED;
-    let ids = spec::token_ids(seed, 0, 0, &d);
-    let labels = spec::labels(seed, 0, 0, &d);
+    let ids = model::cp_tokens(&spec::token_ids(seed, 0, 0, &d), &d, 0);
+    let labels = model::cp_tokens(&spec::labels(seed, 0, 0, &d), &d, 0);
     let mut rng = spec::SplitMix64::new(11);
     let x: Vec<f32> = (0..t * h).map(|_| rng.next_signed_unit()).collect();
     let dy: Vec<f32> = (0..t * h).map(|_| rng.next_signed_unit() * 1e-3).collect();
 
-    let layer_w = StageWeights::init(seed, 0, 1, false, false, &d);
-    let (lf, li, lw) = time_stage_concurrent(
-        req.devices,
-        &c,
-        &layer_w,
-        &|| (None, Some(x.clone())),
-        None,
-        Some(&dy),
-        req.repeats,
-    );
+    // Each layer kind the model has, on its replicas.
+    let pattern: Vec<bool> = m.moe.as_ref().map_or_else(Vec::new, |e| e.layers.clone());
+    let time = |moe| {
+        let (f, i, w) = crate::profile_layers::time_layer(
+            req.devices,
+            req.parallel,
+            &d,
+            moe,
+            req.threads_per_device,
+            req.repeats,
+        );
+        StageTimes { f, i, w }
+    };
+    let dense = (pattern.len() as u32) < m.num_layers || pattern.contains(&false);
+    let moe = pattern.contains(&true).then(|| MoeTimes {
+        times: time(true),
+        pattern: pattern.clone(),
+        ep: req.parallel.ep,
+    });
+    let layer = if dense {
+        time(false)
+    } else {
+        moe.as_ref().expect("a MoE model has a MoE layer").times
+    };
     let emb_w = StageWeights::init(seed, 0, 0, true, false, &d);
     let (ef, ei, ew) = time_stage(
         &c,
@@ -381,6 +361,7 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
         None,
         Some(&dy),
         req.repeats,
+        &mut Comms::solo(),
     );
     let out_w = StageWeights::init(seed, 0, 0, false, true, &d);
     let (of, oi, ow) = time_stage_concurrent(
@@ -395,12 +376,22 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
 
     let threads = req.threads_per_device;
     let layer_source = format!(
-        "pplan-exec profile --backend cpu: measured on {} with {} thread(s) per device, median of {} runs, f32; the executor's spec layer (executor/src/spec.rs: no GQA, no gated MLP, no normalisation) at hidden {h}, heads {}, ffn {f}, seq {}, vocab {v}; one layer measured, its times used for every layer",
+        "pplan-exec profile --backend cpu: measured on {} with {} thread(s) per device, median of {} runs, {}; the executor's spec layer (executor/src/spec.rs: no GQA, no gated MLP, no normalisation) at hidden {h}, heads {}, ffn {f}, seq {}, vocab {v}{}; {}",
         cpu_name(),
         threads,
         req.repeats,
+        match req.parallel.fp8 {
+            None => "f32".to_string(),
+            Some(r) => format!("FP8 {r:?} (emulated)").to_lowercase(),
+        },
         d.heads,
-        d.seq
+        d.seq,
+        parallel_text(&d, req.parallel),
+        if moe.is_some() {
+            "one dense and one MoE layer measured, each one's times used for every layer of its kind"
+        } else {
+            "one layer measured, its times used for every layer"
+        }
     );
 
     // GEMMs: square sizes for the fit, plus the layer's own shapes.
@@ -424,6 +415,9 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
         sources.insert(k.to_string(), v);
     };
     src("gpu.peak_flops_per_s", format!("measured: best f32 GEMM rate of pplan-exec's CPU backend (matrixmultiply sgemm, {threads} thread(s)) over square sizes 32..512 and the layer's shapes (FLOP/s)"));
+    if req.parallel.fp8.is_some() {
+        src("gpu.peak_fp8_flops_per_s", "measured: the CPU backend's FP8 GEMMs are its f32 sgemm on operands rounded to FP8 (executor/src/cpu/quant.rs), so the f32 peak; the rounding passes are in the layer times (FLOP/s)".into());
+    }
     src(
         "gpu.memory_bytes",
         format!("measured: host MemTotal / {} devices (bytes)", req.devices),
@@ -447,11 +441,8 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
         num_layers: m.num_layers,
         micro_batch: req.micro_batch,
         weight_elem_bytes: 4,
-        layer: StageTimes {
-            f: lf,
-            i: li,
-            w: lw,
-        },
+        layer,
+        moe,
         embedding: StageTimes {
             f: ef,
             i: ei,
@@ -482,14 +473,6 @@ pub fn profile_cpu(req: &ProfileRequest) -> Result<ProfileOutput, String> {
     })
 }
 
-/// F, I and W of one stage, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StageTimes {
-    pub f: f64,
-    pub i: f64,
-    pub w: f64,
-}
-
 /// Everything a backend measured, before it becomes the two profiles. Both backends fill one
 /// and call [`assemble`], so the files they write have one format and one byte arithmetic.
 #[derive(Debug, Clone)]
@@ -499,7 +482,10 @@ pub struct Measurement {
     pub micro_batch: u64,
     /// Bytes per weight element in `weight_bytes` (4: f32, 2: bf16).
     pub weight_elem_bytes: u64,
+    /// The dense layer's times (the MoE layer's when every layer is one).
     pub layer: StageTimes,
+    /// A mixture-of-experts model's MoE layer, and which layers are MoE.
+    pub moe: Option<MoeTimes>,
     pub embedding: StageTimes,
     pub output: StageTimes,
     /// The square GEMMs first (`square_points` of them, `m = n = k`), then any others.
@@ -554,56 +540,6 @@ pub fn gemm_fit(points: &[GemmPoint], squares: usize) -> (f64, f64, f64) {
     (peak, emax, d0)
 }
 
-/// Layer-profile entries: embedding, `num_layers` copies of the measured layer, output.
-/// Weights `weight_elem_bytes · params`; activations and transfers are f32 in both backends
-/// (the CUDA backend keeps activations in f32 and casts GEMM inputs to bf16 on the fly).
-pub fn layer_entries(
-    d: &Dims,
-    num_layers: u32,
-    weight_elem_bytes: u64,
-    layer: StageTimes,
-    embedding: StageTimes,
-    output: StageTimes,
-) -> Vec<ProfiledLayer> {
-    let (t, h, f, v) = (d.tokens(), d.hidden, d.ffn, d.vocab);
-    let layer_params = (3 * h * h + h * h + 2 * h * f) as u64;
-    let out_bytes = (4 * t * h) as u64;
-    let entry = |name: String, s: StageTimes, wb: u64, ab: u64, ob: u64| ProfiledLayer {
-        name,
-        forward_ms: s.f,
-        backward_ms: s.i + s.w,
-        backward_input_ms: Some(s.i),
-        backward_weight_ms: Some(s.w),
-        weight_bytes: wb,
-        activation_bytes: ab,
-        output_bytes: ob,
-    };
-    let mut layers = vec![entry(
-        "embedding".into(),
-        embedding,
-        weight_elem_bytes * (v * h) as u64,
-        (4 * t) as u64,
-        out_bytes,
-    )];
-    for l in 0..num_layers {
-        layers.push(entry(
-            format!("layer{l}"),
-            layer,
-            weight_elem_bytes * layer_params,
-            model::layer_activation_bytes(d),
-            out_bytes,
-        ));
-    }
-    layers.push(entry(
-        "output".into(),
-        output,
-        weight_elem_bytes * (h * v) as u64,
-        (4 * (t * h + t * v)) as u64,
-        0,
-    ));
-    layers
-}
-
 fn check_measured(what: &str, v: f64, positive: bool) -> Result<(), String> {
     if !v.is_finite() || v < 0.0 || (positive && v == 0.0) {
         return Err(format!(
@@ -650,6 +586,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
         m.num_layers,
         m.weight_elem_bytes,
         m.layer,
+        m.moe.as_ref(),
         m.embedding,
         m.output,
     );
@@ -696,7 +633,12 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
         gpu: Gpu {
             name: m.device_name.clone(),
             peak_flops_per_s: peak,
-            peak_fp8_flops_per_s: 0.0,
+            // The CPU's emulated FP8 GEMMs run at its f32 rate (a profile measured with them).
+            peak_fp8_flops_per_s: if m.sources.contains_key("gpu.peak_fp8_flops_per_s") {
+                peak
+            } else {
+                0.0
+            },
             peak_fp4_flops_per_s: 0.0,
             memory_bytes: m.memory_bytes,
             hbm_bandwidth_bytes_per_s: m.memory_bandwidth_bytes_per_s,
@@ -828,6 +770,7 @@ mod tests {
             num_layers: 4,
             micro_batch: 2,
             weight_elem_bytes: 2,
+            moe: None,
             layer: StageTimes {
                 f: 1.0,
                 i: 1.2,

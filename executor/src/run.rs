@@ -306,6 +306,7 @@ fn stream_of(s: SpanStream) -> Stream {
         SpanStream::Compute => Stream::Compute,
         SpanStream::Send => Stream::Send,
         SpanStream::Recv => Stream::Recv,
+        SpanStream::DataParallel => Stream::DataParallel,
         SpanStream::Optimizer => Stream::Optimizer,
     }
 }

@@ -117,23 +117,35 @@ impl Group {
         self.all_to_all(vec![x.to_vec(); self.size()])
     }
 
-    /// `x` becomes the sum over members of their `x`, added in member order.
+    /// `x` becomes the sum over members of their `x`, added in member order (every member
+    /// adds the same numbers in the same order, so all get the same bits). Each member sends
+    /// its `x` once to every other: for two members the bytes of a ring all-reduce.
     pub fn all_reduce_sum(&mut self, x: &mut [f32]) -> Result<(), CommError> {
-        if self.size() == 1 {
+        let n = self.size();
+        if n == 1 {
             return Ok(());
         }
-        let all = self.all_gather(x)?;
-        x.fill(0.0);
-        for part in &all {
-            assert_eq!(
-                part.len(),
-                x.len(),
-                "all_reduce_sum: members' lengths differ"
-            );
-            for (a, b) in x.iter_mut().zip(part) {
+        for j in (0..n).filter(|&j| j != self.me) {
+            self.send(j, x.to_vec(), "all-reduce")?;
+        }
+        let mut parts: Vec<Option<Vec<f32>>> = Vec::with_capacity(n);
+        for j in 0..n {
+            parts.push(if j == self.me {
+                None
+            } else {
+                let p = self.recv(j, "all-reduce")?;
+                assert_eq!(p.len(), x.len(), "all_reduce_sum: members' lengths differ");
+                Some(p)
+            });
+        }
+        let mut sum = vec![0.0f32; x.len()];
+        for p in &parts {
+            let part: &[f32] = p.as_deref().unwrap_or(x);
+            for (a, b) in sum.iter_mut().zip(part) {
                 *a += b;
             }
         }
+        x.copy_from_slice(&sum);
         Ok(())
     }
 
@@ -175,6 +187,40 @@ impl Comms {
     }
 }
 
+/// The groups of one pipeline device's `dp · cp` replicas, by replica `r = dp_rank · cp +
+/// cp_rank` (Megatron-Core's rank order with tp = 1: context-parallel ranks next to each other,
+/// then data-parallel ones): context-parallel groups of the `cp` consecutive replicas,
+/// expert-parallel groups of `ep` consecutive ones (`ep` divides `dp · cp`), expert-data-parallel
+/// groups of the replicas with the same `r mod ep`, and one data-parallel group of all.
+pub fn replica_comms(dp: usize, cp: usize, ep: usize) -> Vec<Comms> {
+    let replicas = dp * cp;
+    assert!(
+        ep >= 1 && replicas % ep == 0,
+        "replica_comms: ep {ep} must divide dp·cp = {replicas}"
+    );
+    let mut cps = (0..dp).flat_map(|_| Group::wired("context-parallel", cp));
+    let mut eps = (0..replicas / ep).flat_map(|_| Group::wired("expert-parallel", ep));
+    let mut edps: Vec<Option<Group>> = (0..replicas).map(|_| None).collect();
+    for q in 0..ep {
+        for (i, g) in Group::wired("expert-data-parallel", replicas / ep)
+            .into_iter()
+            .enumerate()
+        {
+            edps[i * ep + q] = Some(g);
+        }
+    }
+    Group::wired("data-parallel", replicas)
+        .into_iter()
+        .zip(edps)
+        .map(|(dp, edp)| Comms {
+            cp: cps.next().expect("one context-parallel end per replica"),
+            ep: eps.next().expect("one expert-parallel end per replica"),
+            dp,
+            edp: edp.expect("one expert-data-parallel end per replica"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +249,36 @@ mod tests {
             assert_eq!(x, vec![3.0, 3.0]);
             assert_eq!(ring, vec![((i + 2) % 3) as f32]);
         }
+    }
+
+    #[test]
+    fn replicas_are_grouped_in_megatron_cores_rank_order() {
+        // dp = 2, cp = 2, ep = 2: replicas 0..4 = (dp 0, cp 0), (0, 1), (1, 0), (1, 1).
+        let c = replica_comms(2, 2, 2);
+        let ranks: Vec<_> = c
+            .iter()
+            .map(|c| {
+                (
+                    c.cp.rank(),
+                    c.cp.size(),
+                    c.ep.rank(),
+                    c.edp.rank(),
+                    c.dp.rank(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ranks,
+            vec![
+                (0, 2, 0, 0, 0),
+                (1, 2, 1, 0, 1),
+                (0, 2, 0, 1, 2),
+                (1, 2, 1, 1, 3)
+            ]
+        );
+        assert!(c
+            .iter()
+            .all(|c| c.ep.size() == 2 && c.edp.size() == 2 && c.dp.size() == 4));
     }
 
     #[test]

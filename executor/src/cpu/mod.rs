@@ -29,7 +29,7 @@ pub mod ring;
 
 use crate::backend::{BackwardPart, DeviceWorker, ExecError, RunOptions, Span, SpanStream};
 use crate::spec::{self, Dims};
-use comm::{Comms, Group};
+use comm::Comms;
 use model::{Ctx, MicrobatchState, StageInput, StageWeights};
 use pplan::plan::plan_file::Plan;
 use pplan::schedule::ir::{Kind, WeightUpdate};
@@ -286,39 +286,8 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
         .moe
         .as_ref()
         .map_or_else(Vec::new, |m| m.moe_layer_pattern.clone());
-    // Each pipeline device's groups, per replica r = dp_rank · cp + cp_rank: context-parallel
-    // groups of the cp consecutive replicas, expert-parallel groups of ep consecutive ones,
-    // expert-data-parallel groups of the replicas with the same r mod ep, and all of them.
-    let mut comms: Vec<Vec<Comms>> = Vec::new();
-    for _ in 0..p {
-        let mut cps: Vec<Group> = (0..dp)
-            .flat_map(|_| Group::wired("context-parallel", cp))
-            .collect();
-        let mut eps: Vec<Group> = (0..replicas / ep)
-            .flat_map(|_| Group::wired("expert-parallel", ep))
-            .collect();
-        let mut edps: Vec<Option<Group>> = (0..replicas).map(|_| None).collect();
-        for q in 0..ep {
-            let members = Group::wired("expert-data-parallel", replicas / ep);
-            for (i, g) in members.into_iter().enumerate() {
-                edps[i * ep + q] = Some(g);
-            }
-        }
-        let dps = Group::wired("data-parallel", replicas);
-        let mut per: Vec<Comms> = Vec::new();
-        for (r, dpg) in dps.into_iter().enumerate().rev() {
-            per.push(Comms {
-                cp: cps.pop().expect("one context-parallel end per replica"),
-                ep: eps.pop().expect("one expert-parallel end per replica"),
-                dp: dpg,
-                edp: edps[r]
-                    .take()
-                    .expect("one expert-data-parallel end per replica"),
-            });
-        }
-        per.reverse();
-        comms.push(per);
-    }
+    // Each pipeline device's groups of replicas.
+    let mut comms: Vec<Vec<Comms>> = (0..p).map(|_| comm::replica_comms(dp, cp, ep)).collect();
     let mut out: Vec<CpuWorker> = Vec::new();
     for r in 0..replicas {
         let held = {
@@ -845,16 +814,33 @@ impl DeviceWorker for CpuWorker {
 
     fn optimizer_step(&mut self, spans: &mut Vec<Span>) -> Result<(), ExecError> {
         if !self.is_async() {
+            // Replicas first sum their gradients, a span per stage as the simulator's
+            // data-parallel stream has them.
+            if self.comms.dp.size() > 1 {
+                for i in 0..self.stages.len() {
+                    let (device, stage) = (self.device, self.stages[i].stage);
+                    let start = self.now_ns();
+                    self.stages[i]
+                        .grads
+                        .all_reduce(&mut self.comms)
+                        .map_err(|e| ExecError::Peer {
+                            device,
+                            what: format!("gradient reduction: {e}"),
+                        })?;
+                    let s = self.span(
+                        SpanStream::DataParallel,
+                        format!("{stage}REDUCE_GRAD"),
+                        Some(stage),
+                        None,
+                        None,
+                        None,
+                        start,
+                    );
+                    spans.push(s);
+                }
+            }
             let start = self.now_ns();
             for i in 0..self.stages.len() {
-                let device = self.device;
-                self.stages[i]
-                    .grads
-                    .all_reduce(&mut self.comms)
-                    .map_err(|e| ExecError::Peer {
-                        device,
-                        what: format!("gradient reduction: {e}"),
-                    })?;
                 self.apply_update(i);
             }
             let first = self.stages.first().map(|s| s.stage);

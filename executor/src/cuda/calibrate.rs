@@ -316,6 +316,7 @@ fn measure(req: &ProfileRequest, d: Dims, bf16: bool) -> Result<ProfileOutput, E
         micro_batch: req.micro_batch,
         weight_elem_bytes: if bf16 { 2 } else { 4 },
         layer,
+        moe: None,
         embedding: emb,
         output: out,
         gemm,
@@ -450,6 +451,7 @@ mod tests {
             devices: 2,
             devices_explicit: false,
             threads_per_device: 1,
+            parallel: Default::default(),
         };
         match profile_cuda(&req, true) {
             Err(ExecError::Unavailable(m)) => {
@@ -483,6 +485,7 @@ mod tests {
                 devices: 2,
                 devices_explicit: true,
                 threads_per_device: 1,
+                parallel: Default::default(),
             };
             let out = profile_cuda(&req, bf16).unwrap();
             let lp =

@@ -394,7 +394,7 @@ pub enum PredictError {
     TooLarge { gpus: u64, what: String },
     #[error("--global-batch {global_batch}: {what}")]
     TooManyMicrobatches { global_batch: u64, what: String },
-    #[error("--attention flash: hardware profile '{hardware}' has no measured attention efficiency (gpu.attention_efficiency_forward/backward); valid: --attention unfused, or a profile that has them (e.g. a100-80gb, h100-80gb)")]
+    #[error("--attention flash: hardware profile '{hardware}' has no measured attention efficiency (gpu.attention_efficiency_forward/backward); valid: --attention unfused, a profile that has them (e.g. a100-80gb, h100-80gb), or --profile (measured layer times include the attention)")]
     NoAttentionEfficiency { hardware: String },
     #[error("--precision: {0}")]
     Precision(String),
@@ -469,7 +469,11 @@ pub fn check(req: &PredictRequest) -> Result<u64, PredictError> {
             "fp8 with the mxfp8 recipe: that recipe runs the block-scaled tensor cores; valid: --precision mxfp8, or --fp8-recipe delayed, tensorwise or blockwise".into(),
         ));
     }
-    if req.stack.attention == Attention::Flash && req.hardware.attention_efficiencies().is_none() {
+    // A measured layer profile's times include its attention kernel: no law needed then.
+    if req.stack.attention == Attention::Flash
+        && req.profile.is_none()
+        && req.hardware.attention_efficiencies().is_none()
+    {
         return Err(PredictError::NoAttentionEfficiency {
             hardware: req.hardware.name.clone(),
         });
