@@ -530,10 +530,15 @@ pub fn compare(
     let ms = summarize(&mt, opts.skip_steps)?;
     let mut warnings = Vec::new();
 
+    // A predicted collective of no duration (the data-parallel reduction of a single
+    // replica) is nothing a run would record: not counted as unmatched.
     let pred_only: Vec<&Key> = ps
         .actions
-        .keys()
-        .filter(|k| !ms.actions.contains_key(*k))
+        .iter()
+        .filter(|(k, a)| {
+            !ms.actions.contains_key(*k) && (a.kind.is_schedule_compute() || a.dur_us > 0.0)
+        })
+        .map(|(k, _)| k)
         .collect();
     let meas_only: Vec<&Key> = ms
         .actions
