@@ -225,6 +225,9 @@ fn cmd_run(a: RunArgs) -> Result<(), CliError> {
     }
     let be = backend(a.backend);
     if be == Backend::Cuda {
+        if let Some(why) = pplan_exec::cuda::refusal(&plan) {
+            return Err(CliError::Input(why));
+        }
         pplan_exec::cuda::availability()
             .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
     }
@@ -289,10 +292,6 @@ fn cmd_run(a: RunArgs) -> Result<(), CliError> {
 }
 
 fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
-    if let BackendArg::Cuda = a.backend {
-        pplan_exec::cuda::availability()
-            .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
-    }
     let model =
         pplan::inputs::model::Model::load(&a.model).map_err(|e| CliError::Input(e.to_string()))?;
     for (flag, v) in [
@@ -329,10 +328,14 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
                 })?,
         },
     };
-    if matches!(a.backend, BackendArg::Cuda) && req.parallel != Default::default() {
-        return Err(CliError::Input(
-            "--dp, --cp, --ep and --precision fp8 are measured by the CPU backend; the CUDA profile times one dense BF16/f32 pipeline (use --backend cpu)".into(),
-        ));
+    if let BackendArg::Cuda = a.backend {
+        if req.parallel != Default::default() || req.model.moe.is_some() {
+            return Err(CliError::Input(
+                "--dp, --cp, --ep, --precision fp8 and mixture-of-experts models (--model) are measured by the CPU backend; the CUDA profile times one dense BF16/f32 pipeline (use --backend cpu)".into(),
+            ));
+        }
+        pplan_exec::cuda::availability()
+            .map_err(|e| exec_error(&e, format!("--backend cuda: {e}")))?;
     }
     let out = match a.backend {
         BackendArg::Cpu => pplan_exec::profile::profile_cpu(&req).map_err(CliError::Input)?,

@@ -142,6 +142,70 @@ fn bad_plans_exit_2_naming_the_field() {
     assert!(text(&o).1.contains("--steps"), "{}", text(&o).1);
 }
 
+/// Layouts and formats the CPU backend runs are checked against the model before anything
+/// starts; what neither backend runs, or only the CPU, exits 2 naming the field or flag.
+#[test]
+fn replica_and_fp8_plans_the_backends_cannot_run_exit_2_naming_the_field() {
+    let mut delayed = plan(ScheduleName::OneFOneB, 2, 2, 1);
+    delayed.parallelism.precision = "fp8".into();
+    let p = write_plan("fp8-delayed.json", &delayed);
+    let o = exe().args(["run", "--plan"]).arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(
+        text(&o).1.contains("parallelism.fp8_recipe"),
+        "{}",
+        text(&o).1
+    );
+
+    let mut dp = plan(ScheduleName::OneFOneB, 2, 2, 1);
+    dp.parallelism.dp = 2;
+    dp.parallelism.gpus = 4;
+    let p = write_plan("dp2.json", &dp);
+    // The CPU runs it; the CUDA backend refuses it by field before looking for a GPU.
+    let o = exe().args(["run", "--plan"]).arg(&p).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = exe()
+        .args(["run", "--backend", "cuda", "--plan"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(
+        text(&o).1.contains("parallelism.dp") && text(&o).1.contains("--backend cpu"),
+        "{}",
+        text(&o).1
+    );
+
+    let model = tmp("tiny-profile-model.json");
+    std::fs::write(
+        &model,
+        r#"{"num_layers": 2, "hidden_size": 16, "num_attention_heads": 2, "ffn_hidden_size": 32, "seq_length": 8, "vocab_size": 32}"#,
+    )
+    .unwrap();
+    for (extra, want) in [
+        (vec!["--cp", "3"], "--cp 3"),
+        (vec!["--ep", "2", "--dp", "2"], "--ep 2"),
+        (
+            vec!["--precision", "fp8", "--fp8-recipe", "delayed"],
+            "--fp8-recipe",
+        ),
+        (vec!["--backend", "cuda", "--dp", "2"], "--backend cpu"),
+    ] {
+        let o = exe()
+            .args(["profile", "--micro-batch", "1", "--repeats", "1", "--model"])
+            .arg(&model)
+            .arg("--out-profile")
+            .arg(tmp("never-l.json"))
+            .arg("--out-hardware")
+            .arg(tmp("never-h.json"))
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o).1);
+        assert!(text(&o).1.contains(want), "{extra:?}: {}", text(&o).1);
+    }
+}
+
 #[test]
 fn cuda_without_a_gpu_exits_2_with_a_reason() {
     let p = write_plan("cuda.json", &plan(ScheduleName::OneFOneB, 2, 2, 1));

@@ -131,10 +131,7 @@ fn gib(bytes: u64) -> String {
 /// Builds one CUDA worker per pipeline device of this process (all of them in a single-process
 /// run; the device whose index is the rank under torchrun/Slurm), checking memory first.
 pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorker>>, ExecError> {
-    if let Some(why) = crate::cpu::unsupported_model(plan) {
-        return Err(ExecError::Plan(why));
-    }
-    if let Some(why) = cpu_only(plan) {
+    if let Some(why) = refusal(plan) {
         return Err(ExecError::Plan(why));
     }
     if plan.schedule.weight_update != "flush" {
@@ -158,6 +155,12 @@ pub fn workers(plan: &Plan, opts: &RunOptions) -> Result<Vec<Box<dyn DeviceWorke
     guarded("setting up the CUDA workers", || {
         build(plan, opts, dist, share, timeout)
     })
+}
+
+/// Why the CUDA backend cannot run a plan, whatever the machine: what the executor's model
+/// cannot express, and what only the CPU backend runs. Checked before looking for a GPU.
+pub fn refusal(plan: &Plan) -> Option<String> {
+    crate::cpu::unsupported_model(plan).or_else(|| cpu_only(plan))
 }
 
 /// What the CPU backend runs and the CUDA backend does not yet: mixture-of-experts layers,
