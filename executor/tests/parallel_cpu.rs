@@ -11,9 +11,8 @@ use common::*;
 use pplan::plan::plan_file::{Plan, PlanMoe};
 use pplan::schedule::generators::{GenParams, ScheduleName};
 use pplan_exec::backend::RunOptions;
-use pplan_exec::cpu::model::StageWeights;
 use pplan_exec::run::{run_plan, Backend};
-use pplan_exec::spec::{self, Dims};
+use pplan_exec::spec;
 
 const TOLERANCE: f32 = 1e-5;
 const LR: f32 = 0.5;
@@ -93,24 +92,7 @@ fn check(plan: &Plan, what: &str) -> f32 {
     for (s, (a, b)) in r.loss_per_step.iter().zip(&want_loss).enumerate() {
         assert!((a - b).abs() < 1e-5, "{what}: loss of step {s}: {a} vs {b}");
     }
-    let d = Dims::from_plan(plan).single_rank();
-    let pattern = plan
-        .model
-        .moe
-        .as_ref()
-        .map_or_else(Vec::new, |m| m.moe_layer_pattern.clone());
-    let experts = d.moe.map_or(0, |m| m.experts as u32);
-    let init = StageWeights::init_moe(
-        spec::DEFAULT_SEED,
-        0,
-        LAYERS,
-        true,
-        true,
-        &d,
-        &pattern,
-        0..experts,
-    )
-    .flat();
+    let init = initial_weights(plan, spec::DEFAULT_SEED).flat();
     let moved = max_abs_diff(&init, &want);
     assert!(
         moved > 100.0 * TOLERANCE,

@@ -96,48 +96,13 @@ pub fn sequential(
     lr: f32,
     seed: u64,
 ) -> (Vec<f32>, Vec<f64>) {
-    let c = Ctx::new(*d, 1);
-    let mut w = StageWeights::init(seed, 0, layers, true, true, d);
-    let mut grads = w.zeros_like();
-    let mut losses = Vec::new();
-    let mut solo = Comms::solo();
-    for step in 0..steps {
-        let mut loss = 0.0;
-        for k in 0..m {
-            let ids = spec::token_ids(seed, step, k, d);
-            let labels = spec::labels(seed, step, k, d);
-            let (_, l, mut st) = model::stage_forward(
-                &c,
-                &w,
-                StageInput::Tokens(&ids),
-                Some(&labels),
-                spec::loss_scale(d, m),
-                &mut solo,
-            )
-            .unwrap();
-            loss += l;
-            model::stage_backward_input(&c, &w, &mut st, None, &mut solo).unwrap();
-            model::stage_backward_weight(&c, &st, &mut grads);
-        }
-        w.sgd(lr, &grads);
-        grads.zero();
-        losses.push(loss);
-    }
-    (w.flat(), losses)
+    let w = StageWeights::init(seed, 0, layers, true, true, d);
+    train(&Ctx::new(*d, 1), w, m, steps, lr, seed)
 }
 
-/// The sequential reference of any synchronous plan, replicas included: the whole model (every
-/// expert) on one rank, the step's `dp · m` micro-batches one after another with whole
-/// sequences (no context parallelism), in the plan's number format; SGD after each step.
-pub fn sequential_plan(plan: &Plan, steps: u32, lr: f32, seed: u64) -> (Vec<f32>, Vec<f64>) {
-    let full = Dims::from_plan(plan);
-    let d = full.single_rank();
-    let par = &plan.parallelism;
-    let fp8 = Fp8Recipe::from_plan(&par.precision, &par.fp8_recipe).unwrap();
-    let c = Ctx {
-        fp8,
-        ..Ctx::new(d, 1)
-    };
+/// The whole model of `plan` (every expert) on one rank, as it starts.
+pub fn initial_weights(plan: &Plan, seed: u64) -> StageWeights {
+    let d = Dims::from_plan(plan).single_rank();
     let pattern = plan
         .model
         .moe
@@ -145,28 +110,53 @@ pub fn sequential_plan(plan: &Plan, steps: u32, lr: f32, seed: u64) -> (Vec<f32>
         .map_or_else(Vec::new, |m| m.moe_layer_pattern.clone());
     let experts = d.moe.map_or(0, |m| m.experts as u32);
     let layers = plan.model.num_layers;
-    let mut w = StageWeights::init_moe(seed, 0, layers, true, true, &d, &pattern, 0..experts);
+    StageWeights::init_moe(seed, 0, layers, true, true, &d, &pattern, 0..experts)
+}
+
+/// The sequential reference of any synchronous plan, replicas included: the whole model (every
+/// expert) on one rank, the step's `dp · m` micro-batches one after another with whole
+/// sequences (no context parallelism), in the plan's number format; SGD after each step.
+pub fn sequential_plan(plan: &Plan, steps: u32, lr: f32, seed: u64) -> (Vec<f32>, Vec<f64>) {
+    let par = &plan.parallelism;
+    let c = Ctx {
+        fp8: Fp8Recipe::from_plan(&par.precision, &par.fp8_recipe).unwrap(),
+        ..Ctx::new(Dims::from_plan(plan).single_rank(), 1)
+    };
+    let per_step = plan.schedule.microbatches * par.dp as u32;
+    train(&c, initial_weights(plan, seed), per_step, steps, lr, seed)
+}
+
+/// `steps` steps of `per_step` micro-batches on one rank, SGD after each; the final flat
+/// weights and the loss per step.
+fn train(
+    c: &Ctx,
+    mut w: StageWeights,
+    per_step: u32,
+    steps: u32,
+    lr: f32,
+    seed: u64,
+) -> (Vec<f32>, Vec<f64>) {
+    let d = &c.dims;
     let mut grads = w.zeros_like();
     let mut losses = Vec::new();
     let mut solo = Comms::solo();
-    let per_step = plan.schedule.microbatches * par.dp as u32;
     for step in 0..steps {
         let mut loss = 0.0;
         for k in 0..per_step {
-            let ids = spec::token_ids(seed, step, k, &d);
-            let labels = spec::labels(seed, step, k, &d);
+            let ids = spec::token_ids(seed, step, k, d);
+            let labels = spec::labels(seed, step, k, d);
             let (_, l, mut st) = model::stage_forward(
-                &c,
+                c,
                 &w,
                 StageInput::Tokens(&ids),
                 Some(&labels),
-                spec::loss_scale(&d, per_step),
+                spec::loss_scale(d, per_step),
                 &mut solo,
             )
             .unwrap();
             loss += l;
-            model::stage_backward_input(&c, &w, &mut st, None, &mut solo).unwrap();
-            model::stage_backward_weight(&c, &st, &mut grads);
+            model::stage_backward_input(c, &w, &mut st, None, &mut solo).unwrap();
+            model::stage_backward_weight(c, &st, &mut grads);
         }
         w.sgd(lr, &grads);
         grads.zero();
