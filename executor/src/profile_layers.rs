@@ -124,19 +124,6 @@ pub fn time_layer(
     (median(|x| x.0), median(|x| x.1), median(|x| x.2))
 }
 
-/// Parameters of one layer on one rank: attention `4h²`, and a dense MLP `2hf` or a MoE block's
-/// router `hE`, this rank's `E/ep` experts `2h·f_e` each and the shared expert `2h·f_s`.
-pub fn layer_params(d: &Dims, moe: bool, ep: usize) -> u64 {
-    let h = d.hidden;
-    let mlp = match (moe, d.moe) {
-        (true, Some(m)) => {
-            h * m.experts + 2 * h * m.ffn * m.experts / ep.max(1) + 2 * h * m.shared_ffn
-        }
-        _ => 2 * h * d.ffn,
-    };
-    (4 * h * h + mlp) as u64
-}
-
 /// A layer's activation bytes on one rank ([`model::layer_activation_bytes`] of its kind).
 pub fn layer_activation_bytes(d: &Dims, moe: bool) -> u64 {
     if moe {
@@ -241,7 +228,7 @@ pub fn parallel_text(d: &Dims, p: Parallel) -> String {
 
 /// Layer-profile entries: embedding, `num_layers` copies of the measured layer (the MoE
 /// layer's where `moe` says a layer is one), output. Weights `weight_elem_bytes · params` on
-/// one rank ([`layer_params`]); activations and transfers are f32 in
+/// one rank ([`model::layer_params`]); activations and transfers are f32 in
 /// both backends (the CUDA backend keeps activations in f32 and casts GEMM inputs to bf16 on
 /// the fly).
 pub fn layer_entries(
@@ -280,7 +267,7 @@ pub fn layer_entries(
         layers.push(entry(
             format!("layer{l}"),
             times,
-            weight_elem_bytes * layer_params(d, is_moe, ep),
+            weight_elem_bytes * model::layer_params(d, is_moe, ep),
             layer_activation_bytes(d, is_moe),
             out_bytes,
         ));
@@ -354,10 +341,13 @@ mod tests {
     #[test]
     fn parameters_count_the_ranks_experts() {
         let d = moe_dims();
-        assert_eq!(layer_params(&d, false, 1), (4 * 256 + 2 * 16 * 32) as u64);
+        assert_eq!(
+            model::layer_params(&d, false, 1),
+            (4 * 256 + 2 * 16 * 32) as u64
+        );
         // router 16·4, 2 of 4 experts 2·16·8 each, shared 2·16·4.
         assert_eq!(
-            layer_params(&d, true, 2),
+            model::layer_params(&d, true, 2),
             (4 * 256 + 64 + 2 * 256 + 128) as u64
         );
     }

@@ -188,26 +188,16 @@ pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
 pub fn memory_needed_bytes(plan: &Plan) -> u128 {
     let d = Dims::from_plan(plan);
     let m = &plan.model;
-    let (h, f, v) = (
-        m.hidden_size as u128,
-        m.ffn_hidden_size as u128,
-        m.vocab_size as u128,
-    );
+    let (h, v) = (m.hidden_size as u128, m.vocab_size as u128);
     let par = &plan.parallelism;
     let replicas = (par.dp * par.cp).max(1) as u128;
-    let dense = 3 * h * h + h * h + 2 * h * f;
-    let per_layer = |l: usize| match &m.moe {
-        Some(e) if e.moe_layer_pattern.get(l) == Some(&1) => {
-            let (n, fe, fs) = (
-                e.num_experts as u128,
-                e.moe_ffn_hidden_size as u128,
-                e.moe_shared_expert_intermediate_size as u128,
-            );
-            4 * h * h + h * n + 2 * h * fe * n / par.ep.max(1) as u128 + 2 * h * fs
-        }
-        _ => dense,
-    };
-    let layers: u128 = (0..m.num_layers as usize).map(per_layer).sum();
+    let pattern = m.moe.as_ref().map(|e| &e.moe_layer_pattern);
+    let layers: u128 = (0..m.num_layers as usize)
+        .map(|l| {
+            let moe = pattern.is_some_and(|p| p.get(l) == Some(&1));
+            model::layer_params(&d, moe, par.ep.max(1) as usize) as u128
+        })
+        .sum();
     let weights = (layers + 2 * v * h) * 4;
     let p = plan.parallelism.pp as u128;
     let versions = if plan.schedule.weight_update == "flush" {

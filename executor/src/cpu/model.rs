@@ -597,6 +597,19 @@ pub fn stage_backward_weight(c: &Ctx, st: &MicrobatchState, acc: &mut StageWeigh
     }
 }
 
+/// Parameters of one layer on one rank: attention `4h²`, and a dense MLP `2hf` or a MoE block's
+/// router `hE`, this rank's `E/ep` experts `2h·f_e` each and the shared expert `2h·f_s`.
+pub fn layer_params(d: &Dims, moe: bool, ep: usize) -> u64 {
+    let h = d.hidden;
+    let mlp = match (moe, d.moe) {
+        (true, Some(m)) => {
+            h * m.experts + 2 * h * m.ffn * m.experts / ep.max(1) + 2 * h * m.shared_ffn
+        }
+        _ => 2 * h * d.ffn,
+    };
+    (4 * h * h + mlp) as u64
+}
+
 /// Bytes a stage sends downstream per micro-batch: `T · h · 4` (f32).
 pub fn activation_message_bytes(d: &Dims) -> u64 {
     (d.tokens() * d.hidden * 4) as u64
