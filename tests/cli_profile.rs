@@ -354,3 +354,38 @@ fn simulate_profile_errors_exit_2() {
         "{err}"
     );
 }
+
+/// `--attention flash` needs the hardware's attention law only where the cost model times the
+/// layers: a measured layer profile's times include the attention (the CPU executor's profile
+/// has no law, and its context-parallel plans need flash attention).
+#[test]
+fn flash_attention_needs_a_law_or_a_profile() {
+    let base = [
+        "predict",
+        "--model",
+        "examples/models/tiny-gpt-cpu.json",
+        "--hardware",
+        "tests/data/measured/cpu-exec/hw.json",
+        "--gpus",
+        "2",
+        "--pp",
+        "2",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "8",
+        "--attention",
+        "flash",
+    ];
+    let (code, _, err) = pplan(&base);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--attention flash") && err.contains("--profile"),
+        "{err}"
+    );
+    let mut with = base.to_vec();
+    with.extend(["--profile", "tests/data/measured/cpu-exec/layers.json"]);
+    let (code, out, err) = pplan(&with);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("step_time_s"), "{out}");
+}
