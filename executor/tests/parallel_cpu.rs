@@ -249,6 +249,15 @@ fn plans_the_cpu_backend_cannot_run_are_refused_by_field() {
     let mut cp3 = moe_plan(ScheduleName::OneFOneB, 2, 2, 1, DENSE);
     cp3.parallelism.cp = 3;
     refused(&cp3, "model.seq_length");
+    let mut dropping = moe_plan(
+        ScheduleName::OneFOneB,
+        2,
+        2,
+        1,
+        Layout { moe: true, ..DENSE },
+    );
+    dropping.parallelism.moe_expert_capacity_factor = Some(1.0);
+    refused(&dropping, "parallelism.moe_expert_capacity_factor");
     let mut stash = plan_with(ScheduleName::PipeDream, GenParams::new(2, 2), LAYERS);
     stash.parallelism.dp = 2;
     refused(&stash, "schedule.weight_update");

@@ -123,6 +123,15 @@ pub fn unsupported_model(plan: &Plan) -> Option<String> {
     if m.mla.is_some() {
         return Some("plan: field `model.mla` is set; the executor's model has no multi-head latent attention".into());
     }
+    if m.sliding_window.is_some() {
+        return Some("plan: field `model.sliding_window` is set; the executor's attention sees every earlier position (no sliding window)".into());
+    }
+    if m.mtp_num_layers > 0 {
+        return Some(format!("plan: field `model.mtp_num_layers` is {}; the executor has no multi-token prediction depths", m.mtp_num_layers));
+    }
+    if let Some(cf) = par.moe_expert_capacity_factor {
+        return Some(format!("plan: field `parallelism.moe_expert_capacity_factor` is {cf}; the executor's experts are dropless (every routed token is computed)"));
+    }
     if par.tp != 1 || par.etp != 1 {
         return Some(format!("plan: fields `parallelism.tp` = {} and `parallelism.etp` = {}: the executor has no tensor parallelism (both must be 1)", par.tp, par.etp));
     }
