@@ -155,7 +155,10 @@ fn rank_trace(r: &RunResult, d: u32) -> Value {
         ));
         let mut args = json!({ "device": d, "stream": tid, "correlation": correlation });
         if sp.stream == SpanStream::DataParallel {
+            // Megatron-Core's name for the group that sums gradients over data and context
+            // parallel ranks, which the reader attributes to data parallelism.
             args["Collective name"] = json!("allreduce");
+            args["Process Group Description"] = json!("DATA_PARALLEL_GROUP_WITH_CP");
         }
         if matches!(sp.stream, SpanStream::Send | SpanStream::Recv) {
             args["Collective name"] = json!(if sp.stream == SpanStream::Send {

@@ -153,3 +153,36 @@ fn run_writes_one_kineto_file_per_device() {
     let m = load(&[dir], None).unwrap();
     assert_eq!((m.source, m.ranks.len()), (Source::Kineto, 2));
 }
+
+/// A run with data-parallel replicas: each stage's gradient sum is an NCCL all-reduce kernel of
+/// Megatron-Core's data-parallel group, which the reader counts as data-parallel communication.
+#[test]
+fn replicas_gradient_sums_read_back_as_data_parallel_communication() {
+    let mut plan = plan(ScheduleName::OneFOneB, 2, 2, 1);
+    plan.parallelism.dp = 2;
+    plan.parallelism.gpus = 4;
+    let opts = RunOptions {
+        steps: 2,
+        ..RunOptions::default()
+    };
+    let r = run_plan(&plan, Backend::Cpu, &opts, None).unwrap();
+    let dir = tmp("dp2-kineto");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (d, t) in pplan_exec::kineto::rank_traces(&r) {
+        std::fs::write(dir.join(format!("rank-{d}.json")), t.to_string()).unwrap();
+    }
+    let m = load(&[dir], None).unwrap();
+    for rank in &m.ranks {
+        assert!(
+            rank.kernels
+                .iter()
+                .any(|k| matches!(k.class, KernelClass::Comm(Collective::AllReduce, _))),
+            "rank {}: no all-reduce kernel",
+            rank.rank
+        );
+    }
+    let b = breakdown(&m, None).unwrap();
+    let dp = b.mean.comm.get("dp").map_or(0.0, |c| c.total_s);
+    // (The pipeline's send/recv kernels stay unattributed without a plan's sizes.)
+    assert!(dp > 0.0, "{:?}", b.mean.comm);
+}
