@@ -8,8 +8,9 @@
 //! contract NCCL communicators have too; a member that breaks it (a peer thread that failed and
 //! dropped its ends) turns into a [`CommError`] on the others instead of a hang.
 //!
-//! Results that sum over members ([`Group::all_reduce_sum`]) add in member order on every
-//! member, so every member gets the same bits and replicated weights stay identical.
+//! A sum over members ([`Group::all_reduce_sum`], a ring all-reduce as NCCL's) reduces each
+//! chunk at one member and copies it to the others, so every member gets the same bits and
+//! replicated weights stay identical.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 
@@ -117,35 +118,39 @@ impl Group {
         self.all_to_all(vec![x.to_vec(); self.size()])
     }
 
-    /// `x` becomes the sum over members of their `x`, added in member order (every member
-    /// adds the same numbers in the same order, so all get the same bits). Each member sends
-    /// its `x` once to every other: for two members the bytes of a ring all-reduce.
+    /// `x` becomes the sum over members of their `x`, as NCCL's ring all-reduce does it: `x` cut
+    /// into `n` chunks, a reduce-scatter round the ring (`n − 1` steps, each member adding the
+    /// chunk it receives to its own) and an all-gather (`n − 1` steps, each member copying the
+    /// reduced chunk it receives), so each member sends `2 (n − 1) / n` of `x`. Each chunk is
+    /// reduced in one order at one member and then copied, so every member ends with the same
+    /// bits.
     pub fn all_reduce_sum(&mut self, x: &mut [f32]) -> Result<(), CommError> {
         let n = self.size();
         if n == 1 {
             return Ok(());
         }
-        for j in (0..n).filter(|&j| j != self.me) {
-            self.send(j, x.to_vec(), "all-reduce")?;
-        }
-        let mut parts: Vec<Option<Vec<f32>>> = Vec::with_capacity(n);
-        for j in 0..n {
-            parts.push(if j == self.me {
-                None
-            } else {
-                let p = self.recv(j, "all-reduce")?;
-                assert_eq!(p.len(), x.len(), "all_reduce_sum: members' lengths differ");
-                Some(p)
-            });
-        }
-        let mut sum = vec![0.0f32; x.len()];
-        for p in &parts {
-            let part: &[f32] = p.as_deref().unwrap_or(x);
-            for (a, b) in sum.iter_mut().zip(part) {
+        let len = x.len();
+        let chunk = |c: usize| c * len / n..(c + 1) * len / n;
+        let me = self.me;
+        // Reduce-scatter: at step s send chunk me − s, add the received chunk me − s − 1.
+        for s in 0..n - 1 {
+            let got = self.shift(x[chunk((me + n - s) % n)].to_vec())?;
+            let dst = &mut x[chunk((me + 2 * n - s - 1) % n)];
+            assert_eq!(
+                got.len(),
+                dst.len(),
+                "all_reduce_sum: members' lengths differ"
+            );
+            for (a, b) in dst.iter_mut().zip(&got) {
                 *a += b;
             }
         }
-        x.copy_from_slice(&sum);
+        // Member me now holds chunk me + 1 reduced; all-gather: send chunk me + 1 − s, keep
+        // the received chunk me − s.
+        for s in 0..n - 1 {
+            let got = self.shift(x[chunk((me + 1 + n - s) % n)].to_vec())?;
+            x[chunk((me + n - s) % n)].copy_from_slice(&got);
+        }
         Ok(())
     }
 
@@ -248,6 +253,34 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!(x, vec![3.0, 3.0]);
             assert_eq!(ring, vec![((i + 2) % 3) as f32]);
+        }
+    }
+
+    #[test]
+    fn ring_all_reduce_sums_every_chunk_and_agrees_bit_for_bit() {
+        for (n, len) in [(2, 5), (3, 7), (4, 7), (4, 2)] {
+            let groups = Group::wired("test", n);
+            let input = move |r: usize| -> Vec<f32> {
+                (0..len)
+                    .map(|i| 0.1 * (r * len + i) as f32 + 1.0 / 3.0)
+                    .collect()
+            };
+            let handles: Vec<_> = groups
+                .into_iter()
+                .map(|mut g| {
+                    std::thread::spawn(move || {
+                        let mut x = input(g.rank());
+                        g.all_reduce_sum(&mut x).unwrap();
+                        x
+                    })
+                })
+                .collect();
+            let got: Vec<Vec<f32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            for (i, &x) in got[0].iter().enumerate() {
+                let want: f32 = (0..n).map(|r| input(r)[i]).sum();
+                assert!((x - want).abs() < 1e-5, "n {n} element {i}: {x} vs {want}");
+            }
+            assert!(got.iter().all(|g| g == &got[0]), "n {n}: members differ");
         }
     }
 
