@@ -165,9 +165,12 @@ fn dispatch<'a>(
 ) -> Result<Vec<Vec<f32>>, CommError> {
     let mut parts: Vec<Vec<f32>> = vec![Vec::new(); ep.size()];
     if header {
-        for (q, p) in parts.iter_mut().enumerate() {
-            let experts = q * per_rank..(q + 1) * per_rank;
-            p.extend(experts.map(|e| a.sel.iter().filter(|&&s| s as usize == e).count() as f32));
+        let mut rows = vec![0usize; ep.size() * per_rank];
+        for &e in &a.sel {
+            rows[e as usize] += 1;
+        }
+        for (p, counts) in parts.iter_mut().zip(rows.chunks(per_rank.max(1))) {
+            p.extend(counts.iter().map(|&n| n as f32));
         }
     }
     for &asg in &a.order {
