@@ -63,6 +63,9 @@ pub struct ProfileSummary {
     pub layer_forward_ms: f64,
     pub layer_backward_input_ms: f64,
     pub layer_backward_weight_ms: f64,
+    /// A mixture-of-experts model's MoE layer, F / I / W (ms); absent for a dense model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_layer_ms: Option<[f64; 3]>,
     pub embedding_forward_ms: f64,
     pub output_forward_ms: f64,
     pub output_backward_ms: f64,
@@ -83,6 +86,9 @@ impl ProfileSummary {
             "layer F / I / W        {:.3} / {:.3} / {:.3} ms\n",
             self.layer_forward_ms, self.layer_backward_input_ms, self.layer_backward_weight_ms
         );
+        if let Some([f, i, w]) = self.moe_layer_ms {
+            s += &format!("MoE layer F / I / W    {f:.3} / {i:.3} / {w:.3} ms\n");
+        }
         s += &format!(
             "embedding F            {:.3} ms\noutput F / B           {:.3} / {:.3} ms\n",
             self.embedding_forward_ms, self.output_forward_ms, self.output_backward_ms
@@ -712,6 +718,7 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
         layer_forward_ms: m.layer.f,
         layer_backward_input_ms: m.layer.i,
         layer_backward_weight_ms: m.layer.w,
+        moe_layer_ms: m.moe.as_ref().map(|x| [x.times.f, x.times.i, x.times.w]),
         embedding_forward_ms: m.embedding.f,
         output_forward_ms: m.output.f,
         output_backward_ms: m.output.i + m.output.w,

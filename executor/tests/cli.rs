@@ -225,6 +225,81 @@ fn cuda_without_a_gpu_exits_2_with_a_reason() {
     );
 }
 
+/// A MoE model profiled at a layout: each layer's entry is its kind's (times, this rank's
+/// parameters), the summary says the MoE layer's times, and an FP8 profile states its FP8 peak.
+#[test]
+fn profile_of_a_moe_model_at_a_layout_writes_each_layer_kind() {
+    let model = tmp("tiny-moe-model.json");
+    std::fs::write(
+        &model,
+        r#"{"num_layers": 3, "hidden_size": 16, "num_attention_heads": 2, "ffn_hidden_size": 32,
+            "seq_length": 8, "vocab_size": 32, "num_experts": 4, "moe_router_topk": 2,
+            "moe_ffn_hidden_size": 8, "moe_shared_expert_intermediate_size": 4,
+            "moe_layer_freq": [0, 1, 1]}"#,
+    )
+    .unwrap();
+    let (lp, hp) = (tmp("moe-layers.json"), tmp("moe-hw.json"));
+    let o = exe()
+        .args([
+            "profile",
+            "--micro-batch",
+            "1",
+            "--repeats",
+            "1",
+            "--format",
+            "json",
+        ])
+        .args([
+            "--devices",
+            "1",
+            "--dp",
+            "2",
+            "--ep",
+            "2",
+            "--precision",
+            "fp8",
+        ])
+        .arg("--model")
+        .arg(&model)
+        .arg("--out-profile")
+        .arg(&lp)
+        .arg("--out-hardware")
+        .arg(&hp)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let moe: Vec<f64> = v["moe_layer_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!(moe.len() == 3 && moe.iter().all(|&t| t > 0.0), "{moe:?}");
+    let prof = pplan::inputs::profile::LayerProfile::from_json(
+        &std::fs::read_to_string(&lp).unwrap(),
+        "layers.json",
+    )
+    .unwrap();
+    let l = &prof.layers;
+    assert_eq!(l.len(), 3 + 2);
+    assert_eq!((l[2].forward_ms, l[3].forward_ms), (moe[0], moe[0]));
+    assert_ne!(l[1].forward_ms, l[2].forward_ms);
+    // Dense: 4h² + 2hf; MoE on one of 2 expert ranks: 4h² + hE + 2 of 4 experts' 2h·f_e + 2h·f_s.
+    assert_eq!(l[1].weight_bytes, 4 * (4 * 256 + 2 * 16 * 32));
+    assert_eq!(
+        l[2].weight_bytes,
+        4 * (4 * 256 + 16 * 4 + 2 * 2 * 16 * 8 + 2 * 16 * 4)
+    );
+    let hw = pplan::inputs::hardware::Hardware::from_json(
+        &std::fs::read_to_string(&hp).unwrap(),
+        "hw.json",
+    )
+    .unwrap();
+    assert_eq!(hw.gpu.peak_fp8_flops_per_s, hw.gpu.peak_flops_per_s);
+}
+
 #[test]
 fn profile_writes_files_the_planner_reads() {
     let model = tmp("tiny-model.json");
