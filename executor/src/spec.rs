@@ -40,9 +40,10 @@
 //!   travel round the `cp` ranks and each rank folds every block into its queries' online
 //!   softmax (position `i` sees position `t ≤ i` of any block); the backward sends the blocks
 //!   round again with their gradients, which arrive back at their owner after `cp` steps.
-//! * **Data parallelism** `dp`: replica `r` runs micro-batches `r · per_step + k`
-//!   ([`replica_microbatch`]); gradients are summed over replicas (and context-parallel ranks)
-//!   before the optimizer step, expert gradients over the replicas that hold the same experts.
+//! * **Data parallelism** `dp`: data-parallel rank `q` runs micro-batches `q · per_step + k`
+//!   of the step ([`replica_microbatch`]); gradients are summed over the data- and
+//!   context-parallel replicas before the optimizer step, expert gradients over the replicas
+//!   that hold the same experts.
 //! * **FP8** (`precision` `fp8`; CPU emulation): every GEMM of a transformer layer (not the
 //!   router, embedding or output layer) runs on its operands rounded to FP8 and back
 //!   (`crate::cpu::fp8`): `tensorwise` (current scaling, one scale per tensor from its
@@ -51,8 +52,9 @@
 //!   weight gradient uses the operands as the forward and backward GEMMs quantised them.
 //! * **Output and loss** (last stage only): `logits = y · Wout` with `Wout [h, V]`; the loss of
 //!   a micro-batch is the mean over its `T` tokens of the softmax cross-entropy against
-//!   [`labels`], divided by the micro-batches per optimizer step, so that accumulated gradients
-//!   are those of the mean loss over the mini-batch.
+//!   [`labels`], divided by the micro-batches per optimizer step and the data-parallel
+//!   replicas ([`loss_scale`]; a context-parallel rank adds its own tokens' share), so that
+//!   accumulated gradients are those of the mean loss over the mini-batch.
 //!
 //! # Backward split (zero-bubble schedules)
 //! `I` (backward for inputs) computes the gradient with respect to the stage's input and keeps
