@@ -6,7 +6,7 @@
 
 use super::comm::{CommError, Comms};
 pub use super::linear::Ctx;
-use super::linear::{linear, linear_dgrad, linear_wgrad};
+use super::linear::{gelu_mlp, gelu_mlp_dgrad, gelu_mlp_wgrad, linear, linear_dgrad, linear_wgrad};
 use super::math::{self, gemm};
 use super::moe::{self, MoeActs, MoeGrads, MoeWeights};
 use super::quant::{q_act, q_grad};
@@ -390,11 +390,7 @@ fn layer_forward(
         acts.x1 = x1;
     } else {
         let x1q = q_act(c.fp8, &x1, t, h);
-        let mut u = vec![0.0; t * f];
-        linear(c, t, h, f, &x1q, &w.mlp1, &mut u, 0.0);
-        let g: Vec<f32> = u.iter().map(|&v| math::gelu(v)).collect();
-        let gq = q_act(c.fp8, &g, t, f);
-        linear(c, t, f, h, &gq, &w.mlp2, &mut y, 1.0);
+        let (u, gq) = gelu_mlp(c, t, h, f, &x1q, &w.mlp1, &w.mlp2, &mut y, 1.0);
         acts.x1 = x1q;
         acts.u = u;
         acts.g = gq;
@@ -423,15 +419,8 @@ fn layer_backward_input(
         lg.moe = Some(mg);
         lg.dy = dy;
     } else {
-        // y = x1 + g W2: dg = dy W2ᵀ; du = dg ⊙ gelu'(u); u = x1 W1: dx1 += du W1ᵀ
-        let dyq = q_grad(c.fp8, &dy, t, h);
-        let mut du = vec![0.0; t * f];
-        linear_dgrad(c, t, f, h, &dyq, &w.mlp2, &mut du, 0.0);
-        for (g, &u) in du.iter_mut().zip(&a.u) {
-            *g *= math::gelu_grad(u);
-        }
-        let duq = q_grad(c.fp8, &du, t, f);
-        linear_dgrad(c, t, h, f, &duq, &w.mlp1, &mut dx1, 1.0);
+        // y = x1 + mlp(x1): dx1 += the MLP's input gradient
+        let (dyq, duq) = gelu_mlp_dgrad(c, t, h, f, &dy, &a.u, &w.mlp1, &w.mlp2, &mut dx1, 1.0);
         lg.dy = dyq;
         lg.du = duq;
     }
@@ -458,8 +447,8 @@ fn layer_backward_weight(c: &Ctx, a: &LayerActs, g: &LayerGrads, acc: &mut Layer
     match (&a.moe, &g.moe, &mut acc.moe) {
         (Some(ma), Some(mg), Some(macc)) => moe::backward_weight(c, ma, mg, &a.x1, macc),
         _ => {
-            linear_wgrad(c, t, h, f, &a.x1, &g.du, &mut acc.mlp1);
-            linear_wgrad(c, t, f, h, &a.g, &g.dy, &mut acc.mlp2);
+            let (w1, w2) = (&mut acc.mlp1, &mut acc.mlp2);
+            gelu_mlp_wgrad(c, t, h, f, (&a.x1, &a.g), (&g.dy, &g.du), w1, w2);
         }
     }
 }

@@ -11,9 +11,9 @@
 //! (the counts are known by then) and the input gradients back.
 
 use super::comm::{CommError, Comms, Group};
-use super::linear::{linear, linear_dgrad, linear_wgrad, Ctx};
-use super::math::{self, gemm};
-use super::quant::{q_act, q_grad};
+use super::linear::{gelu_mlp, gelu_mlp_dgrad, gelu_mlp_wgrad, Ctx};
+use super::math::gemm;
+use super::quant::q_act;
 use crate::spec::{init_matrix, Dims, Matrix};
 use std::ops::Range;
 
@@ -273,12 +273,8 @@ pub fn forward(
     for (ew, x) in w.experts.iter().zip(xin) {
         let rows = x.len() / h;
         let xq = q_act(c.fp8, &x, rows, h);
-        let mut u = vec![0.0; rows * m.ffn];
-        linear(c, rows, h, m.ffn, &xq, &ew.w1, &mut u, 0.0);
-        let g: Vec<f32> = u.iter().map(|&v| math::gelu(v)).collect();
-        let gq = q_act(c.fp8, &g, rows, m.ffn);
         let mut o = vec![0.0; rows * h];
-        linear(c, rows, m.ffn, h, &gq, &ew.w2, &mut o, 0.0);
+        let (u, gq) = gelu_mlp(c, rows, h, m.ffn, &xq, &ew.w1, &ew.w2, &mut o, 0.0);
         outs.push(o);
         a.xin.push(xq);
         a.u.push(u);
@@ -295,11 +291,7 @@ pub fn forward(
     }
     if let Some(s) = &w.shared {
         let xq = q_act(c.fp8, x1, t, h);
-        let mut u = vec![0.0; t * m.shared_ffn];
-        linear(c, t, h, m.shared_ffn, &xq, &s.w1, &mut u, 0.0);
-        let g: Vec<f32> = u.iter().map(|&v| math::gelu(v)).collect();
-        let gq = q_act(c.fp8, &g, t, m.shared_ffn);
-        linear(c, t, m.shared_ffn, h, &gq, &s.w2, &mut y, 1.0);
+        let (u, gq) = gelu_mlp(c, t, h, m.shared_ffn, &xq, &s.w1, &s.w2, &mut y, 1.0);
         a.shared = Some([xq, u, gq]);
     }
     Ok((y, a))
@@ -337,15 +329,9 @@ pub fn backward_input(
     let mut dxs = Vec::with_capacity(per_rank);
     for (le, (ew, dout)) in w.experts.iter().zip(douts).enumerate() {
         let rows = dout.len() / h;
-        let dq = q_grad(c.fp8, &dout, rows, h);
-        let mut du = vec![0.0; rows * m.ffn];
-        linear_dgrad(c, rows, m.ffn, h, &dq, &ew.w2, &mut du, 0.0);
-        for (x, &u) in du.iter_mut().zip(&a.u[le]) {
-            *x *= math::gelu_grad(u);
-        }
-        let duq = q_grad(c.fp8, &du, rows, m.ffn);
         let mut dx = vec![0.0; rows * h];
-        linear_dgrad(c, rows, h, m.ffn, &duq, &ew.w1, &mut dx, 0.0);
+        let (w1, w2) = (&ew.w1, &ew.w2);
+        let (dq, duq) = gelu_mlp_dgrad(c, rows, h, m.ffn, &dout, &a.u[le], w1, w2, &mut dx, 0.0);
         dxs.push(dx);
         g.dout.push(dq);
         g.du.push(duq);
@@ -375,14 +361,8 @@ pub fn backward_input(
         t, e, h, &g.dlogits, false, &w.router, true, &mut dx, 1.0, c.threads,
     );
     if let (Some(s), Some([_, u, _])) = (&w.shared, &a.shared) {
-        let dyq = q_grad(c.fp8, dy, t, h);
-        let mut du = vec![0.0; t * m.shared_ffn];
-        linear_dgrad(c, t, m.shared_ffn, h, &dyq, &s.w2, &mut du, 0.0);
-        for (x, &u) in du.iter_mut().zip(u) {
-            *x *= math::gelu_grad(u);
-        }
-        let duq = q_grad(c.fp8, &du, t, m.shared_ffn);
-        linear_dgrad(c, t, h, m.shared_ffn, &duq, &s.w1, &mut dx, 1.0);
+        let f = m.shared_ffn;
+        let (dyq, duq) = gelu_mlp_dgrad(c, t, h, f, dy, u, &s.w1, &s.w2, &mut dx, 1.0);
         g.shared = Some([dyq, duq]);
     }
     Ok((dx, g))
@@ -407,13 +387,22 @@ pub fn backward_weight(c: &Ctx, a: &MoeActs, g: &MoeGrads, x1: &[f32], acc: &mut
     );
     for (le, ew) in acc.experts.iter_mut().enumerate() {
         let rows = a.xin[le].len() / h;
-        linear_wgrad(c, rows, h, m.ffn, &a.xin[le], &g.du[le], &mut ew.w1);
-        linear_wgrad(c, rows, m.ffn, h, &a.g[le], &g.dout[le], &mut ew.w2);
+        let (x, gq, dout, du) = (&a.xin[le], &a.g[le], &g.dout[le], &g.du[le]);
+        gelu_mlp_wgrad(
+            c,
+            rows,
+            h,
+            m.ffn,
+            (x, gq),
+            (dout, du),
+            &mut ew.w1,
+            &mut ew.w2,
+        );
     }
     if let (Some(s), Some([xq, _, gq]), Some([dyq, duq])) = (&mut acc.shared, &a.shared, &g.shared)
     {
-        linear_wgrad(c, t, h, m.shared_ffn, xq, duq, &mut s.w1);
-        linear_wgrad(c, t, m.shared_ffn, h, gq, dyq, &mut s.w2);
+        let f = m.shared_ffn;
+        gelu_mlp_wgrad(c, t, h, f, (xq, gq), (dyq, duq), &mut s.w1, &mut s.w2);
     }
 }
 
