@@ -319,13 +319,12 @@ fn cmd_profile(a: ProfileArgs) -> Result<(), CliError> {
             dp: a.dp,
             cp: a.cp,
             ep: a.ep,
-            fp8: pplan_exec::cpu::quant::Fp8Recipe::from_plan(&a.precision, &a.fp8_recipe)
-                .map_err(|e| {
-                    CliError::Input(
-                        e.replace("plan: field `parallelism.precision`", "--precision")
-                            .replace("plan: field `parallelism.fp8_recipe`", "--fp8-recipe"),
-                    )
-                })?,
+            fp8: pplan_exec::cpu::quant::Fp8Recipe::parse(
+                &a.precision,
+                &a.fp8_recipe,
+                ["--precision", "--fp8-recipe"],
+            )
+            .map_err(CliError::Input)?,
         },
     };
     if let BackendArg::Cuda = a.backend {

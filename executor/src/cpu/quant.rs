@@ -26,28 +26,52 @@ impl Fp8Recipe {
     /// The recipe of a plan's `parallelism.precision` and `fp8_recipe`: None for BF16/f32, an
     /// error naming the field for what the backend does not emulate.
     pub fn from_plan(precision: &str, recipe: &str) -> Result<Option<Fp8Recipe>, String> {
+        Self::parse(
+            precision,
+            recipe,
+            [
+                "plan: field `parallelism.precision`",
+                "plan: field `parallelism.fp8_recipe`",
+            ],
+        )
+    }
+
+    /// The same for settings the caller names `names` (precision, recipe): plan fields or
+    /// command-line flags.
+    pub fn parse(
+        precision: &str,
+        recipe: &str,
+        [precision_name, recipe_name]: [&str; 2],
+    ) -> Result<Option<Fp8Recipe>, String> {
         match (precision, recipe) {
             ("bf16", _) => Ok(None),
             ("fp8", "tensorwise") => Ok(Some(Fp8Recipe::Tensorwise)),
             ("fp8", "blockwise") => Ok(Some(Fp8Recipe::Blockwise)),
             ("fp8", other) => Err(format!(
-                "plan: field `parallelism.fp8_recipe` is '{other}'; the CPU backend emulates the FP8 recipes tensorwise and blockwise (delayed scaling's amax history is not emulated)"
+                "{recipe_name} is '{other}'; the CPU backend emulates the FP8 recipes tensorwise and blockwise (delayed scaling's amax history is not emulated)"
             )),
             (other, _) => Err(format!(
-                "plan: field `parallelism.precision` is '{other}'; the CPU backend runs bf16 (as f32) and fp8 (emulated)"
+                "{precision_name} is '{other}'; the CPU backend runs bf16 (as f32) and fp8 (emulated)"
             )),
         }
     }
 }
 
-/// A GEMM's activation operand `[rows, cols]` as the recipe feeds it (a copy either way: the
-/// layer keeps it for the weight gradient).
-pub fn q_act(r: Option<Fp8Recipe>, x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+/// A GEMM operand of activations or gradients `[rows, cols]` as the recipe feeds it, with
+/// `per_tensor` the format of the tensorwise recipe (a copy either way: the layer keeps it for
+/// the weight gradient).
+fn q_rows(
+    r: Option<Fp8Recipe>,
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    per_tensor: Fp8Format,
+) -> Vec<f32> {
     let mut v = x.to_vec();
     match r {
         None => {}
         Some(Fp8Recipe::Tensorwise) => {
-            fake_quant_tensor(&mut v, Fp8Format::E4M3);
+            fake_quant_tensor(&mut v, per_tensor);
         }
         Some(Fp8Recipe::Blockwise) => {
             fake_quant_blocks(&mut v, rows, cols, 1, 128, Fp8Format::E4M3)
@@ -56,19 +80,15 @@ pub fn q_act(r: Option<Fp8Recipe>, x: &[f32], rows: usize, cols: usize) -> Vec<f
     v
 }
 
-/// A GEMM's gradient operand `[rows, cols]` as the recipe feeds it.
+/// A GEMM's activation operand `[rows, cols]` as the recipe feeds it (E4M3).
+pub fn q_act(r: Option<Fp8Recipe>, x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    q_rows(r, x, rows, cols, Fp8Format::E4M3)
+}
+
+/// A GEMM's gradient operand `[rows, cols]` as the recipe feeds it (E5M2 per tensor, the hybrid
+/// format; E4M3 in blocks).
 pub fn q_grad(r: Option<Fp8Recipe>, x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut v = x.to_vec();
-    match r {
-        None => {}
-        Some(Fp8Recipe::Tensorwise) => {
-            fake_quant_tensor(&mut v, Fp8Format::E5M2);
-        }
-        Some(Fp8Recipe::Blockwise) => {
-            fake_quant_blocks(&mut v, rows, cols, 1, 128, Fp8Format::E4M3)
-        }
-    }
-    v
+    q_rows(r, x, rows, cols, Fp8Format::E5M2)
 }
 
 /// A weight `[rows, cols]` as the recipe feeds it (borrowed unchanged without FP8).
