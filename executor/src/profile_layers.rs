@@ -6,7 +6,7 @@
 //! threads compete for the machine as a run's do. The number format is the plan's (FP8 GEMMs
 //! emulated with their rounding passes).
 
-use crate::cpu::comm::{replica_comms, Comms};
+use crate::cpu::comm::{replica_comms, replica_mismatch, Comms, ReplicaMismatch};
 use crate::cpu::model::{self, Ctx, StageInput, StageWeights};
 use crate::cpu::quant::Fp8Recipe;
 use crate::spec::{self, Dims};
@@ -40,23 +40,22 @@ impl Parallel {
         if self.dp == 0 || self.cp == 0 || self.ep == 0 {
             return Err("--dp, --cp and --ep must be at least 1".into());
         }
-        if self.cp > 1 && d.seq % (2 * self.cp) != 0 {
-            return Err(format!(
+        let experts = d.moe.map_or(0, |m| m.experts);
+        let replicas = self.dp * self.cp;
+        let n = |x: usize| x as u64;
+        match replica_mismatch(n(d.seq), n(experts), n(self.dp), n(self.cp), n(self.ep)) {
+            Some(ReplicaMismatch::CpChunks) => Err(format!(
                 "--cp {}: the sequence length {} must be a multiple of 2·cp = {} (each sequence is cut into 2·cp chunks)",
                 self.cp,
                 d.seq,
                 2 * self.cp
-            ));
-        }
-        let experts = d.moe.map_or(0, |m| m.experts);
-        let replicas = self.dp * self.cp;
-        if self.ep > 1 && (experts % self.ep != 0 || replicas % self.ep != 0 || experts == 0) {
-            return Err(format!(
+            )),
+            Some(ReplicaMismatch::Ep) => Err(format!(
                 "--ep {}: expert parallelism needs a MoE model whose experts ({experts}) and dp·cp ranks ({replicas}) it divides",
                 self.ep
-            ));
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

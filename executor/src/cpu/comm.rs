@@ -192,6 +192,34 @@ impl Comms {
     }
 }
 
+/// A replica layout the model cannot take, by the rule it breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaMismatch {
+    /// Context parallelism cuts each sequence into `2·cp` equal chunks: `seq` must divide.
+    CpChunks,
+    /// Expert parallelism must divide the experts (there must be some) and the `dp·cp` ranks
+    /// its groups are formed from.
+    Ep,
+}
+
+/// Which rule `dp · cp` replicas with expert parallelism `ep` break on a model of `seq`
+/// tokens a sequence and `experts` routed experts (0: dense), if any.
+pub fn replica_mismatch(
+    seq: u64,
+    experts: u64,
+    dp: u64,
+    cp: u64,
+    ep: u64,
+) -> Option<ReplicaMismatch> {
+    if cp > 1 && seq % (2 * cp) != 0 {
+        return Some(ReplicaMismatch::CpChunks);
+    }
+    if ep > 1 && (experts == 0 || experts % ep != 0 || (dp * cp) % ep != 0) {
+        return Some(ReplicaMismatch::Ep);
+    }
+    None
+}
+
 /// The groups of one pipeline device's `dp · cp` replicas, by replica `r = dp_rank · cp +
 /// cp_rank` (Megatron-Core's rank order with tp = 1: context-parallel ranks next to each other,
 /// then data-parallel ones): context-parallel groups of the `cp` consecutive replicas,

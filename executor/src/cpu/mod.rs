@@ -167,12 +167,15 @@ pub fn unsupported(plan: &Plan, opts: &RunOptions) -> Option<String> {
     if replicas > 1 && plan.schedule.weight_update != "flush" {
         return Some(format!("plan: fields `parallelism.dp` = {} and `parallelism.cp` = {} with `schedule.weight_update` '{}': the CPU backend runs data and context parallelism with synchronous schedules (flush) only", par.dp, par.cp, plan.schedule.weight_update));
     }
-    if par.cp > 1 && m.seq_length % (2 * par.cp) != 0 {
-        return Some(format!("plan: field `model.seq_length` = {} is not a multiple of 2 × parallelism.cp = {}: context parallelism cuts each sequence into 2·cp equal chunks", m.seq_length, 2 * par.cp));
-    }
     let experts = m.moe.as_ref().map_or(0, |e| e.num_experts);
-    if par.ep > 1 && (experts == 0 || experts % par.ep != 0 || replicas % par.ep != 0) {
-        return Some(format!("plan: field `parallelism.ep` = {}: expert parallelism needs a MoE model whose experts ({experts}) and data × context-parallel ranks ({replicas}) it divides", par.ep));
+    match comm::replica_mismatch(m.seq_length, experts, par.dp, par.cp, par.ep) {
+        Some(comm::ReplicaMismatch::CpChunks) => {
+            return Some(format!("plan: field `model.seq_length` = {} is not a multiple of 2 × parallelism.cp = {}: context parallelism cuts each sequence into 2·cp equal chunks", m.seq_length, 2 * par.cp));
+        }
+        Some(comm::ReplicaMismatch::Ep) => {
+            return Some(format!("plan: field `parallelism.ep` = {}: expert parallelism needs a MoE model whose experts ({experts}) and data × context-parallel ranks ({replicas}) it divides", par.ep));
+        }
+        None => {}
     }
     if let Err(why) = Fp8Recipe::from_plan(&par.precision, &par.fp8_recipe) {
         return Some(why);
