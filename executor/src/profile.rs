@@ -25,7 +25,7 @@ use crate::cpu::comm::Comms;
 use crate::cpu::math::gemm;
 use crate::cpu::model::{self, Ctx, StageWeights};
 pub use crate::profile_layers::{layer_entries, median, MoeTimes, StageTimes};
-use crate::profile_layers::{parallel_text, time_stage};
+use crate::profile_layers::{median_of_threads, parallel_text, time_stage};
 use crate::spec::{self, Dims};
 use pplan::inputs::hardware::{Gpu, Hardware, Network, Node};
 use pplan::inputs::model::Model;
@@ -141,23 +141,15 @@ fn time_stage_concurrent(
     dy: Option<&[f32]>,
     repeats: u32,
 ) -> (f64, f64, f64) {
-    let per: Vec<(f64, f64, f64)> = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let handles: Vec<_> = (0..devices.max(1))
             .map(|_| {
                 scope
                     .spawn(|| time_stage(c, w, make_input, labels, dy, repeats, &mut Comms::solo()))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or((f64::NAN, f64::NAN, f64::NAN)))
-            .collect()
-    });
-    (
-        median(per.iter().map(|x| x.0).collect()),
-        median(per.iter().map(|x| x.1).collect()),
-        median(per.iter().map(|x| x.2).collect()),
-    )
+        median_of_threads(handles)
+    })
 }
 
 fn gemm_rate(m: usize, n: usize, k: usize, threads: usize, repeats: u32) -> f64 {

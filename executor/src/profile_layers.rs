@@ -79,7 +79,7 @@ pub fn time_layer(
     let per_rank = experts / par.ep.max(1) as u32;
     let pattern = [moe as u8];
     let (t, h) = (d.tokens(), d.hidden);
-    let per: Vec<(f64, f64, f64)> = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for _ in 0..devices.max(1) {
             for (r, mut comms) in replica_comms(par.dp, par.cp, par.ep)
@@ -114,13 +114,21 @@ pub fn time_layer(
                 }));
             }
         }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or((f64::NAN, f64::NAN, f64::NAN)))
-            .collect()
-    });
-    let median = |f: fn(&(f64, f64, f64)) -> f64| median(per.iter().map(f).collect());
-    (median(|x| x.0), median(|x| x.1), median(|x| x.2))
+        median_of_threads(handles)
+    })
+}
+
+/// The median over threads of each thread's (F, I, W); a thread that panicked gives NaN,
+/// which the profile's checks refuse.
+pub fn median_of_threads(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, (f64, f64, f64)>>,
+) -> (f64, f64, f64) {
+    let per: Vec<(f64, f64, f64)> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or((f64::NAN, f64::NAN, f64::NAN)))
+        .collect();
+    let m = |f: fn(&(f64, f64, f64)) -> f64| median(per.iter().map(f).collect());
+    (m(|x| x.0), m(|x| x.1), m(|x| x.2))
 }
 
 /// A layer's activation bytes on one rank ([`model::layer_activation_bytes`] of its kind).
