@@ -225,40 +225,26 @@ fn cuda_without_a_gpu_exits_2_with_a_reason() {
     );
 }
 
-/// A MoE model profiled at a layout: each layer's entry is its kind's (times, this rank's
-/// parameters), the summary says the MoE layer's times, and an FP8 profile states its FP8 peak.
-#[test]
-fn profile_of_a_moe_model_at_a_layout_writes_each_layer_kind() {
-    let model = tmp("tiny-moe-model.json");
-    std::fs::write(
-        &model,
-        r#"{"num_layers": 3, "hidden_size": 16, "num_attention_heads": 2, "ffn_hidden_size": 32,
-            "seq_length": 8, "vocab_size": 32, "num_experts": 4, "moe_router_topk": 2,
-            "moe_ffn_hidden_size": 8, "moe_shared_expert_intermediate_size": 4,
-            "moe_layer_freq": [0, 1, 1]}"#,
-    )
-    .unwrap();
-    let (lp, hp) = (tmp("moe-layers.json"), tmp("moe-hw.json"));
+/// `pplan-exec profile --format json` on a model file written from `model_json`, with `args`;
+/// its summary and the layer and hardware profiles it wrote, read back with pplan's readers.
+fn profile(
+    tag: &str,
+    model_json: &str,
+    args: &[&str],
+) -> (
+    serde_json::Value,
+    pplan::inputs::profile::LayerProfile,
+    pplan::inputs::hardware::Hardware,
+) {
+    let model = tmp(&format!("{tag}-model.json"));
+    std::fs::write(&model, model_json).unwrap();
+    let (lp, hp) = (
+        tmp(&format!("{tag}-layers.json")),
+        tmp(&format!("{tag}-hw.json")),
+    );
     let o = exe()
-        .args([
-            "profile",
-            "--micro-batch",
-            "1",
-            "--repeats",
-            "1",
-            "--format",
-            "json",
-        ])
-        .args([
-            "--devices",
-            "1",
-            "--dp",
-            "2",
-            "--ep",
-            "2",
-            "--precision",
-            "fp8",
-        ])
+        .args(["profile", "--repeats", "1", "--format", "json"])
+        .args(args)
         .arg("--model")
         .arg(&model)
         .arg("--out-profile")
@@ -269,7 +255,37 @@ fn profile_of_a_moe_model_at_a_layout_writes_each_layer_kind() {
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let read = |p: &PathBuf| std::fs::read_to_string(p).unwrap();
+    (
+        serde_json::from_str(&out).unwrap(),
+        pplan::inputs::profile::LayerProfile::from_json(&read(&lp), "layers.json").unwrap(),
+        pplan::inputs::hardware::Hardware::from_json(&read(&hp), "hw.json").unwrap(),
+    )
+}
+
+/// A MoE model profiled at a layout: each layer's entry is its kind's (times, this rank's
+/// parameters), the summary says the MoE layer's times, and an FP8 profile states its FP8 peak.
+#[test]
+fn profile_of_a_moe_model_at_a_layout_writes_each_layer_kind() {
+    let (v, prof, hw) = profile(
+        "moe",
+        r#"{"num_layers": 3, "hidden_size": 16, "num_attention_heads": 2, "ffn_hidden_size": 32,
+            "seq_length": 8, "vocab_size": 32, "num_experts": 4, "moe_router_topk": 2,
+            "moe_ffn_hidden_size": 8, "moe_shared_expert_intermediate_size": 4,
+            "moe_layer_freq": [0, 1, 1]}"#,
+        &[
+            "--micro-batch",
+            "1",
+            "--devices",
+            "1",
+            "--dp",
+            "2",
+            "--ep",
+            "2",
+            "--precision",
+            "fp8",
+        ],
+    );
     let moe: Vec<f64> = v["moe_layer_ms"]
         .as_array()
         .unwrap()
@@ -277,11 +293,6 @@ fn profile_of_a_moe_model_at_a_layout_writes_each_layer_kind() {
         .map(|x| x.as_f64().unwrap())
         .collect();
     assert!(moe.len() == 3 && moe.iter().all(|&t| t > 0.0), "{moe:?}");
-    let prof = pplan::inputs::profile::LayerProfile::from_json(
-        &std::fs::read_to_string(&lp).unwrap(),
-        "layers.json",
-    )
-    .unwrap();
     let l = &prof.layers;
     assert_eq!(l.len(), 3 + 2);
     assert_eq!((l[2].forward_ms, l[3].forward_ms), (moe[0], moe[0]));
@@ -292,52 +303,17 @@ fn profile_of_a_moe_model_at_a_layout_writes_each_layer_kind() {
         l[2].weight_bytes,
         4 * (4 * 256 + 16 * 4 + 2 * 2 * 16 * 8 + 2 * 16 * 4)
     );
-    let hw = pplan::inputs::hardware::Hardware::from_json(
-        &std::fs::read_to_string(&hp).unwrap(),
-        "hw.json",
-    )
-    .unwrap();
     assert_eq!(hw.gpu.peak_fp8_flops_per_s, hw.gpu.peak_flops_per_s);
 }
 
 #[test]
 fn profile_writes_files_the_planner_reads() {
-    let model = tmp("tiny-model.json");
-    std::fs::write(
-        &model,
+    let (v, prof, hw) = profile(
+        "dense",
         r#"{"num_layers": 3, "hidden_size": 16, "num_attention_heads": 2, "ffn_hidden_size": 32, "seq_length": 8, "vocab_size": 32}"#,
-    )
-    .unwrap();
-    let (lp, hp) = (tmp("layers.json"), tmp("hw.json"));
-    let o = exe()
-        .args([
-            "profile",
-            "--backend",
-            "cpu",
-            "--micro-batch",
-            "2",
-            "--repeats",
-            "1",
-            "--format",
-            "json",
-            "--model",
-        ])
-        .arg(&model)
-        .arg("--out-profile")
-        .arg(&lp)
-        .arg("--out-hardware")
-        .arg(&hp)
-        .output()
-        .unwrap();
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        &["--backend", "cpu", "--micro-batch", "2"],
+    );
     assert!(v["peak_flops_per_s"].as_f64().unwrap() > 0.0);
-    let prof = pplan::inputs::profile::LayerProfile::from_json(
-        &std::fs::read_to_string(&lp).unwrap(),
-        "layers.json",
-    )
-    .unwrap();
     assert_eq!(prof.layers.len(), 3 + 2);
     assert_eq!(prof.layers[0].name, "embedding");
     assert_eq!(prof.layers[4].name, "output");
@@ -348,11 +324,6 @@ fn profile_writes_files_the_planner_reads() {
     );
     assert_eq!(prof.layers[1].output_bytes, 4 * 16 * 16);
     assert_eq!(prof.layers[1].weight_bytes, 4 * (4 * 16 * 16 + 2 * 16 * 32));
-    let hw = pplan::inputs::hardware::Hardware::from_json(
-        &std::fs::read_to_string(&hp).unwrap(),
-        "hw.json",
-    )
-    .unwrap();
     assert_eq!(hw.node.gpus_per_node, 2);
     assert!(hw.gpu.peak_flops_per_s > 0.0 && hw.node.nvlink_bandwidth_bytes_per_s > 0.0);
 
