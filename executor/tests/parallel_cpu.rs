@@ -82,23 +82,7 @@ fn run(plan: &Plan, steps: u32) -> pplan_exec::run::RunResult {
 fn check(plan: &Plan, what: &str) -> f32 {
     let steps = 2;
     let r = run(plan, steps);
-    let (want, want_loss) = sequential_plan(plan, steps, LR, spec::DEFAULT_SEED);
-    let got = concat(&r.weights);
-    let diff = max_abs_diff(&got, &want);
-    assert!(
-        diff <= TOLERANCE,
-        "{what}: weights differ from the sequential run by {diff}"
-    );
-    for (s, (a, b)) in r.loss_per_step.iter().zip(&want_loss).enumerate() {
-        assert!((a - b).abs() < 1e-5, "{what}: loss of step {s}: {a} vs {b}");
-    }
-    let init = initial_weights(plan, spec::DEFAULT_SEED).flat();
-    let moved = max_abs_diff(&init, &want);
-    assert!(
-        moved > 100.0 * TOLERANCE,
-        "{what}: weights barely moved ({moved})"
-    );
-    moved
+    assert_matches_sequential(plan, &r, (steps, LR), (TOLERANCE, 1e-5), what)
 }
 
 #[test]

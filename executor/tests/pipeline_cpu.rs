@@ -34,26 +34,10 @@ fn opts(steps: u32) -> RunOptions {
 fn check_synchronous(name: ScheduleName, p: u32, m: u32, v: u32) {
     let plan = plan(name, p, m, v);
     let steps = 2;
-    let r = run_plan(&plan, Backend::Cpu, &opts(steps), None)
-        .unwrap_or_else(|e| panic!("{name} p={p} m={m} v={v}: {e}"));
-    let d = dims(&plan);
-    let (want, want_loss) = sequential(&d, LAYERS, m, steps, LR, spec::DEFAULT_SEED);
-    let got = concat(&r.weights);
-    let diff = max_abs_diff(&got, &want);
-    assert!(
-        diff <= TOLERANCE,
-        "{name} p={p} m={m} v={v}: weights differ from the sequential run by {diff}"
-    );
-    for (s, (a, b)) in r.loss_per_step.iter().zip(&want_loss).enumerate() {
-        assert!((a - b).abs() < 1e-6, "{name}: loss of step {s}: {a} vs {b}");
-    }
-    // The comparison means something: training moved the weights well beyond the tolerance.
-    let init = StageWeights::init(spec::DEFAULT_SEED, 0, LAYERS, true, true, &d).flat();
-    let moved = max_abs_diff(&init, &want);
-    assert!(
-        moved > 100.0 * TOLERANCE,
-        "{name}: weights barely moved ({moved})"
-    );
+    let what = format!("{name} p={p} m={m} v={v}");
+    let r =
+        run_plan(&plan, Backend::Cpu, &opts(steps), None).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_matches_sequential(&plan, &r, (steps, LR), (TOLERANCE, 1e-6), &what);
 }
 
 #[test]

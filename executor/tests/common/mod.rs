@@ -9,6 +9,7 @@ use pplan::schedule::generators::{generate, GenParams, ScheduleName};
 use pplan_exec::cpu::comm::Comms;
 use pplan_exec::cpu::model::{self, Ctx, StageInput, StageWeights};
 use pplan_exec::cpu::quant::Fp8Recipe;
+use pplan_exec::run::RunResult;
 use pplan_exec::spec::{self, Dims};
 
 pub const LAYERS: u32 = 4;
@@ -85,21 +86,6 @@ pub fn dims(plan: &Plan) -> Dims {
     Dims::from_plan(plan)
 }
 
-/// The plain sequential reference: all layers on one stage, micro-batches one after another
-/// (F then I then W), SGD after each step's `m` micro-batches. Returns the flat weights
-/// (embedding, layers, output) and the loss per step.
-pub fn sequential(
-    d: &Dims,
-    layers: u32,
-    m: u32,
-    steps: u32,
-    lr: f32,
-    seed: u64,
-) -> (Vec<f32>, Vec<f64>) {
-    let w = StageWeights::init(seed, 0, layers, true, true, d);
-    train(&Ctx::new(*d, 1), w, m, steps, lr, seed)
-}
-
 /// The whole model of `plan` (every expert) on one rank, as it starts.
 pub fn initial_weights(plan: &Plan, seed: u64) -> StageWeights {
     let d = Dims::from_plan(plan).single_rank();
@@ -114,8 +100,9 @@ pub fn initial_weights(plan: &Plan, seed: u64) -> StageWeights {
 }
 
 /// The sequential reference of any synchronous plan, replicas included: the whole model (every
-/// expert) on one rank, the step's `dp · m` micro-batches one after another with whole
-/// sequences (no context parallelism), in the plan's number format; SGD after each step.
+/// expert) on one stage of one rank, the step's `dp · m` micro-batches one after another (F then
+/// I then W) with whole sequences (no context parallelism), in the plan's number format; SGD
+/// after each step. Returns the flat weights (embedding, layers, output) and the loss per step.
 pub fn sequential_plan(plan: &Plan, steps: u32, lr: f32, seed: u64) -> (Vec<f32>, Vec<f64>) {
     let par = &plan.parallelism;
     let c = Ctx {
@@ -163,6 +150,37 @@ fn train(
         losses.push(loss);
     }
     (w.flat(), losses)
+}
+
+/// Asserts that `r`, a run of `plan` for `steps` steps at `lr`, ended at the sequential
+/// reference's weights within `tol` and its losses within `loss_tol`, and that the comparison
+/// means something: training moved the weights by more than `100 · tol`. Returns that movement.
+pub fn assert_matches_sequential(
+    plan: &Plan,
+    r: &RunResult,
+    (steps, lr): (u32, f32),
+    (tol, loss_tol): (f32, f64),
+    what: &str,
+) -> f32 {
+    let (want, want_loss) = sequential_plan(plan, steps, lr, spec::DEFAULT_SEED);
+    let diff = max_abs_diff(&concat(&r.weights), &want);
+    assert!(
+        diff <= tol,
+        "{what}: weights differ from the sequential run by {diff}"
+    );
+    for (s, (a, b)) in r.loss_per_step.iter().zip(&want_loss).enumerate() {
+        assert!(
+            (a - b).abs() < loss_tol,
+            "{what}: loss of step {s}: {a} vs {b}"
+        );
+    }
+    let init = initial_weights(plan, spec::DEFAULT_SEED).flat();
+    let moved = max_abs_diff(&init, &want);
+    assert!(
+        moved > 100.0 * tol,
+        "{what}: weights barely moved ({moved})"
+    );
+    moved
 }
 
 /// Max |a - b| over two equally long vectors.
