@@ -471,7 +471,26 @@ fn read_back_swapped(text: &str, [a, b]: [&str; 2], recompute: &str) {
 /// arguments read back as `recompute`.
 /// The emitted Megatron-LM arguments, once read back as `recompute`.
 fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("pplan-{recompute}-{}", std::process::id()));
+    let (_, out) = planned_and_emitted(predict_args, recompute);
+    // Each module after the first is an array element (a line) of its own.
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "--recompute-modules");
+    let listed: Vec<&str> = modules.split_whitespace().collect();
+    assert!(
+        out.contains("--recompute-granularity selective")
+            && at.is_some_and(|at| words[at + 1..].starts_with(&listed)),
+        "{out}"
+    );
+    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
+    assert_eq!(back.recompute, recompute);
+    out
+}
+
+/// `predict ARGS --output plan.json` and `emit --plan plan.json --target megatron`: the plan
+/// file (its JSON) and the emitted Megatron-LM arguments; `name` keeps the temporary folder
+/// apart from other tests'.
+fn planned_and_emitted(predict_args: &[&str], name: &str) -> (serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!("pplan-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let plan = dir.join("plan.json");
     let mut args = vec!["predict"];
@@ -487,19 +506,26 @@ fn emitted_and_read_back(predict_args: &[&str], modules: &str, recompute: &str) 
         "megatron",
     ]);
     assert_eq!(code, 0, "{err}");
-    // Each module after the first is an array element (a line) of its own.
-    let words: Vec<&str> = out.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "--recompute-modules");
-    let listed: Vec<&str> = modules.split_whitespace().collect();
-    assert!(
-        out.contains("--recompute-granularity selective")
-            && at.is_some_and(|at| words[at + 1..].starts_with(&listed)),
-        "{out}"
-    );
-    let back = pplan::plan::megatron_args::parse_megatron_args(&out, "megatron.sh").unwrap();
-    assert_eq!(back.recompute, recompute);
+    let written = json(&std::fs::read_to_string(&plan).unwrap());
     std::fs::remove_dir_all(&dir).ok();
-    out
+    (written, out)
+}
+
+/// A pipeline rank's activation bytes in a `--per-stage` prediction.
+fn stage_activations(v: &serde_json::Value, stage: usize) -> i64 {
+    v["stages"][stage]["memory_breakdown"]["activations"]
+        .as_u64()
+        .unwrap() as i64
+}
+
+/// A number field of a prediction.
+fn t(v: &serde_json::Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap()
+}
+
+/// Recomputed FLOPs a step and GPU, in TFLOP: hardware less model FLOP/s, times the step.
+fn recomputed(v: &serde_json::Value) -> f64 {
+    (t(v, "tflops_per_gpu") - t(v, "model_tflops_per_gpu")) * t(v, "step_time_s")
 }
 
 /// Megatron-Core's `--recompute-modules` is a list; the two sets the DeepSeek-V3 runs use
@@ -510,17 +536,8 @@ fn recompute_module_sets_add_up_their_modules() {
     let base = DEEPSEEK_V3_1024_H100;
     let run = |r: &'static str| ok(&with(&base, &[r, "--per-stage"]));
     let none = run("none");
-    let act = |v: &serde_json::Value, stage: usize| {
-        v["stages"][stage]["memory_breakdown"]["activations"]
-            .as_u64()
-            .unwrap() as i64
-    };
+    let act = stage_activations;
     let freed = |v: &serde_json::Value, stage: usize| act(&none, stage) - act(v, stage);
-    let t = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
-    // Recomputed FLOPs a step and GPU, in TFLOP: hardware less model FLOP/s, times the step.
-    let recomputed = |v: &serde_json::Value| {
-        (t(v, "tflops_per_gpu") - t(v, "model_tflops_per_gpu")) * t(v, "step_time_s")
-    };
     let (mla, mlp) = (run("selective-mla-up-proj"), run("selective-mlp"));
 
     // `mla_up_proj mlp`. Stage 0 holds the three dense layers: the sum to the byte. Stage 1
@@ -599,10 +616,120 @@ fn recompute_module_sets_add_up_their_modules() {
     assert!(act(&set16, 1) < act(&mla16, 1));
 }
 
-/// Both sets hold `mla_up_proj`: Megatron-Core refuses them without latent attention.
+/// DeepSeek-V3's report (Sec. 3.3.1-3.3.2) recomputes RMSNorm, the MLA up-projections and
+/// the MoE SwiGLU's output: Megatron-Core's `layernorm mla_up_proj moe_act`. On every stage
+/// it frees what `layernorm mla_up_proj` frees and what `moe_act` frees (in FP8 `layernorm`
+/// frees nothing, so `selective-norm-act` frees `moe_act`'s routed activation outputs alone),
+/// recomputes no more GEMM FLOPs than the up-projections, and is written and read back as the
+/// three modules.
+#[test]
+fn deepseeks_recompute_set_adds_moe_act_to_the_norms_and_up_projections() {
+    let base = DEEPSEEK_V3_1024_H100;
+    let run = |r: &'static str| ok(&with(&base, &[r, "--per-stage"]));
+    let none = run("none");
+    let freed = |v: &serde_json::Value, stage: usize| {
+        stage_activations(&none, stage) - stage_activations(v, stage)
+    };
+    let (norm_mla, norm_act) = (run("selective-norm-mla-up-proj"), run("selective-norm-act"));
+    let set = run("selective-norm-act-mla-up-proj");
+    assert_eq!(set["recompute"], "selective-norm-act-mla-up-proj");
+    for stage in 0..8 {
+        assert!(freed(&norm_act, stage) > 0, "stage {stage}");
+        assert_eq!(
+            freed(&set, stage),
+            freed(&norm_mla, stage) + freed(&norm_act, stage),
+            "stage {stage}"
+        );
+    }
+    assert!(t(&set, "step_time_s") > t(&norm_mla, "step_time_s"));
+    let (sum, got) = (recomputed(&norm_mla), recomputed(&set));
+    assert!((got - sum).abs() < 1e-6 * sum, "{got} {sum}");
+    let text = emitted_and_read_back(
+        &with(&base, &["selective-norm-act-mla-up-proj"]),
+        "layernorm mla_up_proj moe_act",
+        "selective-norm-act-mla-up-proj",
+    );
+    read_back_swapped(
+        &text,
+        ["layernorm", "mla_up_proj"],
+        "selective-norm-act-mla-up-proj",
+    );
+}
+
+/// `--activation-func-fp8-input-store on` (Megatron-Core's `activation_func_fp8_input_store`:
+/// the activation's input cast to E4M3 for the backward, no scale) keeps 1 byte an element of
+/// the first MLP GEMM's output instead of 2: for Llama 3 8B on one GPU without a pipeline
+/// (one micro-batch's activations held), 32 layers x 8,192 tokens x 2 x 14,336 bytes fewer;
+/// no time. Written to the plan and read back from it; Megatron-LM's emitted arguments carry
+/// a note instead of a flag (none at the checked commit).
+#[test]
+fn the_activation_input_is_kept_in_fp8() {
+    let off = ok(&with(&LLAMA3_8B_ONE_NODE, &["none"]));
+    let on = ok(&with(
+        &LLAMA3_8B_ONE_NODE,
+        &["none", "--activation-func-fp8-input-store", "on"],
+    ));
+    let act = |v: &serde_json::Value| v["memory_breakdown"]["activations"].as_u64().unwrap();
+    assert_eq!(act(&off) - act(&on), 32 * 8_192 * 2 * 14_336);
+    assert_eq!(off["step_time_s"], on["step_time_s"]);
+
+    let with_store = with(
+        &LLAMA3_8B_ONE_NODE,
+        &["none", "--activation-func-fp8-input-store", "on"],
+    );
+    let (written, out) = planned_and_emitted(&with_store, "fp8-act");
+    assert_eq!(
+        written["parallelism"]["activation_func_fp8_input_store"],
+        true
+    );
+    assert!(
+        out.contains("activation_func_fp8_input_store") && !out.contains("--activation-func-fp8"),
+        "{out}"
+    );
+    // The plan file predicts what the flags did.
+    let dir = std::env::temp_dir().join(format!("pplan-fp8-act-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    std::fs::write(&plan, written.to_string()).unwrap();
+    let again = ok(&["--plan", plan.to_str().unwrap()]);
+    assert_eq!(act(&again), act(&on));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// DeepSeek-V3's pre-training ran on 80 GB H800s (its report, Table 1 and Sec. 3.3). With
+/// the memory-saving measures the report states, written as flags in its runs row (RMSNorm,
+/// MLA up-projection and SwiGLU-output recomputation, the SwiGLU input in FP8, BF16 AdamW
+/// moments, the MTP module's embedding shared on DualPipe's first rank), pplan predicts that
+/// it fits; with the recomputation of RMSNorm and the MLA up-projections alone, it did not
+/// (101.5 GB).
+#[test]
+fn deepseek_v3_on_h800_fits_with_its_reports_measures() {
+    let (code, out, err) = pplan(&[
+        "validate",
+        "--runs",
+        &format!(
+            "{}/data/runs/deepseek-v3-h800.json",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let row = &v["runs"][0];
+    assert_eq!(row["id"], "deepseek-v3-h800");
+    assert_eq!(row["fits"], true, "{row}");
+    assert!(row["peak_memory_gb"].as_f64().unwrap() < 85.5, "{row}");
+}
+
+/// The sets hold `mla_up_proj`: Megatron-Core refuses them without latent attention.
 #[test]
 fn recompute_module_sets_need_latent_attention() {
-    for r in ["selective-norm-mla-up-proj", "selective-mla-up-proj-mlp"] {
+    for r in [
+        "selective-norm-mla-up-proj",
+        "selective-mla-up-proj-mlp",
+        "selective-norm-act-mla-up-proj",
+    ] {
         let (code, _, err) = predict(&with(&LLAMA3_8B_ONE_NODE, &[r]));
         assert_eq!(code, 2, "{r}: {err}");
         assert!(err.contains("multi_latent_attention"), "{r}: {err}");

@@ -77,8 +77,8 @@ pub(crate) struct PlanSearchArgs {
     pub(crate) mtp_num_layers: Option<u32>,
     /// Pin recomputation: none, selective or full (searched), torchtitan's selective-op or
     /// selective-layer, or Megatron-Core's selective-norm-act, selective-norm-moe,
-    /// selective-mla-up-proj, selective-mlp, selective-norm-mla-up-proj or
-    /// selective-mla-up-proj-mlp.
+    /// selective-mla-up-proj, selective-mlp, selective-norm-mla-up-proj,
+    /// selective-mla-up-proj-mlp or selective-norm-act-mla-up-proj.
     #[arg(long)]
     pub(crate) recompute: Option<String>,
     /// Pin sequence parallelism.

@@ -577,7 +577,8 @@ impl CostModel<'_> {
             Recompute::MlaUpProj => mla_part(),
             Recompute::Mlp => mlp_part(),
             // Two modules: each one's recompute, one after the other.
-            Recompute::NormMlaUpProj => norm_part().plus(mla_part()),
+            // `moe_act` touches only the routed experts (`CostModel::moe_layer`).
+            Recompute::NormMlaUpProj | Recompute::NormActMlaUpProj => norm_part().plus(mla_part()),
             Recompute::MlaUpProjMlp => mla_part().plus(mlp_part()),
             // Every second layer recomputed whole: half a forward per layer on average.
             Recompute::SelectiveLayer => Part {

@@ -116,11 +116,10 @@ impl<'a> CostModel<'a> {
     /// where the `moe_act` module's checkpoint keeps only its input (`selective-norm-act`) or
     /// the routed part is recomputed whole.
     pub fn moe_clamp_saved_bytes(&self) -> f64 {
+        let r = self.layout.recompute;
         if !self.moe_eager_clamp()
-            || matches!(
-                self.layout.recompute,
-                Recompute::NormAct | Recompute::NormMoe | Recompute::Full
-            )
+            || r.recomputes_moe_act()
+            || matches!(r, Recompute::NormMoe | Recompute::Full)
         {
             return 0.0;
         }

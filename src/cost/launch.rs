@@ -210,7 +210,7 @@ impl CostModel<'_> {
             // The MLP's two GEMMs, its activation and half the layer's TP collectives.
             Recompute::Mlp => 3.0 + tp_f / 2.0,
             // Two modules: each one's kernels.
-            Recompute::NormMlaUpProj => 2.0 + 3.0,
+            Recompute::NormMlaUpProj | Recompute::NormActMlaUpProj => 2.0 + 3.0,
             Recompute::MlaUpProjMlp => 3.0 + 3.0 + tp_f / 2.0,
         };
         Kernels {
@@ -283,7 +283,7 @@ impl CostModel<'_> {
         let recompute = match self.layout.recompute {
             Recompute::Full | Recompute::NormMoe => forward,
             // The `moe_act` module: the activation kernel, and a clamped one's clamps.
-            Recompute::NormAct => 1.0 + clamp_f,
+            r if r.recomputes_moe_act() => 1.0 + clamp_f,
             _ => 0.0,
         };
         Kernels {

@@ -131,6 +131,10 @@ pub struct ActDims {
     /// for the weight gradient: 64 (BF16), 32 (FP8), 33 (MXFP8: a shared 8-bit exponent per
     /// 32 elements), 18 (NVFP4: 4 bits plus an FP8 scale per 16).
     pub input_32ths: u64,
+    /// Bytes x 32 of one element of the MLP activation's input as it is kept for the
+    /// backward: 64 (16 bits), 32 with `--activation-func-fp8-input-store` (a cast to E4M3,
+    /// no scale).
+    pub act_input_32ths: u64,
 }
 
 impl ActDims {
@@ -161,6 +165,7 @@ impl ActDims {
             latent,
             dropout: model.dropout,
             input_32ths: 64,
+            act_input_32ths: 64,
         }
     }
 
@@ -182,6 +187,7 @@ impl ActDims {
             latent: 0,
             dropout: true,
             input_32ths: 64,
+            act_input_32ths: 64,
         }
     }
 
@@ -225,12 +231,20 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
         // The two norms' outputs (the QKV and MLP-in GEMMs' inputs, 2 sbh each) are dropped;
         // the attention core is kept (Megatron-Core's modules list replaces `core_attn`).
         // With latent attention's `mla_up_proj` too (nothing more to drop in the 2021 table).
-        (Recompute::NormAct | Recompute::NormMoe | Recompute::NormMlaUpProj, false) => {
-            6 * sbh + (24 * sbh + as2b) / t as u128
-        }
-        (Recompute::NormAct | Recompute::NormMoe | Recompute::NormMlaUpProj, true) => {
-            (30 * sbh + as2b) / t as u128
-        }
+        (
+            Recompute::NormAct
+            | Recompute::NormMoe
+            | Recompute::NormMlaUpProj
+            | Recompute::NormActMlaUpProj,
+            false,
+        ) => 6 * sbh + (24 * sbh + as2b) / t as u128,
+        (
+            Recompute::NormAct
+            | Recompute::NormMoe
+            | Recompute::NormMlaUpProj
+            | Recompute::NormActMlaUpProj,
+            true,
+        ) => (30 * sbh + as2b) / t as u128,
         (Recompute::SelectiveOp, _) => selective_op_bytes(d),
         // Latent attention runs with flash attention ([`layer_activation_bytes_for`]); the
         // 2021 table has no up-projection to drop.
@@ -307,10 +321,13 @@ pub fn layer_activation_bytes_for(
         (Attention::Flash, Recompute::Mlp) => {
             flash_layer_bytes(d, sequence_parallel).saturating_sub(flash_mlp_intermediate_bytes(d))
         }
-        // The two modules free what each frees alone.
-        (Attention::Flash, Recompute::NormMlaUpProj) => flash_layer_bytes(d, sequence_parallel)
-            .saturating_sub(norm_recompute_bytes(d, sequence_parallel))
-            .saturating_sub(mla_up_proj_bytes(d)),
+        // The two modules free what each frees alone (`moe_act` frees only routed tensors:
+        // `CostModel::moe_layer_activation_bytes`).
+        (Attention::Flash, Recompute::NormMlaUpProj | Recompute::NormActMlaUpProj) => {
+            flash_layer_bytes(d, sequence_parallel)
+                .saturating_sub(norm_recompute_bytes(d, sequence_parallel))
+                .saturating_sub(mla_up_proj_bytes(d))
+        }
         (Attention::Flash, Recompute::MlaUpProjMlp) => flash_layer_bytes(d, sequence_parallel)
             .saturating_sub(mla_up_proj_bytes(d))
             .saturating_sub(flash_mlp_intermediate_bytes(d)),
@@ -373,12 +390,13 @@ pub fn flash_layer_bytes(d: ActDims, sequence_parallel: bool) -> u64 {
 }
 
 /// The MLP's intermediates one layer keeps with flash attention ([`flash_layer_bytes`]): the
-/// activation's input (`2 f`, or `2 x 2 f` gated) and the second GEMM's input (`e f`), per
-/// token, split over t. What a mixture-of-experts layer replaces by its routed rows.
+/// activation's input (`2 f`, or `2 x 2 f` gated; half with
+/// `--activation-func-fp8-input-store`) and the second GEMM's input (`e f`), per token, split
+/// over t. What a mixture-of-experts layer replaces by its routed rows.
 pub fn flash_mlp_intermediate_bytes(d: ActDims) -> u64 {
     let f = d.f as u128;
     let up = if d.gated { 2 * f } else { f };
-    let per_token = 64 * up + d.input_32ths as u128 * f;
+    let per_token = d.act_input_32ths as u128 * up + d.input_32ths as u128 * f;
     let v = (per_token * d.s as u128 * d.b as u128).div_ceil(32 * d.t as u128);
     u64::try_from(v).unwrap_or(u64::MAX)
 }
@@ -442,7 +460,7 @@ pub fn recompute_working_bytes_for(
         }
         // The rebuilt norm output (its recompute hook fires on the attention output's
         // gradient) is still held when the queries, keys and values are rebuilt: both at once.
-        (Attention::Flash, Recompute::NormMlaUpProj) => {
+        (Attention::Flash, Recompute::NormMlaUpProj | Recompute::NormActMlaUpProj) => {
             norm_recompute_bytes(d, sequence_parallel).saturating_add(mla_up_proj_bytes(d))
         }
         // The MLP's rebuilt intermediates are freed by its backward, before the attention
@@ -485,7 +503,7 @@ pub fn recompute_working_bytes(d: ActDims, recompute: Recompute, sequence_parall
         Recompute::NormAct | Recompute::NormMoe => norm_output_bytes(d, sequence_parallel),
         Recompute::MlaUpProj => mla_up_proj_bytes(d),
         Recompute::Mlp => mlp_intermediate_bytes(d, Attention::Unfused),
-        Recompute::NormMlaUpProj => {
+        Recompute::NormMlaUpProj | Recompute::NormActMlaUpProj => {
             norm_output_bytes(d, sequence_parallel).saturating_add(mla_up_proj_bytes(d))
         }
         Recompute::MlaUpProjMlp => {
@@ -615,6 +633,14 @@ impl CostModel<'_> {
         let d = ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
             .context_parallel(self.layout.cp)
             .precision(self.stack.precision);
+        let d = ActDims {
+            act_input_32ths: if self.stack.activation_func_fp8_input_store {
+                32
+            } else {
+                64
+            },
+            ..d
+        };
         if self.stack.precision == Precision::Fp8 && self.stack.fp8_recipe == Fp8Recipe::Blockwise {
             ActDims {
                 input_32ths: 33,
@@ -649,7 +675,8 @@ mod tests {
                 | Recompute::MlaUpProj
                 | Recompute::Mlp
                 | Recompute::NormMlaUpProj
-                | Recompute::MlaUpProjMlp,
+                | Recompute::MlaUpProjMlp
+                | Recompute::NormActMlaUpProj,
                 _,
             ) => {
                 unreachable!("not in Table 2: the tests iterate over Recompute::ALL")

@@ -463,7 +463,9 @@ impl CostModel<'_> {
             // The MoE block again (router, dispatch, experts, combine) before its backward.
             Recompute::Full | Recompute::NormMoe => backward_input = backward_input.plus(forward),
             // The `moe_act` module again: the experts' activation, and a clamped one's clamps.
-            Recompute::NormAct => backward_input.memory_s += (act_f * rows * f + clamp_f) / hbm,
+            r if r.recomputes_moe_act() => {
+                backward_input.memory_s += (act_f * rows * f + clamp_f) / hbm
+            }
             _ => {}
         }
         // Expert weight gradients accumulate into their fp32 main gradients like the dense
@@ -762,9 +764,13 @@ impl CostModel<'_> {
         // `weighted_bias_swiglu_impl`) multiplies the probabilities in there, so the second
         // GEMM's output is not kept for their gradient and the un-permutation keeps only its
         // indices. `down.k` is the expert's hidden width on this rank, f_e / etp.
-        let e = self.act_dims().input_32ths as f64 / 32.0;
+        // The activation's input in 16 bits, or cast to FP8 with
+        // `--activation-func-fp8-input-store` (`weighted_bias_swiglu_impl`'s `fp8_input_store`).
+        let d = self.act_dims();
+        let e = d.input_32ths as f64 / 32.0;
+        let a = d.act_input_32ths as f64 / 32.0;
         (
-            rows * (e * h + 2.0 * up.n + MOE_PROB_BYTES),
+            rows * (e * h + a * up.n + MOE_PROB_BYTES),
             rows * e * down.k,
         )
     }
@@ -881,8 +887,8 @@ impl CostModel<'_> {
         let sbh = s * b * h;
         let (kept, act) = self.moe_routed_activation_bytes();
         let routed = match self.layout.recompute {
-            Recompute::NormAct => kept,
             Recompute::NormMoe => 2.0 * sbh / t,
+            r if r.recomputes_moe_act() => kept,
             // With a clamped activation's eager clamps, their input too.
             _ => kept + act + self.moe_clamp_saved_bytes(),
         };

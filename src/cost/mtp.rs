@@ -169,13 +169,14 @@ impl CostModel<'_> {
 
     /// Parameters the stage holding the depths adds on one rank: `(dense, expert)`. Dense:
     /// each depth's transformer layer of the last layer's kind (its dense part over t), its
-    /// projection and norms over t, and, on any stage but the first, the word embedding
-    /// Megatron-Core builds there again for the depths' lookups (`GPTModel.__init__`: `if
-    /// self.pre_process or self.mtp_process`, its gradient all-reduced with the first stage's
-    /// as a tied output layer's is): `V h / t`. Expert: each depth's routed experts on this
-    /// rank when the last layer is a MoE layer. The output layer is the last stage's own, not
-    /// counted again.
-    pub fn mtp_stage_params(&self, stage: usize) -> (f64, f64) {
+    /// projection and norms over t, and, unless its device already holds the word embedding
+    /// (`embedding_on_device`: the first stage, or a stage on the first stage's device), the
+    /// embedding Megatron-Core builds there again for the depths' lookups (`GPTModel.__init__`:
+    /// `if self.pre_process or self.mtp_process`, its gradient all-reduced with the first
+    /// stage's as a tied output layer's is): `V h / t`. Expert: each depth's routed experts on
+    /// this rank when the last layer is a MoE layer. The output layer is the last stage's own,
+    /// not counted again.
+    pub fn mtp_stage_params(&self, embedding_on_device: bool) -> (f64, f64) {
         let model = self.model;
         let n = model.mtp_layers as u64;
         if n == 0 {
@@ -184,7 +185,7 @@ impl CostModel<'_> {
         let moe = u64::from(model.is_moe_layer(model.last_layer()));
         let layer = self.layer_params_per_kind().rank(n * (1 - moe), n * moe);
         let projection = (n * model.mtp_projection_params()) as f64 / self.layout.tp as f64;
-        let embedding = if stage == 0 {
+        let embedding = if embedding_on_device {
             0.0
         } else {
             self.embedding_shard_params()

@@ -64,13 +64,19 @@ pub enum Recompute {
     /// recipes for B200 and H100): [`Recompute::MlaUpProj`] and [`Recompute::Mlp`] together;
     /// MoE layers' MLPs stay untouched as with `mlp` alone. Latent attention only.
     MlaUpProjMlp,
+    /// Megatron-Core's `--recompute-modules layernorm moe_act mla_up_proj`, what DeepSeek-V3's
+    /// report recomputes (Sec. 3.3.1: RMSNorm and the MLA up-projections; Sec. 3.3.2: the
+    /// MoE SwiGLU's output from its cached input): [`Recompute::NormMlaUpProj`] and the
+    /// `moe_act` module of [`Recompute::NormAct`] together, each freeing, costing and
+    /// launching what it does alone. Latent attention only.
+    NormActMlaUpProj,
 }
 
 impl Recompute {
     /// Megatron-LM's modes: what the search enumerates.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
     /// Every mode a user can pin (`--recompute`, a plan's `parallelism.recompute`).
-    pub const EVERY: [Recompute; 11] = [
+    pub const EVERY: [Recompute; 12] = [
         Recompute::None,
         Recompute::Selective,
         Recompute::Full,
@@ -82,6 +88,7 @@ impl Recompute {
         Recompute::Mlp,
         Recompute::NormMlaUpProj,
         Recompute::MlaUpProjMlp,
+        Recompute::NormActMlaUpProj,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -96,6 +103,7 @@ impl Recompute {
             Recompute::Mlp => "selective-mlp",
             Recompute::NormMlaUpProj => "selective-norm-mla-up-proj",
             Recompute::MlaUpProjMlp => "selective-mla-up-proj-mlp",
+            Recompute::NormActMlaUpProj => "selective-norm-act-mla-up-proj",
         }
     }
 
@@ -104,15 +112,27 @@ impl Recompute {
     pub fn recomputes_norms(self) -> bool {
         matches!(
             self,
-            Recompute::NormAct | Recompute::NormMoe | Recompute::NormMlaUpProj
+            Recompute::NormAct
+                | Recompute::NormMoe
+                | Recompute::NormMlaUpProj
+                | Recompute::NormActMlaUpProj
         )
+    }
+
+    /// Whether Megatron-Core's `moe_act` module is in the set: the routed experts' activation
+    /// output is dropped and recomputed from its kept input.
+    pub fn recomputes_moe_act(self) -> bool {
+        matches!(self, Recompute::NormAct | Recompute::NormActMlaUpProj)
     }
 
     /// Whether Megatron-Core's `mla_up_proj` module is in the set.
     pub fn recomputes_mla_up_proj(self) -> bool {
         matches!(
             self,
-            Recompute::MlaUpProj | Recompute::NormMlaUpProj | Recompute::MlaUpProjMlp
+            Recompute::MlaUpProj
+                | Recompute::NormMlaUpProj
+                | Recompute::MlaUpProjMlp
+                | Recompute::NormActMlaUpProj
         )
     }
 
@@ -496,6 +516,13 @@ pub struct Stack {
     /// ([`CostModel::moe_expert_bias_bytes`](super::CostModel::moe_expert_bias_bytes)). What
     /// else the fused path speeds up is not costed.
     pub te_op_fuser: bool,
+    /// Megatron-Core's `--activation-func-fp8-input-store`: the MLP activation's input (the
+    /// first MLP GEMM's output, dense and routed) is kept for the backward cast to
+    /// `float8_e4m3fn`, 1 byte an element without a scale, instead of its 16 bits
+    /// (`fused_bias_swiglu.py`/`fused_weighted_swiglu`: `input.to(torch.float8_e4m3fn)` when
+    /// `fp8_input_store`; DeepSeek-V3's report, Sec. 3.3.2, caches the MoE SwiGLU's input in
+    /// FP8 the same way). The cast happens inside the activation kernel: no time.
+    pub activation_func_fp8_input_store: bool,
     /// With [`Stack::defer_embedding_wgrad`], how many micro-batches' weight gradients are
     /// deferred (the first ones; the rest run in their backward); 0: all of them
     /// (Megatron-Core `--wgrad-deferral-limit`).
@@ -666,6 +693,7 @@ impl Default for Stack {
             cuda_graphs: CudaGraphs::default(),
             defer_embedding_wgrad: false,
             te_op_fuser: false,
+            activation_func_fp8_input_store: false,
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: CrossEntropyFusion::Off,
             optimizer_state: OptimizerState::FP32,

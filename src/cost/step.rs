@@ -98,7 +98,7 @@ type StageKey = ([u64; 4], bool, bool, bool);
 /// `layout.pp`); see the module's documentation.
 pub fn costs(cm: &CostModel, split: &StageSplit, device_of: impl Fn(usize) -> usize) -> StepCost {
     let lc = LayerCosts::new(cm, split);
-    let rank_params = stage_params(cm, split.layers, split.mtp_stage);
+    let rank_params = stage_params(cm, split.layers, split.mtp_stage, &device_of);
     let num_stages = split.layers.len();
     let model = cm.model;
     // From the cost model a stage's costs depend only on how many layers of each kind it
@@ -507,11 +507,16 @@ pub struct StageParams {
 }
 
 /// Each stage's parameters on one rank, for the stages' layer counts `stage_layers`, the
-/// multi-token prediction depths on stage `mtp_stage`.
+/// multi-token prediction depths on stage `mtp_stage`, stage `s` on device `device_of(s)`.
+/// A device holds the word embedding once: a later stage on the first stage's device (a
+/// V-shaped schedule's last stage) uses the first stage's matrix for the depths' lookups and
+/// a tied output layer instead of a copy (DeepSeek-V3's report, Sec. 3.3.1: with DualPipe the
+/// embedding and the output head sit on one rank and the MTP module shares them physically).
 pub fn stage_params(
     cm: &CostModel,
     stage_layers: &[u32],
     mtp_stage: Option<usize>,
+    device_of: impl Fn(usize) -> usize,
 ) -> Vec<StageParams> {
     let model = cm.model;
     let params_embedding = cm.embedding_shard_params();
@@ -527,8 +532,9 @@ pub fn stage_params(
             let k = model.moe.as_ref().map_or(0, |m| m.count_in(first_layer, n));
             let rp = per_kind.rank(n as u64 - k, k);
             let (mut dense, mut expert) = (rp.dense, rp.expert);
+            let holds_embedding = s == 0 || device_of(s) == device_of(0);
             if mtp_stage == Some(s) {
-                let (d, e) = cm.mtp_stage_params(s);
+                let (d, e) = cm.mtp_stage_params(holds_embedding);
                 dense += d;
                 expert += e;
             }
@@ -537,8 +543,8 @@ pub fn stage_params(
                 dense += params_embedding;
             }
             // Untied output weights, or the tied copy Megatron keeps on the last stage when
-            // the first and last stages differ.
-            if s == last && (!model.tied_embeddings || stage_layers.len() > 1) {
+            // it is on another device than the first.
+            if s == last && (!model.tied_embeddings || !holds_embedding) {
                 dense += params_embedding;
             }
             StageParams { dense, expert }
@@ -727,7 +733,10 @@ pub fn model_state_floor(
     let p = cm.layout.pp as usize;
     let mut dense = vec![0.0f64; p];
     let mut expert = vec![0.0f64; p];
-    for (s, sp) in stage_params(cm, stage_layers, mtp_stage).iter().enumerate() {
+    for (s, sp) in stage_params(cm, stage_layers, mtp_stage, &device_of)
+        .iter()
+        .enumerate()
+    {
         let d = device_of(s);
         dense[d] += sp.dense;
         expert[d] += sp.expert;
@@ -767,12 +776,11 @@ mod tests {
     use crate::inputs::hardware::Hardware;
     use crate::inputs::model::Model;
 
-    /// Llama 3 8B over t 8 x p 4 with two chunks a device (8 stages of 4 layers, looped).
-    fn step(m: &Model, mtp_stage: Option<usize>) -> StepCost {
-        let hw = Hardware::bundled("h100-80gb").unwrap();
-        let cm = CostModel {
+    /// `m` over t 8 x p 4 x d 2 with two chunks a device.
+    fn cost_model<'a>(m: &'a Model, hw: &'a Hardware) -> CostModel<'a> {
+        CostModel {
             model: m,
-            hw: &hw,
+            hw,
             layout: Layout {
                 pp: 4,
                 dp: 2,
@@ -780,7 +788,13 @@ mod tests {
                 ..Layout::tensor_parallel(8)
             },
             stack: Stack::default(),
-        };
+        }
+    }
+
+    /// Llama 3 8B over t 8 x p 4 with two chunks a device (8 stages of 4 layers, looped).
+    fn step(m: &Model, mtp_stage: Option<usize>) -> StepCost {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        let cm = cost_model(m, &hw);
         let split = StageSplit {
             layers: &[4; 8],
             mtp_stage,
@@ -836,6 +850,43 @@ mod tests {
         let tensors: Vec<u64> = c.sends.iter().map(|x| x.tensors).collect();
         assert_eq!(tensors, vec![1, 1, 1, 1, 1, 2, 2]);
         assert_eq!(c.sends[5].tensor_s, c.sends[1].tensor_s);
+    }
+
+    /// A device holds the word embedding once. Eight stages over four devices: looped
+    /// (stage s on s mod 4), the last stage is on device 3 and carries a copy of its own for
+    /// the depths' lookups and one for a tied output layer; V-shaped (stage s and 7 - s on
+    /// device min(s, 7 - s)), it uses device 0's: that device holds one `V h / t` less for
+    /// each of those copies.
+    #[test]
+    fn a_device_holds_the_word_embedding_once() {
+        let hw = Hardware::bundled("h100-80gb").unwrap();
+        for (mtp, tied) in [(1, false), (0, true), (1, true), (0, false)] {
+            let mut m = Model::preset("llama3-8b").unwrap();
+            m.mtp_layers = mtp;
+            m.tied_embeddings = tied;
+            let cm = cost_model(&m, &hw);
+            let dense = |device_of: fn(usize) -> usize| -> Vec<f64> {
+                let mut d = vec![0.0; 4];
+                let stages = stage_params(&cm, &[4; 8], (mtp > 0).then_some(7), device_of);
+                for (s, sp) in stages.iter().enumerate() {
+                    d[device_of(s)] += sp.dense;
+                }
+                d
+            };
+            let (looped, v_shape) = (dense(|s| s % 4), dense(|s| s.min(7 - s)));
+            let embedding = cm.embedding_shard_params();
+            assert!(embedding > 6e7, "{embedding}");
+            // Device 0 holds stages 0 and 4 looped, 0 and 7 V-shaped; stage 4 is stage 1's
+            // equal, and stage 7 is that plus what device 3 holds beyond device 1.
+            let copies = f64::from(mtp) + f64::from(u8::from(tied));
+            let stage_7_beyond_a_middle_one = looped[3] - looped[1];
+            let expected = looped[0] + stage_7_beyond_a_middle_one - copies * embedding;
+            assert!(
+                (v_shape[0] - expected).abs() < 1.0,
+                "mtp {mtp} tied {tied}: {v_shape:?}, expected {expected}"
+            );
+            assert_eq!(v_shape[1..], [looped[1]; 3]);
+        }
     }
 
     #[test]

@@ -212,6 +212,7 @@ fn request<'a>(
         overlap_param_gather: p.overlap_param_gather,
         defer_embedding_wgrad: p.defer_embedding_wgrad_compute,
         te_op_fuser: p.use_transformer_engine_op_fuser,
+        activation_func_fp8_input_store: p.activation_func_fp8_input_store,
         wgrad_deferral_limit: p.wgrad_deferral_limit,
         fp8_param_gather: p.fp8_param_gather,
         cpu_offload_layers: p.cpu_offloading_num_layers,

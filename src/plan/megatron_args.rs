@@ -279,13 +279,17 @@ impl Flags {
 /// Megatron-Core's `--recompute-modules` lists (with `--recompute-granularity selective`)
 /// that pplan models beside the default `core_attn`, each with the `--recompute` value it is;
 /// the modules in sorted order. Emitting and reading Megatron-LM arguments both use it.
-pub const RECOMPUTE_MODULES: [(&str, &[&str]); 6] = [
+pub const RECOMPUTE_MODULES: [(&str, &[&str]); 7] = [
     ("selective-norm-act", &["layernorm", "moe_act"]),
     ("selective-norm-moe", &["layernorm", "moe"]),
     ("selective-mla-up-proj", &["mla_up_proj"]),
     ("selective-mlp", &["mlp"]),
     ("selective-norm-mla-up-proj", &["layernorm", "mla_up_proj"]),
     ("selective-mla-up-proj-mlp", &["mla_up_proj", "mlp"]),
+    (
+        "selective-norm-act-mla-up-proj",
+        &["layernorm", "mla_up_proj", "moe_act"],
+    ),
 ];
 
 const USED: &[&str] = &[

@@ -272,6 +272,11 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "Transformer Engine's fused grouped experts (--use-transformer-engine-op-fuser) are Megatron-Core's; torchtitan's grouped experts add their biases in PyTorch".into(),
         );
     }
+    if par.activation_func_fp8_input_store {
+        notes.push(
+            "the MLP activation's input kept in FP8 (--activation-func-fp8-input-store) is Megatron-Core's; torchtitan keeps it in its own precision, so the plan's activation memory is short of torchtitan's".into(),
+        );
+    }
     if par.defer_embedding_wgrad_compute {
         notes.push(
             "the deferred output-layer weight gradient is Megatron-Core's (--defer-embedding-wgrad-compute); torchtitan computes it in each micro-batch's backward".into(),

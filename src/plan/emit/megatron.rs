@@ -478,6 +478,11 @@ pub fn megatron(plan: &Plan) -> Emitted {
     if par.use_transformer_engine_op_fuser {
         flag("--use-transformer-engine-op-fuser", None);
     }
+    if par.activation_func_fp8_input_store {
+        notes.push(format!(
+            "the MLP activation's input kept in FP8 is TransformerConfig.activation_func_fp8_input_store, which Megatron-LM at {MEGATRON_COMMIT} has no flag for: set it in the model's config"
+        ));
+    }
     if par.defer_embedding_wgrad_compute {
         flag("--defer-embedding-wgrad-compute", None);
         if par.wgrad_deferral_limit > 0 {

@@ -150,6 +150,11 @@ pub fn plan_args(plan: &Plan) -> Vec<PlanArg> {
             "parallelism.use_transformer_engine_op_fuser",
         ),
         arg(
+            "--activation-func-fp8-input-store",
+            on_off(p.activation_func_fp8_input_store),
+            "parallelism.activation_func_fp8_input_store",
+        ),
+        arg(
             "--moe-dispatcher",
             &p.moe_dispatcher,
             "parallelism.moe_dispatcher",

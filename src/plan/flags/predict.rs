@@ -125,8 +125,9 @@ pub struct PredictFlags {
     /// (layernorm moe), selective-mla-up-proj (mla_up_proj: latent attention's queries,
     /// keys and values rebuilt from its latents in the backward), selective-mlp (mlp: the
     /// dense layers' MLPs checkpointed, MoE layers untouched), and the sets
-    /// selective-norm-mla-up-proj (layernorm mla_up_proj) and selective-mla-up-proj-mlp
-    /// (mla_up_proj mlp). Default: none with --stack megatron-core (Megatron-LM's
+    /// selective-norm-mla-up-proj (layernorm mla_up_proj), selective-mla-up-proj-mlp
+    /// (mla_up_proj mlp) and selective-norm-act-mla-up-proj (layernorm moe_act mla_up_proj:
+    /// DeepSeek-V3's report, Sec. 3.3). Default: none with --stack megatron-core (Megatron-LM's
     /// recompute_granularity default, and what Megatron-Bridge's performance recipes run),
     /// full with megatron-2021 and torchtitan.
     #[arg(long)]

@@ -190,6 +190,11 @@ pub struct StackFlags {
     /// PyTorch.
     #[arg(long, value_enum, default_value = "off")]
     pub use_transformer_engine_op_fuser: OnOff,
+    /// Keep the MLP activation's input (dense and routed experts) for the backward in FP8,
+    /// 1 byte an element instead of 2 (Megatron-Core --activation-func-fp8-input-store;
+    /// DeepSeek-V3's report, Sec. 3.3.2).
+    #[arg(long, value_enum, default_value = "off")]
+    pub activation_func_fp8_input_store: OnOff,
     /// With --defer-embedding-wgrad-compute on: how many micro-batches' weight gradients are
     /// deferred, the first ones (0: all; Megatron-Core --wgrad-deferral-limit).
     #[arg(long, default_value_t = 0)]
@@ -375,6 +380,7 @@ impl StackFlags {
             },
             defer_embedding_wgrad: self.defer_embedding_wgrad_compute.is_on(),
             te_op_fuser: self.use_transformer_engine_op_fuser.is_on(),
+            activation_func_fp8_input_store: self.activation_func_fp8_input_store.is_on(),
             cross_entropy_fusion: cross_entropy_fusion(
                 self.cross_entropy_loss_fusion,
                 self.cross_entropy_fusion_impl.as_deref(),

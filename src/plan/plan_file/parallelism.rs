@@ -95,6 +95,10 @@ pub struct Parallelism {
     /// (`--use-transformer-engine-op-fuser`; omitted when off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub use_transformer_engine_op_fuser: bool,
+    /// The MLP activation's input kept in FP8 for the backward
+    /// (`--activation-func-fp8-input-store`; omitted when off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub activation_func_fp8_input_store: bool,
     /// With it, how many micro-batches' are deferred (0: all, omitted).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub wgrad_deferral_limit: u32,
@@ -196,6 +200,7 @@ impl Parallelism {
     pub fn set_recipe(&mut self, stack: &crate::cost::Stack) {
         self.attention_kernel = stack.attention_kernel.as_str().to_string();
         self.use_transformer_engine_op_fuser = stack.te_op_fuser;
+        self.activation_func_fp8_input_store = stack.activation_func_fp8_input_store;
         self.moe_dispatcher = stack.moe_dispatcher.as_str().to_string();
         self.moe_expert_capacity_factor = stack.moe_capacity.map(|c| c.factor);
         self.moe_pad_expert_input_to_capacity = stack.moe_capacity.is_some_and(|c| c.pad);
@@ -354,6 +359,7 @@ impl Parallelism {
             overlap_param_gather: false,
             defer_embedding_wgrad_compute: false,
             use_transformer_engine_op_fuser: false,
+            activation_func_fp8_input_store: false,
             wgrad_deferral_limit: 0,
             cross_entropy_fusion: off(),
             fp8_param_gather: false,

@@ -127,6 +127,7 @@ pub fn prediction_from(
         Recompute::MlaUpProj
         | Recompute::Mlp
         | Recompute::NormMlaUpProj
+        | Recompute::NormActMlaUpProj
         | Recompute::MlaUpProjMlp => mla_per_layer + mlp_per_layer,
     };
     let layers_fwd = match &model.moe {
