@@ -132,9 +132,11 @@ fn run_device(
 }
 
 /// Run `steps` passes of `schedule` on `workers`: one per device, or one per device and
-/// data/context-parallel replica ([`DeviceWorker::replica`]); each on its own thread. The
-/// result keeps replica 0's spans and weights (every replica runs the same actions; a step
-/// ends when the last replica's last span does) and sums the losses of all.
+/// data/context-parallel replica ([`DeviceWorker::replica`]); each on its own thread. Under a
+/// multi-process launcher a process runs only its own devices' workers, which reach the
+/// others through the backend. The result keeps replica 0's spans and weights (every replica
+/// runs the same actions; a step ends when the last replica's last span does) and sums the
+/// losses of all.
 pub fn run(
     schedule: &Schedule,
     workers: Vec<Box<dyn DeviceWorker>>,
@@ -142,10 +144,24 @@ pub fn run(
 ) -> Result<RunResult, RunError> {
     let p = schedule.num_devices();
     let n = workers.len();
-    assert!(
-        n > 0 && n % p as usize == 0,
-        "one worker per device and replica"
-    );
+    let refuse = |device: u32, why: String| RunError {
+        device,
+        step: 0,
+        action: "(start)".into(),
+        error: ExecError::Plan(why),
+    };
+    if n == 0 {
+        return Err(refuse(0, "no worker to run".into()));
+    }
+    if let Some(w) = workers.iter().find(|w| w.device() >= p) {
+        return Err(refuse(
+            w.device(),
+            format!(
+                "a worker for device {} but the schedule has {p} device(s)",
+                w.device()
+            ),
+        ));
+    }
     let progress = Arc::new(Mutex::new(vec![String::from("starting"); n]));
     let (tx, rx) = mpsc::channel::<(usize, ThreadOut)>();
     let mut handles = Vec::new();

@@ -99,3 +99,36 @@ fn a_panicking_device_ends_the_run_and_is_named() {
         "{e}"
     );
 }
+
+/// A process of a multi-process launch runs only its own device's worker; the others are in
+/// other processes. With no process behind device 1 (its worker dropped, hanging up its
+/// channels), device 0 reports the hang-up of its peer instead of the runner refusing a
+/// partial set of workers (it asserted one worker for every device before). A worker for a
+/// device the schedule does not have is refused by name.
+#[test]
+fn a_process_runs_its_own_devices_only() {
+    let two = plan(ScheduleName::OneFOneB, 2, 4, 1);
+    let sch = two.schedule_ir().unwrap();
+    let cfg = RunConfig {
+        steps: 1,
+        minibatches_per_pass: 1,
+        timeout: Some(Duration::from_secs(120)),
+    };
+    let own: Vec<Box<dyn DeviceWorker>> = pplan_exec::cpu::workers(&two, &RunOptions::default())
+        .unwrap()
+        .into_iter()
+        .filter(|w| w.device() == 0)
+        .collect();
+    assert_eq!(own.len(), 1);
+    let e = run(&sch, own, &cfg).unwrap_err();
+    assert_eq!(e.device, 0);
+    assert!(matches!(e.error, ExecError::Peer { .. }), "{e}");
+
+    let wider = plan(ScheduleName::OneFOneB, 4, 4, 1);
+    let too_many = pplan_exec::cpu::workers(&wider, &RunOptions::default()).unwrap();
+    let e = run(&sch, too_many, &cfg).unwrap_err();
+    assert!(matches!(e.error, ExecError::Plan(_)), "{e}");
+    assert!(e.to_string().contains("schedule has 2 device(s)"), "{e}");
+    let e = run(&sch, Vec::new(), &cfg).unwrap_err();
+    assert!(e.to_string().contains("no worker"), "{e}");
+}
