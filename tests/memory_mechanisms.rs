@@ -660,8 +660,9 @@ fn deepseeks_recompute_set_adds_moe_act_to_the_norms_and_up_projections() {
 /// the activation's input cast to E4M3 for the backward, no scale) keeps 1 byte an element of
 /// the first MLP GEMM's output instead of 2: for Llama 3 8B on one GPU without a pipeline
 /// (one micro-batch's activations held), 32 layers x 8,192 tokens x 2 x 14,336 bytes fewer;
-/// no time. Written to the plan and read back from it; Megatron-LM's emitted arguments carry
-/// a note instead of a flag (none at the checked commit).
+/// no time; a plain GeLU MLP keeps its 16 bits. Written to the plan and read back from it;
+/// Megatron-LM's emitted arguments carry a note instead of a flag (none at the checked
+/// commit).
 #[test]
 fn the_activation_input_is_kept_in_fp8() {
     let off = ok(&with(&LLAMA3_8B_ONE_NODE, &["none"]));
@@ -672,6 +673,10 @@ fn the_activation_input_is_kept_in_fp8() {
     let act = |v: &serde_json::Value| v["memory_breakdown"]["activations"].as_u64().unwrap();
     assert_eq!(act(&off) - act(&on), 32 * 8_192 * 2 * 14_336);
     assert_eq!(off["step_time_s"], on["step_time_s"]);
+    // Megatron-Core casts in its fused SwiGLU kernels only: a GPT's GeLU MLP keeps 16 bits.
+    let gpt = ["--model", "gpt-1.7b", "--gpus", "8", "--global-batch", "64"];
+    let store = ["--activation-func-fp8-input-store", "on"];
+    assert_eq!(act(&ok(&gpt)), act(&ok(&with(&gpt, &store))));
 
     let with_store = with(
         &LLAMA3_8B_ONE_NODE,

@@ -236,15 +236,14 @@ pub fn layer_activation_bytes(d: ActDims, recompute: Recompute, sequence_paralle
             | Recompute::NormMoe
             | Recompute::NormMlaUpProj
             | Recompute::NormActMlaUpProj,
-            false,
-        ) => 6 * sbh + (24 * sbh + as2b) / t as u128,
-        (
-            Recompute::NormAct
-            | Recompute::NormMoe
-            | Recompute::NormMlaUpProj
-            | Recompute::NormActMlaUpProj,
-            true,
-        ) => (30 * sbh + as2b) / t as u128,
+            sp,
+        ) => {
+            if sp {
+                (30 * sbh + as2b) / t as u128
+            } else {
+                6 * sbh + (24 * sbh + as2b) / t as u128
+            }
+        }
         (Recompute::SelectiveOp, _) => selective_op_bytes(d),
         // Latent attention runs with flash attention ([`layer_activation_bytes_for`]); the
         // 2021 table has no up-projection to drop.
@@ -633,12 +632,13 @@ impl CostModel<'_> {
         let d = ActDims::new(self.model, self.layout.micro_batch, self.layout.tp)
             .context_parallel(self.layout.cp)
             .precision(self.stack.precision);
+        // Megatron-Core casts it inside its fused SwiGLU kernels only (`bias_swiglu_impl`,
+        // `weighted_bias_swiglu_impl`); a plain MLP's GeLU and an eager stack keep 16 bits.
+        let fp8_store = self.stack.activation_func_fp8_input_store
+            && self.model.gated_mlp
+            && self.stack.fused_kernels;
         let d = ActDims {
-            act_input_32ths: if self.stack.activation_func_fp8_input_store {
-                32
-            } else {
-                64
-            },
+            act_input_32ths: if fp8_store { 32 } else { 64 },
             ..d
         };
         if self.stack.precision == Precision::Fp8 && self.stack.fp8_recipe == Fp8Recipe::Blockwise {

@@ -521,7 +521,8 @@ pub struct Stack {
     /// `float8_e4m3fn`, 1 byte an element without a scale, instead of its 16 bits
     /// (`fused_bias_swiglu.py`/`fused_weighted_swiglu`: `input.to(torch.float8_e4m3fn)` when
     /// `fp8_input_store`; DeepSeek-V3's report, Sec. 3.3.2, caches the MoE SwiGLU's input in
-    /// FP8 the same way). The cast happens inside the activation kernel: no time.
+    /// FP8 the same way). Gated MLPs on a fused stack only (the fused SwiGLU kernels take the
+    /// switch; GeLU's does not). The cast happens inside the activation kernel: no time.
     pub activation_func_fp8_input_store: bool,
     /// With [`Stack::defer_embedding_wgrad`], how many micro-batches' weight gradients are
     /// deferred (the first ones; the rest run in their backward); 0: all of them
