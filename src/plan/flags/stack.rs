@@ -190,9 +190,9 @@ pub struct StackFlags {
     /// PyTorch.
     #[arg(long, value_enum, default_value = "off")]
     pub use_transformer_engine_op_fuser: OnOff,
-    /// Keep the MLP activation's input (dense and routed experts) for the backward in FP8,
-    /// 1 byte an element instead of 2 (Megatron-Core --activation-func-fp8-input-store;
-    /// DeepSeek-V3's report, Sec. 3.3.2).
+    /// Keep the SwiGLU's input (dense and routed experts) for the backward in FP8, 1 byte an
+    /// element instead of 2 (Megatron-Core's activation_func_fp8_input_store, in its fused
+    /// SwiGLU kernels; a GeLU MLP keeps 16 bits; DeepSeek-V3's report, Sec. 3.3.2).
     #[arg(long, value_enum, default_value = "off")]
     pub activation_func_fp8_input_store: OnOff,
     /// With --defer-embedding-wgrad-compute on: how many micro-batches' weight gradients are
