@@ -16,7 +16,8 @@ import sys
 PAGE = "docs/validation.md"
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/pplan"
 COMMAND = re.compile(r"^    pplan validate --runs (data/runs/[\w.-]+\.json)$")
-SUMMARY = ("Runs of ", "| ", "|---", "Not counted: ", "worst: ", "predicted not to fit", "all ")
+SUMMARY = ("Runs of ", "| ", "|---", "Not counted: ", "worst: ", "predicted not to fit", "all ",
+           "peak memory against ")
 
 
 def report(*args):

@@ -112,6 +112,14 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// Where the row publishes its peak memory and was predicted: the published peak (GB) and
+    /// pplan's signed error on it (excluded rows too, as their tables show them).
+    pub fn memory_error(&self) -> Option<(f64, f64)> {
+        let m = self.measured_peak_memory_gb?;
+        let p = self.outcome.as_ref().ok()?.prediction.peak_memory_bytes as f64 / 1e9;
+        Some((m, p / m - 1.0))
+    }
+
     /// The signed error, when predicted and not excluded.
     pub fn counted_error(&self) -> Option<f64> {
         match (&self.outcome, &self.exclude) {
@@ -400,9 +408,14 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
                         None => pct(p.error),
                         Some(_) => format!("({}, excluded)", pct(p.error)),
                     };
+                    // Beside a published peak, the published figure and pplan's error on it.
+                    let published = match r.memory_error() {
+                        Some((m, e)) => format!(" (published {m:.1}, {})", pct(e)),
+                        None => String::new(),
+                    };
                     let _ = writeln!(
                         s,
-                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}{} |",
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}{}{} |",
                         cell(&r.id),
                         cell(&r.model),
                         cell(&r.hardware),
@@ -414,6 +427,7 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
                         error,
                         x.peak_memory_bytes as f64 / 1e9,
                         if x.fits { "" } else { " (does not fit)" },
+                        published,
                     );
                 }
                 Err(e) => {
@@ -502,6 +516,32 @@ pub fn markdown(files: &[RunsFile], results: &[RunResult], by: GroupBy) -> Strin
             })
             .collect();
         let _ = writeln!(s, "worst: {}", list.join(", "));
+    }
+    // Peak memory against the rows that publish it (counted rows only).
+    let memory: Vec<(&str, f64)> = results
+        .iter()
+        .filter(|r| r.exclude.is_none())
+        .filter_map(|r| r.memory_error().map(|(_, e)| (r.id.as_str(), e)))
+        .collect();
+    if !memory.is_empty() {
+        let mean = memory.iter().map(|(_, e)| e.abs()).sum::<f64>() / memory.len() as f64;
+        let (id, e) = memory
+            .iter()
+            .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+            .copied()
+            .unwrap_or(("", 0.0));
+        let _ = writeln!(
+            s,
+            "peak memory against the {} that publish{} it: mean absolute error {:.2}%, worst {id} {}",
+            if memory.len() == 1 {
+                "1 run".to_string()
+            } else {
+                format!("{} runs", memory.len())
+            },
+            if memory.len() == 1 { "es" } else { "" },
+            100.0 * mean,
+            pct(e)
+        );
     }
     let tight: Vec<String> = results
         .iter()
