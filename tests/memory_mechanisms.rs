@@ -665,11 +665,11 @@ fn deepseeks_recompute_set_adds_moe_act_to_the_norms_and_up_projections() {
 /// commit).
 #[test]
 fn the_activation_input_is_kept_in_fp8() {
-    let off = ok(&with(&LLAMA3_8B_ONE_NODE, &["none"]));
-    let on = ok(&with(
+    let with_store = with(
         &LLAMA3_8B_ONE_NODE,
         &["none", "--activation-func-fp8-input-store", "on"],
-    ));
+    );
+    let (off, on) = (ok(&with(&LLAMA3_8B_ONE_NODE, &["none"])), ok(&with_store));
     let act = |v: &serde_json::Value| v["memory_breakdown"]["activations"].as_u64().unwrap();
     assert_eq!(act(&off) - act(&on), 32 * 8_192 * 2 * 14_336);
     assert_eq!(off["step_time_s"], on["step_time_s"]);
@@ -678,10 +678,6 @@ fn the_activation_input_is_kept_in_fp8() {
     let store = ["--activation-func-fp8-input-store", "on"];
     assert_eq!(act(&ok(&gpt)), act(&ok(&with(&gpt, &store))));
 
-    let with_store = with(
-        &LLAMA3_8B_ONE_NODE,
-        &["none", "--activation-func-fp8-input-store", "on"],
-    );
     let (written, out) = planned_and_emitted(&with_store, "fp8-act");
     assert_eq!(
         written["parallelism"]["activation_func_fp8_input_store"],
