@@ -12,9 +12,10 @@ use pplan::inputs::profile::LayerProfile;
 use pplan::inputs::Model;
 use pplan::plan::profiled::stage_costs;
 
-const ALL: [&str; 8] = [
+const ALL: [&str; 9] = [
     "a100-80gb",
     "h100-80gb",
+    "h100-96gb-500w",
     "h200",
     "h800",
     "b200",
@@ -43,8 +44,9 @@ fn every_bundled_profile_loads_under_its_name() {
 /// Every number under gpu, node and network has a non-empty source that gives its unit.
 #[test]
 fn every_number_has_a_source_with_its_unit() {
-    const UNITS: [&str; 7] = [
+    const UNITS: [&str; 8] = [
         "(FLOP/s",
+        "(W)",
         "(bytes",
         "(count",
         "(dimensionless",

@@ -677,6 +677,8 @@ pub fn assemble(m: Measurement) -> Result<ProfileOutput, String> {
             kernel_gap_s: None,
             graph_kernel_gap_s: None,
             gemm_latency_s: None,
+            power_limit_w: None,
+            sustained_clock_fraction: None,
         },
         node: Node {
             gpus_per_node: m.gpus_per_node,

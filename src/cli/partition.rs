@@ -52,7 +52,7 @@ pub(crate) struct PartitionArgs {
     /// Relative speed of each device in pipeline order, comma-separated (1 = the profile's speed).
     #[arg(long, value_delimiter = ',')]
     pub(crate) device_speeds: Option<Vec<f64>>,
-    /// Link numbers from a hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72, or a JSON
+    /// Link numbers from a hardware profile (a100-80gb, h100-80gb, h100-96gb-500w, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72, or a JSON
     /// file): NVLink inside an NVLink domain (a node, or an NVL72 rack), NICs across domains.
     #[arg(long)]
     pub(crate) hardware: Option<String>,

@@ -13,7 +13,7 @@ pub(crate) struct PlanSearchArgs {
     /// paper's 1T model).
     #[arg(long, default_value = "gpt-1t")]
     pub(crate) model: String,
-    /// A bundled hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72) or
+    /// A bundled hardware profile (a100-80gb, h100-80gb, h100-96gb-500w, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72) or
     /// a JSON profile.
     #[arg(long, default_value = "a100-80gb")]
     pub(crate) hardware: String,

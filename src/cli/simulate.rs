@@ -19,7 +19,7 @@ pub(crate) struct SimulateArgs {
     /// With --profile: first layer of each of the P·V stages, e.g. 0,5,9 (default: even split).
     #[arg(long, requires = "profile")]
     pub(crate) boundaries: Option<String>,
-    /// With --profile: a hardware profile (a100-80gb, h100-80gb, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72
+    /// With --profile: a hardware profile (a100-80gb, h100-80gb, h100-96gb-500w, h200, h800, b200, b300, gb200-nvl72, gb300-nvl72
     /// or a JSON file) whose
     /// links time each transfer (last layer's output_bytes / bandwidth + latency); default: free.
     /// With --plan: the hardware the plan's costs are computed for instead of the plan's.

@@ -98,7 +98,8 @@ pub fn gemm_time_in_s(hw: &Hardware, g: &Gemm, precision: Precision) -> f64 {
     }
     let peak = hw
         .peak_flops_per_s_for(precision)
-        .unwrap_or(hw.gpu.peak_flops_per_s);
+        .unwrap_or(hw.gpu.peak_flops_per_s)
+        * hw.sustained_clock_fraction();
     (g.flops() / (peak * gemm_efficiency(hw, g))).max(gemm_floor_s(hw, g, precision))
 }
 

@@ -62,7 +62,7 @@ impl CostModel<'_> {
     ///
     /// [`Hardware::attention_noncausal_efficiency_at`]: crate::inputs::Hardware::attention_noncausal_efficiency_at
     pub fn attention_s_per_flop(&self, causal: (f64, f64)) -> (f64, f64) {
-        let peak = self.hw.gpu.peak_flops_per_s;
+        let peak = self.hw.gpu.peak_flops_per_s * self.hw.sustained_clock_fraction();
         let cp = self.layout.cp.max(1) as f64;
         let ring = cp > 1.0
             && self.stack.cp_comm == CpComm::P2p

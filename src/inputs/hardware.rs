@@ -161,6 +161,18 @@ pub struct Gpu {
     /// where it binds. Absent: no such floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_latency_s: Option<f64>,
+    /// The GPU's power limit, watts, where it is set below the part's rated power (Meta's
+    /// Grand Teton H100s run at 500 W of 700): informational beside
+    /// [`Gpu::sustained_clock_fraction`], which carries what it does to the time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
+    /// The SM clock a training step sustains on this GPU over the one the profile's compute
+    /// laws were measured at (the GEMM ceiling and the attention laws: the rated power limit),
+    /// a fraction in (0, 1]: a lower power limit lowers the sustained clock, and every GEMM
+    /// and attention kernel runs at this fraction of its rate (`cost::compute::gemm_time_in_s`,
+    /// `CostModel::attention_s_per_flop`); memory-bound kernels keep the HBM rate. Absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_clock_fraction: Option<f64>,
 }
 
 /// The median `cudaLaunchKernel` call, 4.0 us over 5,240 launches, in a PyTorch (Kineto)
@@ -323,9 +335,13 @@ impl FromStr for Precision {
 }
 
 /// The bundled profiles: (name, JSON text).
-pub const BUNDLED: [(&str, &str); 8] = [
+pub const BUNDLED: [(&str, &str); 9] = [
     ("a100-80gb", include_str!("../../hardware/a100-80gb.json")),
     ("h100-80gb", include_str!("../../hardware/h100-80gb.json")),
+    (
+        "h100-96gb-500w",
+        include_str!("../../hardware/h100-96gb-500w.json"),
+    ),
     ("h200", include_str!("../../hardware/h200.json")),
     ("h800", include_str!("../../hardware/h800.json")),
     ("b200", include_str!("../../hardware/b200.json")),
@@ -408,6 +424,11 @@ impl Hardware {
     pub fn attention_efficiency(&self) -> (f64, f64) {
         self.attention_efficiencies()
             .unwrap_or((self.gpu.gemm_efficiency_max, self.gpu.gemm_efficiency_max))
+    }
+
+    /// [`Gpu::sustained_clock_fraction`], 1 when absent.
+    pub fn sustained_clock_fraction(&self) -> f64 {
+        self.gpu.sustained_clock_fraction.unwrap_or(1.0)
     }
 
     /// [`Gpu::gemm_training_factor`], 1 when absent.

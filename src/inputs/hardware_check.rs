@@ -309,6 +309,19 @@ impl Hardware {
             ));
         }
         given(
+            &[(
+                "gpu.sustained_clock_fraction",
+                self.gpu.sustained_clock_fraction,
+            )],
+            &|v| v > 0.0 && v <= 1.0,
+            "a fraction in (0, 1]",
+        )?;
+        given(
+            &[("gpu.power_limit_w", self.gpu.power_limit_w)],
+            &|v| (10.0..=5000.0).contains(&v),
+            "from 10 to 5000 W",
+        )?;
+        given(
             &[
                 ("gpu.kernel_launch_s", self.gpu.kernel_launch_s),
                 ("gpu.kernel_gap_s", self.gpu.kernel_gap_s),

@@ -37,7 +37,7 @@ pub struct Param {
 pub const MOE_LAYER_HOST_S: &str = "stack.moe_layer_host_s";
 
 /// Every parameter `--fit` takes.
-pub const PARAMS: [Param; 13] = [
+pub const PARAMS: [Param; 14] = [
     Param {
         name: "gpu.gemm_efficiency_max",
         unit: "fraction of peak",
@@ -58,6 +58,13 @@ pub const PARAMS: [Param; 13] = [
         lo: 0.5,
         hi: 1.0,
         meaning: "what a training step's GEMMs reach of the kernel ceiling: SMs and HBM bandwidth taken by communication kernels running under them, host delays, a node's GPUs sharing power",
+    },
+    Param {
+        name: "gpu.sustained_clock_fraction",
+        unit: "fraction of the rated clock",
+        lo: 0.5,
+        hi: 1.0,
+        meaning: "the SM clock a step sustains under the GPU's power limit over the one its compute laws were measured at (a power limit below the rated one lowers it)",
     },
     Param {
         name: "gpu.hbm_efficiency",
@@ -158,6 +165,7 @@ pub fn get(hw: &Hardware, p: &Param) -> f64 {
         "gpu.gemm_efficiency_max" => g.gemm_efficiency_max,
         "gpu.gemm_half_dim" => g.gemm_half_dim,
         "gpu.gemm_training_factor" => hw.gemm_training_factor(),
+        "gpu.sustained_clock_fraction" => hw.sustained_clock_fraction(),
         "gpu.hbm_efficiency" => g.hbm_efficiency,
         "gpu.cross_entropy_hbm_efficiency" => {
             g.cross_entropy_hbm_efficiency.unwrap_or(g.hbm_efficiency)
@@ -180,6 +188,7 @@ pub fn set(hw: &mut Hardware, p: &Param, v: f64) {
         "gpu.gemm_efficiency_max" => g.gemm_efficiency_max = v,
         "gpu.gemm_half_dim" => g.gemm_half_dim = v,
         "gpu.gemm_training_factor" => g.gemm_training_factor = Some(v),
+        "gpu.sustained_clock_fraction" => g.sustained_clock_fraction = Some(v),
         "gpu.hbm_efficiency" => g.hbm_efficiency = v,
         "gpu.cross_entropy_hbm_efficiency" => g.cross_entropy_hbm_efficiency = Some(v),
         "gpu.attention_efficiency_forward" => g.attention_efficiency_forward = Some(v),

@@ -481,7 +481,7 @@ fn missing_kernel_rates(k: AttentionKernel, hw: &Hardware) -> Option<String> {
     };
     k.efficiency_at(hw, 1.0, 1.0).is_none().then(|| {
         format!(
-            "--attention-kernel {k}: hardware '{}' has no {what} (gpu.attention_{k}_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h200, h800)",
+            "--attention-kernel {k}: hardware '{}' has no {what} (gpu.attention_{k}_efficiency_forward, _backward); valid: --attention-kernel cudnn, or a profile that has them (a100-80gb, h100-80gb, h100-96gb-500w, h200, h800)",
             hw.name
         )
     })
