@@ -4,9 +4,7 @@
 //! [`super::network`]), recomputation, and the optimizer step. Formulas and sources:
 //! docs/cost-model.md.
 
-use super::kernel_bytes::{
-    CrossEntropyFusion, EAGER_LAYERNORM_BYTES, EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES,
-};
+use super::kernel_bytes::{EAGER_LAYERNORM_BYTES, EAGER_RMSNORM_BYTES, EAGER_ROPE_BYTES};
 use super::stack::{
     Attention, CostModel, Recompute, Zero, FUSED_GRAD_ACCUMULATION_BYTES_PER_PARAM,
 };
@@ -690,7 +688,7 @@ impl CostModel<'_> {
 
     /// The final layer norm, the vocabulary-parallel logit GEMM (b s x V/t x h) and the
     /// cross-entropy on the last stage, whose HBM traffic per logit the stack's
-    /// [`CrossEntropyFusion`] gives; the unfused one's PyTorch kernels at
+    /// [`CrossEntropyFusion`](super::CrossEntropyFusion) gives; PyTorch's softmax kernels at
     /// [`Hardware::cross_entropy_hbm_bytes_per_s`]. Not recomputed.
     pub fn output_layer(&self) -> BlockCost {
         let (b, s, h, _, _, t, _) = self.dims();
@@ -705,9 +703,10 @@ impl CostModel<'_> {
         let sbh = s * b * h;
         let n_logits = b * s * v / t;
         let (ce_f, ce_b) = self.stack.cross_entropy_fusion.bytes_per_logit();
-        let ce_bw = match self.stack.cross_entropy_fusion {
-            CrossEntropyFusion::Off => self.hw.cross_entropy_hbm_bytes_per_s(),
-            _ => hbm,
+        let ce_bw = if self.stack.cross_entropy_fusion.at_cross_entropy_rate() {
+            self.hw.cross_entropy_hbm_bytes_per_s()
+        } else {
+            hbm
         };
         BlockCost {
             forward: Part {

@@ -33,16 +33,43 @@ pub enum CrossEntropyFusion {
     /// second pass that reads them again and writes the logit gradient over them (2, 2): 6;
     /// backward, the gradient scaled by the loss gradient in place (read 2, write 2): 4.
     Te,
+    /// torchtitan's loss under `torch.compile` (`build_cross_entropy_loss` compiles
+    /// `cross_entropy_loss` when `training.compile` is on, torchtitan bbb1b61 of 2025-04 on;
+    /// the December 2024 code had it turned off, e8977b0): Inductor fuses the fp32 cast,
+    /// log-softmax and NLL into a reduction over the 16-bit logits (read 2, and again for the
+    /// sum of exponentials: 4) and their gradient into one pointwise kernel (read 2, write
+    /// 2: 4); it keeps the 16-bit logits for the backward, not an fp32 copy.
+    Inductor,
+    /// llm-foundry's MPT loss under Composer (llm-foundry 5e85bd62d): FlashAttention's CUDA
+    /// cross-entropy for the loss (`xentropy_cuda_lib`, flash-attn 1.0.9's `CrossEntropyLoss`,
+    /// llm-foundry's default `loss_fn: fused_crossentropy`), which keeps the 16-bit logits
+    /// and the per-row log-sum-exp (read 2, twice: 4) and writes a new 16-bit gradient
+    /// (`inplace_backward=False`: read 2, write 2: 4); and Composer's two training metrics
+    /// (`use_train_metrics` default: `LanguageCrossEntropy`, `LanguagePerplexity`), each a
+    /// `torch.nn.CrossEntropyLoss` over the same logits after the backward, under no_grad and
+    /// autocast, which runs `log_softmax` in fp32: the cast (read 2, write 4), the max and the
+    /// sum of exponentials (read 4, twice) and the output (read 4, write 4): 22 each. Forward
+    /// 4 + 44 = 48, backward 4, at the rate of PyTorch's softmax kernels (from which the
+    /// xentropy kernel is adapted).
+    LlmFoundry,
 }
 
 impl CrossEntropyFusion {
-    pub const EVERY: [CrossEntropyFusion; 3] = [Self::Off, Self::Native, Self::Te];
+    pub const EVERY: [CrossEntropyFusion; 5] = [
+        Self::Off,
+        Self::Native,
+        Self::Te,
+        Self::Inductor,
+        Self::LlmFoundry,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Off => "off",
             Self::Native => "native",
             Self::Te => "te",
+            Self::Inductor => "inductor",
+            Self::LlmFoundry => "llm-foundry",
         }
     }
 
@@ -67,11 +94,48 @@ impl CrossEntropyFusion {
     /// kernel, the 16-bit logit gradient it writes over the logits in the forward and saves
     /// (`CrossEntropyFunction`, TE 2.1-2.17; TE 2.18 of 2026-08 keeps an fp32 gradient instead,
     /// 4, commit 01bbe3e: no run here is known to have used it).
+    /// Inductor's compiled loss and llm-foundry's FlashAttention kernel keep the 16-bit logits, 2.
     pub fn saved_bytes_per_logit(self) -> u64 {
         match self {
             Self::Off | Self::Native => 4,
-            Self::Te => 2,
+            Self::Te | Self::Inductor | Self::LlmFoundry => 2,
         }
+    }
+
+    /// Bytes per logit the loss holds at its peak, what it keeps for the backward included
+    /// (docs/cost-model.md, "Memory per GPU"). `functional`: the unfused loss is PyTorch's
+    /// `F.cross_entropy` on an fp32 copy of the logits (torchtitan's `cross_entropy_loss`,
+    /// eager kernels), not Megatron's in-place steps; `vocab_parallel`: its logits are split
+    /// over tensor-parallel ranks (torchtitan's `loss_parallel`).
+    /// - Megatron's steps, unfused or fused (`Off`, `Native`): the fp32 copy beside the
+    ///   16-bit logits in the forward (4 + 2); in the backward the gradient is made in place
+    ///   of the saved softmax and cast to 16 bits for the output layer (4 + 2): 6.
+    /// - PyTorch's `F.cross_entropy(x.float())`: the backward's peak, in
+    ///   `log_softmax_backward_data`, holds the saved fp32 log-softmax, NLL's dense fp32
+    ///   gradient and the fp32 input gradient (4 + 4 + 4): 12 (the forward's, 16-bit logits,
+    ///   fp32 copy and fp32 log-softmax, 2 + 4 + 4 = 10, is lower). Under `loss_parallel`
+    ///   (torch/distributed/tensor/parallel/loss.py: `_nll_loss_and_log_softmax_backward`
+    ///   computes `(grad_input + exp(x)) * grad_output`) the saved log-softmax, the zeroed
+    ///   gradient, `exp(x)` and the sum are held at once: 16.
+    /// - Transformer Engine: the gradient written over the logits, in place both ways: 2.
+    /// - Inductor, llm-foundry's FlashAttention kernel: the saved 16-bit logits and the 16-bit
+    ///   gradient: 4 (Composer's metrics run after the backward, when the layers' activations
+    ///   are freed; their fp32 transients are not counted).
+    pub fn peak_bytes_per_logit(self, functional: bool, vocab_parallel: bool) -> u64 {
+        match self {
+            Self::Off if functional && vocab_parallel => 16,
+            Self::Off if functional => 12,
+            Self::Off | Self::Native => 6,
+            Self::Te => 2,
+            Self::Inductor | Self::LlmFoundry => 4,
+        }
+    }
+
+    /// Whether the loss's passes are PyTorch's softmax-family kernels (Megatron's unfused
+    /// steps; llm-foundry's, whose FlashAttention kernel is adapted from PyTorch's softmax),
+    /// which run at the profile's measured `gpu.cross_entropy_hbm_efficiency`, not a copy's.
+    pub fn at_cross_entropy_rate(self) -> bool {
+        matches!(self, Self::Off | Self::LlmFoundry)
     }
 
     /// HBM bytes per logit, (forward, backward).
@@ -80,6 +144,8 @@ impl CrossEntropyFusion {
             Self::Off => (CROSS_ENTROPY_FORWARD_BYTES, CROSS_ENTROPY_BACKWARD_BYTES),
             Self::Native => (6.0 + 8.0 + 8.0, CROSS_ENTROPY_BACKWARD_BYTES),
             Self::Te => (2.0 + 4.0, 4.0),
+            Self::Inductor => (4.0, 4.0),
+            Self::LlmFoundry => (4.0 + 2.0 * 22.0, 4.0),
         }
     }
 }
@@ -90,7 +156,7 @@ impl std::str::FromStr for CrossEntropyFusion {
         Self::EVERY
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| format!("unknown cross-entropy fusion '{s}' (valid: off, native, te)"))
+            .ok_or_else(|| format!("unknown cross-entropy fusion '{s}' (valid: off, native, te, inductor, llm-foundry)"))
     }
 }
 

@@ -550,6 +550,24 @@ pub fn output_activation_bytes(d: ActDims, vocab: u64, bytes_per_logit: u64) -> 
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
+/// Working memory of the loss on the device that holds it: what its kernels hold at their
+/// peak beyond what it keeps for the backward, `(peak - saved)` bytes per logit of the `s b
+/// V/t` logits ([`CrossEntropyFusion::peak_bytes_per_logit`]). It is held while the
+/// micro-batch's activations are all stashed, in place of the layers' recompute working
+/// memory (whichever is larger).
+///
+/// [`CrossEntropyFusion::peak_bytes_per_logit`]: crate::cost::CrossEntropyFusion::peak_bytes_per_logit
+pub fn loss_working_bytes(
+    d: ActDims,
+    vocab: u64,
+    saved_per_logit: u64,
+    peak_per_logit: u64,
+) -> u64 {
+    let logits = d.s as u128 * d.b as u128 * vocab as u128 / d.t as u128;
+    let v = peak_per_logit.saturating_sub(saved_per_logit) as u128 * logits;
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
 /// What Megatron-Core's deferred output-layer weight gradient keeps per micro-batch until the
 /// pipeline flush (`--defer-embedding-wgrad-compute`): the layer's 16-bit input (the `1/t`
 /// sequence shard with sequence parallelism, which the flush all-gathers again) and the 16-bit
@@ -624,6 +642,19 @@ impl Stack {
 }
 
 impl CostModel<'_> {
+    /// [`loss_working_bytes`] of this stack's loss: PyTorch's `F.cross_entropy` where the
+    /// stack runs eager PyTorch kernels (torchtitan), split over the tensor-parallel ranks
+    /// when there are several (torchtitan's `loss_parallel`).
+    pub fn loss_working_bytes(&self) -> u64 {
+        let ce = self.stack.cross_entropy_fusion;
+        loss_working_bytes(
+            self.act_dims(),
+            self.model.vocab_size,
+            ce.saved_bytes_per_logit(),
+            ce.peak_bytes_per_logit(!self.stack.fused_kernels, self.layout.tp > 1),
+        )
+    }
+
     /// The activation formulas' dimensions for this layout and stack: one micro-batch, the
     /// sequence split over the context-parallel ranks, the linear layers' saved inputs in the
     /// stack's precision. With FP8 block scales the saved column-wise cast carries an FP32

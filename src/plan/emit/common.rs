@@ -292,7 +292,15 @@ pub(crate) fn torchtitan_stack_notes(plan: &Plan, async_tp_key: &str, notes: &mu
             "FlashAttention-2's kernels (--attention-kernel fa2) are not set here: torchtitan's ScaledDotProductAttention asks PyTorch's SDPA for cuDNN first (since 2025-03); set its sdpa_backends to FLASH_ATTENTION to run what was predicted".into(),
         );
     }
-    if par.cross_entropy_fusion != "off" {
+    if par.cross_entropy_fusion == "inductor" {
+        notes.push(
+            "the loss was predicted compiled (--cross-entropy-fusion-impl inductor): it is not set here; torchtitan compiles it with compile.enable and \"loss\" in compile.components".into(),
+        );
+    } else if par.cross_entropy_fusion == "llm-foundry" {
+        notes.push(
+            "the loss was predicted as llm-foundry's (--cross-entropy-fusion-impl llm-foundry: FlashAttention's CUDA cross-entropy and Composer's training metrics); torchtitan's loss is PyTorch's cross_entropy".into(),
+        );
+    } else if par.cross_entropy_fusion != "off" {
         notes.push(format!(
             "the fused cross-entropy ({}) is Megatron-Core's (--cross-entropy-loss-fusion); torchtitan's loss is PyTorch's cross_entropy",
             par.cross_entropy_fusion

@@ -205,7 +205,9 @@ pub struct StackFlags {
     pub cross_entropy_loss_fusion: OnOff,
     /// With --cross-entropy-loss-fusion on: native (Megatron-Core's fused PyTorch kernels,
     /// the default) or te (Transformer Engine's Triton kernels; Megatron-Core
-    /// --cross-entropy-fusion-impl).
+    /// --cross-entropy-fusion-impl); with --stack torchtitan, inductor (its loss under
+    /// torch.compile: torchtitan with training.compile from 2025-04) or llm-foundry (MPT's
+    /// FlashAttention cross-entropy and Composer's two training metrics).
     #[arg(long, value_name = "IMPL")]
     pub cross_entropy_fusion_impl: Option<String>,
     /// Offload the activations of this many transformer layers to host memory in the forward
@@ -384,6 +386,7 @@ impl StackFlags {
             cross_entropy_fusion: cross_entropy_fusion(
                 self.cross_entropy_loss_fusion,
                 self.cross_entropy_fusion_impl.as_deref(),
+                self.preset,
             )?,
             wgrad_deferral_limit: self.wgrad_deferral_limit,
             optimizer_state: OptimizerState::from_megatron(
@@ -498,11 +501,22 @@ fn join_precisions(ps: &[Precision]) -> String {
 fn cross_entropy_fusion(
     fusion: OnOff,
     implementation: Option<&str>,
+    preset: StackPreset,
 ) -> Result<CrossEntropyFusion, FlagError> {
     if let (OnOff::Off, Some(i)) = (fusion, implementation) {
         return Err(FlagError(format!(
             "--cross-entropy-fusion-impl {i}: needs --cross-entropy-loss-fusion on"
         )));
+    }
+    // PyTorch stacks' fused losses, not Megatron-Core's.
+    if let Some(i @ ("inductor" | "llm-foundry")) = implementation {
+        return if preset == StackPreset::Torchtitan {
+            Ok(i.parse().expect("a listed fusion"))
+        } else {
+            Err(FlagError(format!(
+                "--cross-entropy-fusion-impl {i} is a PyTorch stack's loss; valid: --stack torchtitan, or native|te"
+            )))
+        };
     }
     CrossEntropyFusion::from_megatron(fusion.is_on(), implementation)
         .map_err(|e| FlagError(format!("--cross-entropy-fusion-impl: {e}")))

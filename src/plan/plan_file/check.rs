@@ -178,8 +178,22 @@ impl Plan {
                 ),
             ));
         }
-        if let Err(e) = par.cross_entropy_fusion.parse::<CrossEntropyFusion>() {
-            return Err(field(origin, "parallelism.cross_entropy_fusion", e));
+        match par.cross_entropy_fusion.parse::<CrossEntropyFusion>() {
+            Err(e) => return Err(field(origin, "parallelism.cross_entropy_fusion", e)),
+            Ok(c @ (CrossEntropyFusion::Inductor | CrossEntropyFusion::LlmFoundry))
+                if par.stack != "torchtitan" =>
+            {
+                return Err(field(
+                    origin,
+                    "parallelism.cross_entropy_fusion",
+                    format!(
+                        "'{}' is a PyTorch stack's loss (stack '{}'); valid: stack torchtitan, or off, native, te",
+                        c.as_str(),
+                        par.stack
+                    ),
+                ))
+            }
+            Ok(_) => {}
         }
         if let Err(e) = par.optimizer_state() {
             return Err(field(

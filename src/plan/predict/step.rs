@@ -247,9 +247,12 @@ pub(super) mod tests {
             assert_eq!(a[1], b[1], "a middle stage does not change");
             first - last
         };
-        // No recomputation: no working memory, the gradient counts whole (to a few bytes of
-        // the state's rounding).
-        let whole = 2 * 64 * 1024 * 4096 / 8;
+        // No recomputation: no layer working memory, the gradient counts whole (to a few
+        // bytes of the state's rounding), less what the last device's loss working memory
+        // grows by (memory::loss_working_bytes: 2 bytes a logit, 8,192 x 64 Ki / 8 more).
+        let loss = |model: &Model| base(model, &hw).cost_model(2).loss_working_bytes() as i64;
+        assert_eq!(loss(&big) - loss(&m), 2 * 8192 * 64 * 1024 / 8);
+        let whole = 2 * 64 * 1024 * 4096 / 8 - (loss(&big) - loss(&m));
         assert!(
             (growth(Recompute::None) - whole).abs() <= 64,
             "{}",
