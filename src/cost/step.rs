@@ -616,12 +616,24 @@ pub fn devices(
             weight,
         )
     };
+    // FSDP2 under PyTorch's pipelining: the stage turns FSDP2's gradient reduction off for
+    // every micro-batch's backward but the last (`_PipelineStageBase.backward_maybe_with_nosync`,
+    // `set_requires_gradient_sync(last_backward)`), so the stage's unsharded gradients
+    // accumulate, in the reduce dtype (FSDP2's `unsharded_accumulated_grad`), until then.
+    let accumulated = |prm: f64| -> u64 {
+        if stack.fsdp2 && p > 1 && stack.zero.shards_gradients() {
+            (prm.ceil() * stack.grad_reduce_bytes_per_param) as u64
+        } else {
+            0
+        }
+    };
     let mut static_bytes: Vec<u64> = device_params
         .iter()
         .map(|&prm| {
             state(prm)
                 .saturating_add(working)
                 .saturating_add(sharded_working(prm))
+                .saturating_add(accumulated(prm))
                 .min(1 << 60)
         })
         .collect();
@@ -632,9 +644,18 @@ pub fn devices(
     let emb_grad = memory::embedding_grad_bytes(model.vocab_size, model.hidden_size, cm.layout.tp);
     let first = device_of(0);
     let mtp = split.mtp_stage.map(&device_of).filter(|&d| d != first);
+    // The loss's working memory, on the device of the last stage, likewise (one output at a
+    // time, the depths' included); where that device also holds the embedding, the larger.
+    let loss = cm.loss_working_bytes();
+    let last_device = device_of(num_stages.saturating_sub(1));
+    let mut extra = vec![0u64; static_bytes.len()];
     for d in std::iter::once(first).chain(mtp) {
+        extra[d] = emb_grad;
+    }
+    extra[last_device] = extra[last_device].max(loss);
+    for (d, e) in extra.into_iter().enumerate() {
         static_bytes[d] = static_bytes[d]
-            .saturating_add(emb_grad.saturating_sub(working))
+            .saturating_add(e.saturating_sub(working))
             .min(1 << 60);
     }
     let mut model_state_max_bytes = device_params
