@@ -142,3 +142,60 @@ fn a_pytorch_loss_on_a_megatron_stack_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// A plan predicted with torchtitan's compiled loss predicts again the same from its file,
+/// is refused by name on another stack, and is not written as Megatron-LM's fusion flags.
+#[test]
+fn a_compiled_loss_plan_round_trips_and_is_not_emitted_as_megatrons() {
+    let dir = std::env::temp_dir().join(format!("pplan-loss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let plan_s = plan.to_str().unwrap();
+    let args = [
+        "predict",
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h200",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "2",
+        "--stack",
+        "torchtitan",
+        "--cross-entropy-loss-fusion",
+        "on",
+        "--cross-entropy-fusion-impl",
+        "inductor",
+        "--format",
+        "json",
+    ];
+    let (code, direct, err) = pplan(&[&args[..], &["--output", plan_s]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, again, err) = pplan(&["predict", "--plan", plan_s, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        json(&direct)["peak_memory_bytes"],
+        json(&again)["peak_memory_bytes"]
+    );
+    let (code, out, err) = pplan(&["emit", "--plan", plan_s, "--target", "megatron"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("--cross-entropy-fusion-impl"), "{out}");
+    assert!(err.contains("a PyTorch stack's (inductor)"), "{err}");
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let other = dir.join("megatron.json");
+    std::fs::write(
+        &other,
+        text.replace("\"stack\": \"torchtitan\"", "\"stack\": \"megatron-core\""),
+    )
+    .unwrap();
+    let (code, _, err) = pplan(&["predict", "--plan", other.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("parallelism.cross_entropy_fusion") && err.contains("stack torchtitan"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

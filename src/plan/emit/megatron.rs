@@ -492,12 +492,15 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
-    if par.cross_entropy_fusion != "off" {
-        flag("--cross-entropy-loss-fusion", None);
-        flag(
-            "--cross-entropy-fusion-impl",
-            Some(par.cross_entropy_fusion.clone()),
-        );
+    match par.cross_entropy_fusion.as_str() {
+        "off" => {}
+        loss @ ("inductor" | "llm-foundry") => notes.push(format!(
+            "the loss was predicted as a PyTorch stack's ({loss}); Megatron-LM's is its own vocabulary-parallel cross-entropy, so no fusion flag is written"
+        )),
+        fused => {
+            flag("--cross-entropy-loss-fusion", None);
+            flag("--cross-entropy-fusion-impl", Some(fused.to_string()));
+        }
     }
     if par.cuda_graph_impl != "none" {
         flag("--cuda-graph-impl", Some(par.cuda_graph_impl.clone()));
