@@ -58,7 +58,7 @@ fn gpu_hours(extra: &[&str]) -> f64 {
 fn published_layout_against_the_reported_gpu_hours() {
     let error = |h: f64| h / PUBLISHED_GPU_HOURS - 1.0;
     // The table's rows, which leave the multi-token prediction module out (the page says so):
-    // -0.3 % overlapped, -2.4 % without Megatron-Core's MoE host time, +38.0 % with the
+    // -0.3 % overlapped, -2.4 % without Megatron-Core's MoE host time, +37.9 % with the
     // all-to-all exposed in the report's fine-grained (blockwise) scaling, its GEMMs at the
     // block scales' slowdown measured on H100 with cuBLASLt (-4.5, -6.6, +32.4 % at the split
     // accumulator's published 1.15; -5.3, -7.3, +30.0 % with delayed scaling; -9.0, -10.8,
@@ -69,26 +69,27 @@ fn published_layout_against_the_reported_gpu_hours() {
     let exposed = without(&["--moe-comm-overlap", "off"]);
     assert!((overlapped + 0.003).abs() < 0.0005, "{overlapped}");
     assert!((no_host + 0.024).abs() < 0.0005, "{no_host}");
-    assert!((exposed - 0.380).abs() < 0.0005, "{exposed}");
+    assert!((exposed - 0.379).abs() < 0.0005, "{exposed}");
     assert!(no_host < overlapped && overlapped < exposed);
     // The command as typed: the bundled model now trains its MTP depth (the report's 180K
     // hours include it). On pplan's even split of 61 layers over DualPipeV's 32 stages the
     // V placement puts the last stage (one layer, the MTP depth and a second output layer
     // and loss) on device 0 beside the embedding's stage: device 0 becomes the bottleneck,
-    // +58.8 % (+57.6 % without the host time, +75.5 % exposed; +50.1, +48.8, +66.2 % at the
+    // +58.6 % (+57.3 % without the host time, +75.3 % exposed; +50.1, +48.8, +66.2 % at the
     // published split accumulator). DeepSeek's own layout for it is not published.
     let with = |extra: &[&str]| error(gpu_hours(extra));
     let overlapped_mtp = with(&["--moe-comm-overlap", "on"]);
     let no_host_mtp = with(&["--moe-comm-overlap", "on", "--moe-layer-host-ms", "0"]);
     let exposed_mtp = with(&["--moe-comm-overlap", "off"]);
-    assert!((overlapped_mtp - 0.588).abs() < 0.0005, "{overlapped_mtp}");
-    assert!((no_host_mtp - 0.576).abs() < 0.0005, "{no_host_mtp}");
-    assert!((exposed_mtp - 0.755).abs() < 0.0005, "{exposed_mtp}");
+    assert!((overlapped_mtp - 0.586).abs() < 0.0005, "{overlapped_mtp}");
+    assert!((no_host_mtp - 0.573).abs() < 0.0005, "{no_host_mtp}");
+    assert!((exposed_mtp - 0.753).abs() < 0.0005, "{exposed_mtp}");
     assert!(overlapped_mtp > overlapped && exposed_mtp > exposed);
 }
 
 /// GPT-OSS 120B (the Hugging Face config under tests/data/hf/), Megatron-Bridge's 26.04.01
-/// recipe on 64 H100: 5,824 tokens/s per GPU published, +6.0 % in pplan (+11.3 % before the
+/// recipe on 64 H100: 5,824 tokens/s per GPU published, +5.8 % in pplan (+6.0 % before the
+/// distributed optimizer's overlapped parameter gather was costed; +11.3 % before the
 /// softmax floor and the split accumulator were measured on H100, H100's training factor
 /// refitted beside the latter; +12.3 % before cuDNN's softmax floor at head dimension 64; +21.7 % before YaRN's
 /// eager rotary embedding and the clamped activation's eager clamps were costed; +25.9 % before the
@@ -132,5 +133,5 @@ fn gpt_oss_120b_against_its_bridge_row() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let tokens = v["tokens_per_s_per_gpu"].as_f64().unwrap();
     let error = tokens / 5824.0 - 1.0;
-    assert!((error - 0.060).abs() < 0.0005, "{tokens} tokens/s, {error}");
+    assert!((error - 0.058).abs() < 0.0005, "{tokens} tokens/s, {error}");
 }

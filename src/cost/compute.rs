@@ -771,7 +771,7 @@ pub struct ShardedExposure {
 /// ahead of (or, for `after`, behind) compute `g` per layer, the stream running at most one
 /// layer ahead (FSDP2's prefetch): makespan `c + (n - 1) max(c, g) + g`. Returns (exposed,
 /// hidden) communication.
-fn flow_shop(n: f64, c: f64, g: f64) -> (f64, f64) {
+pub(crate) fn flow_shop(n: f64, c: f64, g: f64) -> (f64, f64) {
     if n <= 0.0 || c <= 0.0 {
         return (0.0, 0.0);
     }

@@ -804,6 +804,12 @@ impl CostModel<'_> {
         self.hierarchical_all_reduce_s(bytes, edp, local, leaves)
     }
 
+    /// The distributed optimizer's all-gather of a rank's `params` updated expert parameters
+    /// over the expert data-parallel group (their 16-bit weights, half an all-reduce).
+    pub fn expert_param_gather_s(&self, params: f64) -> f64 {
+        self.expert_all_reduce_s(params * self.stack.param_gather_bytes_per_param()) / 2.0
+    }
+
     /// What of the expert gradients' reduction over the expert data-parallel group stays in
     /// the step, as for the dense gradients (`step_grad_reduce_s`): replicated, the
     /// all-reduce; ZeRO-1, its reduce-scatter and all-gather halves, the all-gather only

@@ -129,7 +129,8 @@ pub fn costs(cm: &CostModel, split: &StageSplit, device_of: impl Fn(usize) -> us
         stages.push(a);
         first_layer += n;
     }
-    let d = devices(cm, split, &lc, &rank_params, device_of);
+    let mut d = devices(cm, split, &lc, &rank_params, &device_of);
+    overlapped_param_gather(cm, split, &stages, &rank_params, &mut d, &device_of);
     StepCost {
         stages,
         sends: sends(cm, split),
@@ -147,6 +148,53 @@ pub fn costs(cm: &CostModel, split: &StageSplit, device_of: impl Fn(usize) -> us
             .map(|r| grad_reduce_buckets(r.dense, cm.layout.dp * cm.layout.cp))
             .collect(),
         devices: d,
+    }
+}
+
+/// Megatron-Core's `--overlap-param-gather` (distributed optimizer, ZeRO-1/2): the updated
+/// parameters' all-gather runs under the next step's first forwards, bucket by bucket, each
+/// ahead of the layers that need it (`param_and_grad_buffer`'s bucket groups, dispatched from
+/// the forward pre-hooks, the first at the end of the optimizer step), so what those forwards
+/// do not cover waits. On a device the gathers run one after another in its stages' order:
+/// the first stage's `G_0` against its first forward as a flow shop of its `n` layers
+/// ([`flow_shop`](super::compute::flow_shop): `G_0 / n` ahead of `F_0 / n` each), and each
+/// later model chunk `j`'s by the time it first runs, after `k` forwards of each earlier
+/// chunk (`k` = Megatron-Core's micro-batch group, the pipeline size, at most the step's
+/// micro-batches): `G_0 + ... + G_j - k (F_0 + ... + F_(j-1))`. The pipeline's fill before
+/// the device's first forward (the earlier stages' first forwards) hides as much. What is
+/// left is charged after the device's optimizer step, where the gather begins.
+fn overlapped_param_gather(
+    cm: &CostModel,
+    split: &StageSplit,
+    stages: &[StageActions],
+    rank_params: &[StageParams],
+    d: &mut Devices,
+    device_of: impl Fn(usize) -> usize,
+) {
+    let zero = cm.stack.zero;
+    if !cm.stack.overlap_param_gather || !zero.shards_optimizer() || zero.shards_weights() {
+        return;
+    }
+    let group = split.microbatches.min(cm.layout.pp).max(1) as f64;
+    let gather = |r: &StageParams| cm.param_gather_s(r.dense) + cm.expert_param_gather_s(r.expert);
+    let mut fill = 0.0;
+    for dev in 0..d.optimizer_s.len() {
+        let mine: Vec<usize> = (0..stages.len()).filter(|&s| device_of(s) == dev).collect();
+        let Some(&first) = mine.first() else {
+            continue;
+        };
+        let forward = |s: usize| stages[s].time.forward_s;
+        let n = split.layers[first].max(1) as f64;
+        let (mut exposed, _) =
+            super::compute::flow_shop(n, gather(&rank_params[first]) / n, forward(first) / n);
+        let (mut gathered, mut reached) = (gather(&rank_params[first]), group * forward(first));
+        for &s in &mine[1..] {
+            gathered += gather(&rank_params[s]);
+            exposed = exposed.max(gathered - reached);
+            reached += group * forward(s);
+        }
+        d.optimizer_s[dev] += (exposed - fill).max(0.0);
+        fill += forward(first);
     }
 }
 
