@@ -176,25 +176,40 @@ fn overlapped_param_gather(
         return;
     }
     let group = split.microbatches.min(cm.layout.pp).max(1) as f64;
-    let gather = |r: &StageParams| cm.param_gather_s(r.dense) + cm.expert_param_gather_s(r.expert);
+    // Stages with the same parameters gather alike (most of them): each gather costed once.
+    let mut memo: Vec<(StageParams, f64)> = Vec::new();
+    // Per device: (gathered so far, forwards done before its next chunk, exposed, fill).
+    let mut state: Vec<Option<(f64, f64, f64, f64)>> = vec![None; d.optimizer_s.len()];
     let mut fill = 0.0;
-    for dev in 0..d.optimizer_s.len() {
-        let mine: Vec<usize> = (0..stages.len()).filter(|&s| device_of(s) == dev).collect();
-        let Some(&first) = mine.first() else {
-            continue;
+    for (s, a) in stages.iter().enumerate() {
+        let r = rank_params[s];
+        let gather = match memo.iter().find(|(k, _)| *k == r) {
+            Some(&(_, g)) => g,
+            None => {
+                let g = cm.param_gather_s(r.dense) + cm.expert_param_gather_s(r.expert);
+                memo.push((r, g));
+                g
+            }
         };
-        let forward = |s: usize| stages[s].time.forward_s;
-        let n = split.layers[first].max(1) as f64;
-        let (mut exposed, _) =
-            super::compute::flow_shop(n, gather(&rank_params[first]) / n, forward(first) / n);
-        let (mut gathered, mut reached) = (gather(&rank_params[first]), group * forward(first));
-        for &s in &mine[1..] {
-            gathered += gather(&rank_params[s]);
-            exposed = exposed.max(gathered - reached);
-            reached += group * forward(s);
+        let forward = a.time.forward_s;
+        match &mut state[device_of(s)] {
+            None => {
+                let n = split.layers[s].max(1) as f64;
+                let (exposed, _) = super::compute::flow_shop(n, gather / n, forward / n);
+                state[device_of(s)] = Some((gather, group * forward, exposed, fill));
+                fill += forward;
+            }
+            Some((gathered, reached, exposed, _)) => {
+                *gathered += gather;
+                *exposed = exposed.max(*gathered - *reached);
+                *reached += group * forward;
+            }
         }
-        d.optimizer_s[dev] += (exposed - fill).max(0.0);
-        fill += forward(first);
+    }
+    for (dev, st) in state.into_iter().enumerate() {
+        if let Some((_, _, exposed, fill)) = st {
+            d.optimizer_s[dev] += (exposed - fill).max(0.0);
+        }
     }
 }
 
