@@ -624,7 +624,8 @@ pub struct Devices {
     pub model_state_max_bytes: u64,
     /// Per stage: the data-parallel gradient reduction of its parameters.
     pub grad_reduce_s: Vec<f64>,
-    /// Per device: the optimizer step.
+    /// Per device: the optimizer step, and after it what the next step waits for of an
+    /// overlapped parameter gather (`overlapped_param_gather`).
     pub optimizer_s: Vec<f64>,
     /// Per stage: deferred output-layer weight gradients run at the flush; empty if none.
     pub deferred_weight_grad_s: Vec<f64>,
