@@ -13,8 +13,8 @@ use pplan::cost::step::{costs, stage_params, StageSplit};
 use pplan::cost::{CostModel, Layout, Stack, Zero};
 use pplan::inputs::{Hardware, Model};
 
-/// The step's optimizer-and-wait time per device with the gather overlapped, and without
-/// (where the gather is in the step's reduction instead).
+/// The wait per device with the gather overlapped, and without (where the gather is in the
+/// step's reduction instead: none).
 fn optimizer_tail(cm: &CostModel, split: &StageSplit, p: usize) -> (Vec<f64>, Vec<f64>) {
     let with = |overlap: bool| {
         let cm = CostModel {
@@ -24,7 +24,7 @@ fn optimizer_tail(cm: &CostModel, split: &StageSplit, p: usize) -> (Vec<f64>, Ve
             },
             ..*cm
         };
-        costs(&cm, split, |s| s % p).devices.optimizer_s
+        costs(&cm, split, |s| s % p).devices.param_gather_wait_s
     };
     (with(true), with(false))
 }

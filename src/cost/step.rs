@@ -162,7 +162,7 @@ pub fn costs(cm: &CostModel, split: &StageSplit, device_of: impl Fn(usize) -> us
 /// chunk (`k` = Megatron-Core's micro-batch group, the pipeline size, at most the step's
 /// micro-batches): `G_0 + ... + G_j - k (F_0 + ... + F_(j-1))`. The pipeline's fill before
 /// the device's first forward (the earlier stages' first forwards) hides as much. What is
-/// left is charged after the device's optimizer step, where the gather begins.
+/// left waits after the device's optimizer step, where the gather begins.
 fn overlapped_param_gather(
     cm: &CostModel,
     split: &StageSplit,
@@ -179,7 +179,7 @@ fn overlapped_param_gather(
     // Stages with the same parameters gather alike (most of them): each gather costed once.
     let mut memo: Vec<(StageParams, f64)> = Vec::new();
     // Per device: (gathered so far, forwards done before its next chunk, exposed, fill).
-    let mut state: Vec<Option<(f64, f64, f64, f64)>> = vec![None; d.optimizer_s.len()];
+    let mut state: Vec<Option<(f64, f64, f64, f64)>> = vec![None; d.param_gather_wait_s.len()];
     let mut fill = 0.0;
     for (s, a) in stages.iter().enumerate() {
         let r = rank_params[s];
@@ -208,7 +208,7 @@ fn overlapped_param_gather(
     }
     for (dev, st) in state.into_iter().enumerate() {
         if let Some((_, _, exposed, fill)) = st {
-            d.optimizer_s[dev] += (exposed - fill).max(0.0);
+            d.param_gather_wait_s[dev] = (exposed - fill).max(0.0);
         }
     }
 }
@@ -624,9 +624,11 @@ pub struct Devices {
     pub model_state_max_bytes: u64,
     /// Per stage: the data-parallel gradient reduction of its parameters.
     pub grad_reduce_s: Vec<f64>,
-    /// Per device: the optimizer step, and after it what the next step waits for of an
-    /// overlapped parameter gather (`overlapped_param_gather`).
+    /// Per device: the optimizer step.
     pub optimizer_s: Vec<f64>,
+    /// Per device: what the next step's first forwards wait for of the distributed optimizer's
+    /// overlapped parameter gather (`overlapped_param_gather`), after the optimizer step.
+    pub param_gather_wait_s: Vec<f64>,
     /// Per stage: deferred output-layer weight gradients run at the flush; empty if none.
     pub deferred_weight_grad_s: Vec<f64>,
     /// Parameters held by each device (rounded up).
@@ -797,6 +799,7 @@ pub fn devices(
         static_bytes,
         model_state_max_bytes,
         grad_reduce_s,
+        param_gather_wait_s: vec![0.0; optimizer_s.len()],
         optimizer_s,
         deferred_weight_grad_s,
         device_params: device_params.iter().map(|&p| p.ceil() as u64).collect(),

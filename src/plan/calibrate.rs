@@ -249,11 +249,14 @@ fn prior_costs(
         .iter()
         .map(|s| (s.forward_ns as f64 * 1e-6, s.backward_ns as f64 * 1e-6))
         .collect();
+    // The optimizer step alone, as a trace's OPTIMIZER_STEP times it (without the next
+    // step's wait for an overlapped parameter gather).
     let opt = step
         .costs
         .optimizer_ns
         .iter()
-        .map(|&n| n as f64 * 1e-9)
+        .zip(&step.param_gather_wait_ns)
+        .map(|(&n, &w)| n.saturating_sub(w) as f64 * 1e-9)
         .collect();
     Ok((stages, opt))
 }

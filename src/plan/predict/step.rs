@@ -28,6 +28,9 @@ pub struct StepCosts {
     /// Of those, routed-expert parameters (mixture of experts; empty for dense models), whose
     /// optimizer state ZeRO-1 shards over the expert data-parallel group.
     pub device_expert_params: Vec<u64>,
+    /// Per device: the overlapped parameter gather's wait, which `costs.optimizer_ns`
+    /// includes after the optimizer step itself.
+    pub param_gather_wait_ns: Vec<u64>,
 }
 
 /// Build the per-stage costs of `req` for a schedule of `num_stages` stages placed by
@@ -122,7 +125,14 @@ pub fn step_costs(
         grad_reduce_ns: to_ns(step.devices.grad_reduce_s),
         overlap_grad_reduce: req.stack.overlap_grad_reduce,
         grad_reduce_buckets: step.grad_reduce_buckets,
-        optimizer_ns: to_ns(step.devices.optimizer_s),
+        optimizer_ns: to_ns(
+            step.devices
+                .optimizer_s
+                .iter()
+                .zip(&step.devices.param_gather_wait_s)
+                .map(|(o, w)| o + w)
+                .collect(),
+        ),
         deferred_weight_grad_ns: to_ns(step.devices.deferred_weight_grad_s),
         shared_gpu: req.shared_gpu,
         unpaired_extra,
@@ -136,6 +146,7 @@ pub fn step_costs(
         stage_layers,
         device_params: step.devices.device_params,
         device_expert_params: step.devices.device_expert_params,
+        param_gather_wait_ns: to_ns(step.devices.param_gather_wait_s),
     })
 }
 
