@@ -131,6 +131,13 @@ impl CrossEntropyFusion {
         }
     }
 
+    /// Whether the loss is a PyTorch stack's (torchtitan's compiled loss, llm-foundry's), not
+    /// one of Megatron-Core's: only `--stack torchtitan` takes it, and Megatron-LM's arguments
+    /// cannot express it.
+    pub fn pytorch_only(self) -> bool {
+        matches!(self, Self::Inductor | Self::LlmFoundry)
+    }
+
     /// Whether the loss's passes are PyTorch's softmax-family kernels (Megatron's unfused
     /// steps; llm-foundry's, whose FlashAttention kernel is adapted from PyTorch's softmax),
     /// which run at the profile's measured `gpu.cross_entropy_hbm_efficiency`, not a copy's.

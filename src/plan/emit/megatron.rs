@@ -13,6 +13,7 @@
 //! the Llama family (RMSNorm, RoPE, no linear biases), any other as the GPT family (LayerNorm,
 //! learned absolute positions, biases), and the output says so in a comment.
 
+use crate::cost::CrossEntropyFusion;
 use crate::plan::emit::common::{all_equal, common_notes, Emitted};
 use crate::plan::megatron_args::RECOMPUTE_MODULES;
 use crate::plan::plan_file::Plan;
@@ -492,14 +493,15 @@ pub fn megatron(plan: &Plan) -> Emitted {
             );
         }
     }
-    match par.cross_entropy_fusion.as_str() {
-        "off" => {}
-        loss @ ("inductor" | "llm-foundry") => notes.push(format!(
+    let loss = par.cross_entropy_fusion.as_str();
+    match loss.parse::<CrossEntropyFusion>() {
+        Ok(CrossEntropyFusion::Off) => {}
+        Ok(c) if c.pytorch_only() => notes.push(format!(
             "the loss was predicted as a PyTorch stack's ({loss}); Megatron-LM's is its own vocabulary-parallel cross-entropy, so no fusion flag is written"
         )),
-        fused => {
+        _ => {
             flag("--cross-entropy-loss-fusion", None);
-            flag("--cross-entropy-fusion-impl", Some(fused.to_string()));
+            flag("--cross-entropy-fusion-impl", Some(loss.to_string()));
         }
     }
     if par.cuda_graph_impl != "none" {

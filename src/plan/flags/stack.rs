@@ -509,12 +509,14 @@ fn cross_entropy_fusion(
         )));
     }
     // PyTorch stacks' fused losses, not Megatron-Core's.
-    if let Some(i @ ("inductor" | "llm-foundry")) = implementation {
+    let parsed = implementation.and_then(|i| i.parse::<CrossEntropyFusion>().ok());
+    if let Some(c) = parsed.filter(|c| c.pytorch_only()) {
         return if preset == StackPreset::Torchtitan {
-            Ok(i.parse().expect("a listed fusion"))
+            Ok(c)
         } else {
             Err(FlagError(format!(
-                "--cross-entropy-fusion-impl {i} is a PyTorch stack's loss; valid: --stack torchtitan, or native|te"
+                "--cross-entropy-fusion-impl {} is a PyTorch stack's loss; valid: --stack torchtitan, or native|te",
+                c.as_str()
             )))
         };
     }

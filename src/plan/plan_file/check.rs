@@ -180,9 +180,7 @@ impl Plan {
         }
         match par.cross_entropy_fusion.parse::<CrossEntropyFusion>() {
             Err(e) => return Err(field(origin, "parallelism.cross_entropy_fusion", e)),
-            Ok(c @ (CrossEntropyFusion::Inductor | CrossEntropyFusion::LlmFoundry))
-                if par.stack != "torchtitan" =>
-            {
+            Ok(c) if c.pytorch_only() && par.stack != "torchtitan" => {
                 return Err(field(
                     origin,
                     "parallelism.cross_entropy_fusion",
