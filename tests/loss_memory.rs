@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{json, pplan};
+use common::{json, pplan, validated_rows};
 use pplan::cost::memory::{loss_working_bytes, ActDims};
 use pplan::cost::{CostModel, CrossEntropyFusion, Layout, Stack};
 use pplan::inputs::{Hardware, Model};
@@ -69,12 +69,7 @@ fn torchtitans_eager_loss_at_32k_tokens_needs_33_gb_beyond_its_saved_softmax() {
 }
 
 fn peak_errors(file: &str) -> Vec<(String, f64)> {
-    let (code, out, err) = pplan(&["validate", "--runs", file, "--format", "json"]);
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
-    v["runs"]
-        .as_array()
-        .expect("runs")
+    validated_rows(file)
         .iter()
         .map(|r| {
             let p = r["peak_memory_gb"].as_f64().expect("peak");

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{json, pplan};
+use common::{row_error, validated_rows};
 use pplan::cost::step::{costs, stage_params, StageSplit};
 use pplan::cost::{CostModel, Layout, Stack, Zero};
 use pplan::inputs::{Hardware, Model};
@@ -139,25 +139,7 @@ fn an_interleaved_pipeline_hides_later_chunks_and_the_fill() {
 /// data parallelism, nothing to gather) unchanged.
 #[test]
 fn gpt_oss_on_b200_at_ep_8_as_docs_say() {
-    let (code, out, err) = pplan(&[
-        "validate",
-        "--runs",
-        "data/runs/megatron-bridge-2025-26.json",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
-    let error = |id: &str| {
-        v["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .unwrap()["error"]
-            .as_f64()
-            .unwrap()
-    };
+    let rows = validated_rows("data/runs/megatron-bridge-2025-26.json");
     for (id, lo, hi) in [
         ("m085", 0.19, 0.21),
         ("m131", 0.28, 0.30),
@@ -165,7 +147,7 @@ fn gpt_oss_on_b200_at_ep_8_as_docs_say() {
         ("m235", 0.83, 0.85),
         ("m212", 0.05, 0.07),
     ] {
-        let e = error(id);
+        let e = row_error(&rows, id);
         assert!((lo..hi).contains(&e), "{id}: {e}");
     }
 }

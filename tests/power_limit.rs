@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{json, pplan};
+use common::{pplan, row_error, validated_rows};
 use pplan::cost::compute::{gemm_time_in_s, Gemm};
 use pplan::cost::{Attention, CostModel, Layout, Stack};
 use pplan::inputs::hardware::Precision;
@@ -112,16 +112,7 @@ fn an_impossible_clock_fraction_is_refused_by_name() {
 /// ring at CP 4-8 are not asserted here; the page says what they lack.
 #[test]
 fn torchtitan_grand_teton_rows_pplan_models_whole() {
-    let (code, out, err) = pplan(&[
-        "validate",
-        "--runs",
-        "data/runs/torchtitan-llama3-h100-500w.json",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
-    let rows = v["runs"].as_array().expect("runs");
+    let rows = validated_rows("data/runs/torchtitan-llama3-h100-500w.json");
     let mut seen = 0;
     for id in [
         "tt-h100-8b-8-fsdp",
@@ -134,8 +125,7 @@ fn torchtitan_grand_teton_rows_pplan_models_whole() {
         "tt-h100-405b-512-interleaved",
         "tt-h100-405b-cp1",
     ] {
-        let r = rows.iter().find(|r| r["id"] == id).expect(id);
-        let e = r["error"].as_f64().expect("error");
+        let e = row_error(&rows, id);
         assert!(e.abs() < 0.08, "{id}: {e}");
         seen += 1;
     }

@@ -23,6 +23,23 @@ pub fn json(stdout: &str) -> serde_json::Value {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
+/// The rows `pplan validate --runs FILE --format json` reports for a runs file (the
+/// command must succeed).
+pub fn validated_rows(file: &str) -> Vec<serde_json::Value> {
+    let (code, out, err) = pplan(&["validate", "--runs", file, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    match json(&out)["runs"].take() {
+        serde_json::Value::Array(rows) => rows,
+        other => panic!("no runs array: {other}"),
+    }
+}
+
+/// The signed throughput error of row `id` among `rows` ([`validated_rows`]).
+pub fn row_error(rows: &[serde_json::Value], id: &str) -> f64 {
+    let r = rows.iter().find(|r| r["id"] == id).expect(id);
+    r["error"].as_f64().expect("error")
+}
+
 /// Command-line arguments: `base` followed by `extra`.
 pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(extra).copied().collect()
