@@ -191,12 +191,12 @@ fn overlapped_param_gather(
                 g
             }
         };
-        let forward = a.time.forward_s;
-        match &mut state[device_of(s)] {
+        let (forward, dev) = (a.time.forward_s, device_of(s));
+        match &mut state[dev] {
             None => {
                 let n = split.layers[s].max(1) as f64;
                 let (exposed, _) = super::compute::flow_shop(n, gather / n, forward / n);
-                state[device_of(s)] = Some((gather, group * forward, exposed, fill));
+                state[dev] = Some((gather, group * forward, exposed, fill));
                 fill += forward;
             }
             Some((gathered, reached, exposed, _)) => {
